@@ -1,0 +1,144 @@
+// Package migrations holds skiplock's schema as golang-migrate files,
+// embedded in the binary, and runs them.
+//
+//	if err := migrations.Up(ctx, pool); err != nil { ... }
+//
+// The migrations run in the first schema of the pool's search_path and keep
+// their version in skiplock_schema_migrations, so they never collide with an
+// application's own golang-migrate table. The skiplock command runs the same
+// code: skiplock migrate up|down|status.
+package migrations
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/golang-migrate/migrate/v4"
+	pgxmigrate "github.com/golang-migrate/migrate/v4/database/pgx/v5"
+	"github.com/golang-migrate/migrate/v4/source/iofs"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+)
+
+// Table is where golang-migrate records the schema version.
+const Table = "skiplock_schema_migrations"
+
+//go:embed *.sql
+var files embed.FS
+
+// FS returns the migration files.
+func FS() fs.FS { return files }
+
+// Latest is the newest migration version this build of skiplock knows.
+var Latest = latest()
+
+func latest() uint {
+	entries, err := fs.ReadDir(files, ".")
+	if err != nil {
+		panic(err)
+	}
+	var max uint
+	for _, e := range entries {
+		prefix, _, ok := strings.Cut(e.Name(), "_")
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseUint(prefix, 10, 64)
+		if err != nil {
+			panic(fmt.Sprintf("migrations: bad file name %q", e.Name()))
+		}
+		max = uint(v)
+	}
+	return max
+}
+
+// Versions lists every migration version in order.
+func Versions() []uint {
+	entries, _ := fs.ReadDir(files, ".")
+	seen := map[uint]bool{}
+	var out []uint
+	for _, e := range entries {
+		prefix, _, _ := strings.Cut(e.Name(), "_")
+		v, err := strconv.ParseUint(prefix, 10, 64)
+		if err == nil && !seen[uint(v)] {
+			seen[uint(v)] = true
+			out = append(out, uint(v))
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+// Up applies every migration not applied yet. It is a no-op when the schema
+// is current.
+func Up(ctx context.Context, pool *pgxpool.Pool) error {
+	return run(ctx, pool, func(m *migrate.Migrate) error { return m.Up() })
+}
+
+// Down reverts every migration, dropping skiplock's tables and their data.
+func Down(ctx context.Context, pool *pgxpool.Pool) error {
+	return run(ctx, pool, func(m *migrate.Migrate) error { return m.Down() })
+}
+
+// Steps applies n migrations up (n > 0) or reverts -n (n < 0).
+func Steps(ctx context.Context, pool *pgxpool.Pool, n int) error {
+	return run(ctx, pool, func(m *migrate.Migrate) error { return m.Steps(n) })
+}
+
+// Version reports the applied version (0 when none) and whether a failed
+// migration left the schema dirty.
+func Version(ctx context.Context, pool *pgxpool.Pool) (version uint, dirty bool, err error) {
+	err = run(ctx, pool, func(m *migrate.Migrate) error {
+		version, dirty, err = m.Version()
+		if errors.Is(err, migrate.ErrNilVersion) {
+			return nil
+		}
+		return err
+	})
+	return version, dirty, err
+}
+
+func run(ctx context.Context, pool *pgxpool.Pool, fn func(*migrate.Migrate) error) error {
+	sqlDB := stdlib.OpenDBFromPool(pool)
+	defer sqlDB.Close()
+
+	driver, err := pgxmigrate.WithInstance(sqlDB, &pgxmigrate.Config{MigrationsTable: Table})
+	if err != nil {
+		return fmt.Errorf("migrations: connecting: %w", err)
+	}
+	src, err := iofs.New(files, ".")
+	if err != nil {
+		return fmt.Errorf("migrations: reading embedded files: %w", err)
+	}
+	m, err := migrate.NewWithInstance("iofs", src, "pgx5", driver)
+	if err != nil {
+		return fmt.Errorf("migrations: %w", err)
+	}
+	defer m.Close()
+
+	// golang-migrate takes no context; its graceful stop ends a run between
+	// two migrations, never inside one.
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		select {
+		case <-ctx.Done():
+			select {
+			case m.GracefulStop <- true:
+			default:
+			}
+		case <-done:
+		}
+	}()
+
+	if err := fn(m); err != nil && !errors.Is(err, migrate.ErrNoChange) {
+		return fmt.Errorf("migrations: %w", err)
+	}
+	return ctx.Err()
+}

@@ -1,0 +1,55 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+var defaultClient struct {
+	once   sync.Once
+	client *Client
+	err    error
+}
+
+// Default returns the package-level client, built on first use from the
+// DATABASE_URL environment variable, as http.Get uses http.DefaultClient.
+func Default() (*Client, error) {
+	defaultClient.once.Do(func() {
+		url := os.Getenv("DATABASE_URL")
+		if url == "" {
+			defaultClient.err = errors.New("skiplock: DATABASE_URL is not set (export DATABASE_URL=postgres://user@host:5432/dbname)")
+			return
+		}
+		pool, err := pgxpool.New(context.Background(), url)
+		if err != nil {
+			defaultClient.err = fmt.Errorf("skiplock: DATABASE_URL: %w", err)
+			return
+		}
+		defaultClient.client = New(pool)
+	})
+	return defaultClient.client, defaultClient.err
+}
+
+// Enqueue inserts a task through the default client; see Client.Enqueue.
+func Enqueue(ctx context.Context, name string, payload any, opts ...Option) (int64, error) {
+	c, err := Default()
+	if err != nil {
+		return 0, err
+	}
+	return c.Enqueue(ctx, name, payload, opts...)
+}
+
+// EnqueueTx inserts a task within tx through the default client; see
+// Client.EnqueueTx.
+func EnqueueTx(ctx context.Context, tx Executor, name string, payload any, opts ...Option) (int64, error) {
+	c, err := Default()
+	if err != nil {
+		return 0, err
+	}
+	return c.EnqueueTx(ctx, tx, name, payload, opts...)
+}

@@ -1,0 +1,210 @@
+package queue_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/skiplock/skiplock/internal/pgtest"
+	"github.com/skiplock/skiplock/queue"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+func count(t *testing.T, pool *pgxpool.Pool, where string) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), "SELECT count(*) FROM skiplock_tasks WHERE "+where).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestEnqueue(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	client := queue.New(pool)
+
+	type email struct {
+		To string `json:"to"`
+	}
+	id, err := client.Enqueue(ctx, "email.send", email{To: "a@example.com"},
+		queue.WithQueue("mail"), queue.WithPriority(-3), queue.WithMaxAttempts(5),
+		queue.WithTimeout(1500*time.Millisecond), queue.WithMetadata(json.RawMessage(`{"trace":"x"}`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	task, err := client.Get(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if task.Name != "email.send" || task.Queue != "mail" || task.Priority != -3 || task.MaxAttempts != 5 ||
+		task.Timeout != 1500*time.Millisecond || task.Status != queue.StatusPending || task.Attempt != 0 {
+		t.Fatalf("unexpected task: %+v", task)
+	}
+	if string(task.Payload) != `{"to": "a@example.com"}` {
+		t.Fatalf("payload = %s", task.Payload)
+	}
+	if string(task.Metadata) != `{"trace": "x"}` {
+		t.Fatalf("metadata = %s", task.Metadata)
+	}
+	if time.Since(task.RunAt) > time.Minute || time.Until(task.RunAt) > time.Second {
+		t.Fatalf("run_at %s is not now", task.RunAt)
+	}
+
+	// Raw JSON payloads pass through; delays are on the database clock.
+	id2, err := client.Enqueue(ctx, "raw", json.RawMessage(`[1,2,3]`), queue.WithDelay(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	task2, err := client.Get(ctx, id2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(task2.Payload) != `[1, 2, 3]` || time.Until(task2.RunAt) < 59*time.Minute {
+		t.Fatalf("task2 = %+v", task2)
+	}
+	at := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	id3, err := client.Enqueue(ctx, "later", nil, queue.WithRunAt(at))
+	if err != nil {
+		t.Fatal(err)
+	}
+	task3, _ := client.Get(ctx, id3)
+	if !task3.RunAt.Equal(at) || string(task3.Payload) != "null" {
+		t.Fatalf("task3 = %+v", task3)
+	}
+}
+
+func TestEnqueueInvalid(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	client := queue.New(pool)
+
+	cases := []struct {
+		name    string
+		payload any
+		opts    []queue.Option
+		want    string
+	}{
+		{"", nil, nil, "name must be 1 to 255 bytes"},
+		{strings.Repeat("x", 256), nil, nil, "name must be 1 to 255 bytes"},
+		{"bad.json", []byte(`{"a":`), nil, "payload is not valid JSON"},
+		{"bad.raw", json.RawMessage(`nope`), nil, "payload is not valid JSON"},
+		{"bad.value", make(chan int), nil, "payload cannot be encoded as JSON"},
+		{"bad.queue", nil, []queue.Option{queue.WithQueue("")}, "queue name must be"},
+		{"bad.priority", nil, []queue.Option{queue.WithPriority(40000)}, "priority 40000 is outside"},
+		{"bad.attempts", nil, []queue.Option{queue.WithMaxAttempts(0)}, "max attempts must be at least 1"},
+		{"bad.delay", nil, []queue.Option{queue.WithDelay(-time.Second)}, "delay must not be negative"},
+		{"bad.timeout", nil, []queue.Option{queue.WithTimeout(time.Microsecond)}, "timeout must be at least 1ms"},
+		{"bad.metadata", nil, []queue.Option{queue.WithMetadata(json.RawMessage(`[1]`))}, "metadata must be a JSON object"},
+	}
+	for _, c := range cases {
+		_, err := client.Enqueue(ctx, c.name, c.payload, c.opts...)
+		if !errors.Is(err, queue.ErrInvalidTask) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Enqueue(%.20q): err = %v, want ErrInvalidTask containing %q", c.name, err, c.want)
+		}
+	}
+	// One bad task in a batch inserts nothing.
+	_, err := client.EnqueueMany(ctx, []queue.NewTask{{Name: "ok"}, {Name: "bad", Payload: []byte("{")}})
+	if !errors.Is(err, queue.ErrInvalidTask) {
+		t.Fatalf("EnqueueMany: err = %v", err)
+	}
+	if n := count(t, pool, "true"); n != 0 {
+		t.Fatalf("%d tasks inserted, want 0", n)
+	}
+}
+
+func TestEnqueueTx(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	client := queue.New(pool)
+
+	// Rolled back: the task never existed.
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.EnqueueTx(ctx, tx, "in.tx", map[string]int{"n": 1}); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, pool, "true"); n != 0 {
+		t.Fatalf("uncommitted task visible outside its transaction: %d", n)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, pool, "true"); n != 0 {
+		t.Fatalf("rolled back transaction left %d tasks", n)
+	}
+
+	// Committed: it exists, along with the caller's own write.
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "CREATE TABLE orders (id int)"); err != nil {
+			return err
+		}
+		_, err := queue.New(pool).EnqueueTx(ctx, tx, "in.tx", nil)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, pool, "name = 'in.tx'"); n != 1 {
+		t.Fatalf("committed transaction left %d tasks, want 1", n)
+	}
+}
+
+func TestEnqueueMany(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	client := queue.New(pool)
+
+	tasks := make([]queue.NewTask, 12000) // more than one insert chunk
+	for i := range tasks {
+		tasks[i] = queue.NewTask{Name: "bulk", Payload: map[string]int{"i": i}}
+	}
+	ids, err := client.EnqueueMany(ctx, tasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ids) != len(tasks) {
+		t.Fatalf("got %d ids", len(ids))
+	}
+	// IDs come back in input order.
+	for _, i := range []int{0, 5000, 11999} {
+		task, err := client.Get(ctx, ids[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		var p struct{ I int }
+		if err := json.Unmarshal(task.Payload, &p); err != nil || p.I != i {
+			t.Fatalf("ids[%d] has payload %s", i, task.Payload)
+		}
+	}
+}
+
+func TestNotMigrated(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t, pgtest.Schema(t, false))
+	_, err := queue.New(pool).Enqueue(context.Background(), "x", nil)
+	if !errors.Is(err, queue.ErrNotMigrated) || !strings.Contains(err.Error(), "skiplock migrate up") {
+		t.Fatalf("err = %v, want ErrNotMigrated naming the command", err)
+	}
+}
+
+func TestGetNotFound(t *testing.T) {
+	t.Parallel()
+	_, err := queue.New(pgtest.Pool(t)).Get(context.Background(), 424242)
+	if !errors.Is(err, queue.ErrNotFound) {
+		t.Fatalf("err = %v", err)
+	}
+}

@@ -1,0 +1,99 @@
+package queue
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/skiplock/skiplock/db"
+)
+
+// Status is where a task is in its life.
+type Status string
+
+const (
+	// StatusPending tasks wait to be claimed, now or at their RunAt.
+	StatusPending Status = "pending"
+	// StatusRunning tasks are held by a worker, guarded by its advisory lock.
+	StatusRunning Status = "running"
+	// StatusCompleted tasks' handlers returned nil.
+	StatusCompleted Status = "completed"
+	// StatusFailed tasks ran out of attempts or failed permanently. They stay
+	// until requeued (skiplock requeue) or purged.
+	StatusFailed Status = "failed"
+	// StatusCancelled tasks were cancelled before they completed.
+	StatusCancelled Status = "cancelled"
+)
+
+// Statuses lists every status in life order.
+var Statuses = []Status{StatusPending, StatusRunning, StatusCompleted, StatusFailed, StatusCancelled}
+
+// Task is a task as stored in skiplock_tasks.
+type Task struct {
+	ID          int64
+	Queue       string
+	Name        string
+	Payload     json.RawMessage
+	Metadata    json.RawMessage
+	Status      Status
+	Priority    int
+	RunAt       time.Time
+	Attempt     int
+	MaxAttempts int
+	// Timeout is the task's own handler timeout; zero means the worker's.
+	Timeout time.Duration
+	// Errors holds one entry for each attempt that did not succeed, oldest
+	// first. The successful attempt is the task itself: Attempt, WorkerID,
+	// StartedAt, FinishedAt.
+	Errors     []AttemptError
+	WorkerID   string
+	CreatedAt  time.Time
+	StartedAt  *time.Time
+	FinishedAt *time.Time
+}
+
+// AttemptError records one attempt that did not succeed.
+type AttemptError struct {
+	Attempt int `json:"attempt"`
+	// Outcome is error, panic, timeout, abandoned, no_handler, rescued or
+	// shutdown (returned to the queue without spending the attempt).
+	Outcome    string    `json:"outcome"`
+	Error      string    `json:"error"`
+	WorkerID   string    `json:"worker_id,omitempty"`
+	Host       string    `json:"host,omitempty"`
+	PID        int       `json:"pid,omitempty"`
+	StartedAt  time.Time `json:"started_at"`
+	FinishedAt time.Time `json:"finished_at"`
+}
+
+// TaskFromRow converts a stored row. It is exported for skiplock's own
+// packages (worker, the command); applications get Tasks from Client.Get.
+func TaskFromRow(r db.SkiplockTask) (*Task, error) {
+	t := &Task{
+		ID:          r.ID,
+		Queue:       r.Queue,
+		Name:        r.Name,
+		Payload:     r.Payload,
+		Metadata:    r.Metadata,
+		Status:      Status(r.Status),
+		Priority:    int(r.Priority),
+		RunAt:       r.RunAt,
+		Attempt:     int(r.Attempt),
+		MaxAttempts: int(r.MaxAttempts),
+		CreatedAt:   r.CreatedAt,
+		StartedAt:   r.StartedAt,
+		FinishedAt:  r.FinishedAt,
+	}
+	if r.TimeoutMs != nil {
+		t.Timeout = time.Duration(*r.TimeoutMs) * time.Millisecond
+	}
+	if r.WorkerID != nil {
+		t.WorkerID = *r.WorkerID
+	}
+	if len(r.Errors) > 0 {
+		if err := json.Unmarshal(r.Errors, &t.Errors); err != nil {
+			return nil, fmt.Errorf("decoding errors of task %d: %w", r.ID, err)
+		}
+	}
+	return t, nil
+}

@@ -1,0 +1,10 @@
+-- name: SchemaTaskTable :one
+-- Resolves skiplock_tasks through search_path: its OID is the advisory lock
+-- class, its schema names the NOTIFY channel. No row: not migrated.
+SELECT c.oid::bigint AS oid, n.nspname::text AS schema
+FROM pg_catalog.pg_class AS c
+JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+WHERE c.oid = to_regclass('skiplock_tasks');
+
+-- name: SchemaVersion :one
+SELECT version, dirty FROM skiplock_schema_migrations LIMIT 1;

@@ -1,0 +1,164 @@
+-- name: TaskInsertMany :many
+-- Inserts a batch (one task is a batch of one): one round trip, and one
+-- notification per queue from the statement trigger. A run_at of the epoch
+-- means "now() + delay_ms" on the database's clock, so that a producer's
+-- clock skew never delays a task.
+INSERT INTO skiplock_tasks (queue, name, payload, metadata, priority, run_at, max_attempts, timeout_ms)
+SELECT u.queue, u.name, u.payload, u.metadata, u.priority,
+       CASE WHEN u.run_at = 'epoch' THEN now() + u.delay_ms * interval '1 millisecond' ELSE u.run_at END,
+       u.max_attempts, nullif(u.timeout_ms, 0)
+FROM (
+    SELECT unnest(@queues::text[])          AS queue,
+           unnest(@names::text[])           AS name,
+           unnest(@payloads::jsonb[])       AS payload,
+           unnest(@metadatas::jsonb[])      AS metadata,
+           unnest(@priorities::smallint[])  AS priority,
+           unnest(@run_ats::timestamptz[])  AS run_at,
+           unnest(@delay_ms::bigint[])      AS delay_ms,
+           unnest(@max_attempts::integer[]) AS max_attempts,
+           unnest(@timeout_ms::bigint[])    AS timeout_ms
+) AS u
+RETURNING id;
+
+-- name: TaskClaim :many
+-- Advisory lock keys use the two-int form (lock_class, low 32 bits of the
+-- task id), where lock_class is the OID of skiplock_tasks: pg_locks shows
+-- classid = lock_class, objid = id % 2^32, objsubid = 2.
+-- The claim. Rows are picked with SKIP LOCKED, then locked with a
+-- session-level advisory lock, then marked running, in one statement. Both
+-- CTEs are MATERIALIZED so that pg_try_advisory_lock runs exactly once on each
+-- picked row and nowhere else: inlined, the planner may push the lock call
+-- down into a scan of the table and take locks on rows it then discards. A
+-- row whose advisory lock is still held (its previous run is finishing) is
+-- skipped and stays pending.
+WITH picked AS MATERIALIZED (
+    SELECT id
+    FROM skiplock_tasks
+    WHERE status = 'pending'
+      AND queue = @queue::text
+      AND run_at <= now()
+    ORDER BY priority, run_at, id
+    LIMIT @max::integer
+    FOR UPDATE SKIP LOCKED
+), locked AS MATERIALIZED (
+    SELECT id
+    FROM picked
+    WHERE pg_try_advisory_lock(@lock_class::integer, id::bit(32)::integer)
+)
+UPDATE skiplock_tasks AS t
+SET status = 'running',
+    attempt = t.attempt + 1,
+    worker_id = @worker_id::text,
+    started_at = now(),
+    finished_at = NULL
+FROM locked
+WHERE t.id = locked.id
+RETURNING t.id, t.queue, t.name, t.payload, t.metadata, t.priority, t.attempt,
+          t.max_attempts, t.timeout_ms, t.run_at, t.created_at, t.started_at;
+
+-- name: TaskUnlockMany :one
+-- Releases the advisory locks of finished tasks; returns how many were held.
+-- Must run on the session that took them.
+SELECT count(*) FILTER (WHERE pg_advisory_unlock(@lock_class::integer, id::bit(32)::integer))::bigint AS unlocked
+FROM unnest(@ids::bigint[]) AS id;
+
+-- name: TaskFinishMany :many
+-- Records the outcome of a batch of attempts. Each write is fenced by the
+-- claim (status running, same attempt, same worker): a worker that lost its
+-- claim, because the task was rescued and maybe claimed again, writes nothing
+-- and learns so from the missing id in the result. delay_ms < 0 keeps run_at
+-- (a task returned at shutdown keeps its place in line); refund 1 gives the
+-- attempt back.
+UPDATE skiplock_tasks AS t
+SET status = u.status,
+    run_at = CASE WHEN u.delay_ms >= 0 THEN now() + u.delay_ms * interval '1 millisecond' ELSE t.run_at END,
+    attempt = t.attempt - u.refund,
+    finished_at = CASE WHEN u.status = 'pending' THEN NULL ELSE now() END,
+    worker_id = CASE WHEN u.status = 'pending' THEN NULL ELSE t.worker_id END,
+    errors = CASE WHEN u.error IS NULL OR u.error = 'null'::jsonb THEN t.errors ELSE t.errors || jsonb_build_array(u.error) END
+FROM (
+    SELECT unnest(@ids::bigint[])          AS id,
+           unnest(@attempts::integer[])    AS attempt,
+           unnest(@statuses::text[])       AS status,
+           unnest(@delay_ms::bigint[])     AS delay_ms,
+           unnest(@refunds::integer[])     AS refund,
+           unnest(@errors::jsonb[])        AS error
+) AS u
+WHERE t.id = u.id
+  AND t.status = 'running'
+  AND t.attempt = u.attempt
+  AND t.worker_id = @worker_id::text
+RETURNING t.id;
+
+-- name: TaskRescueOrphans :many
+-- Returns running tasks whose advisory lock nobody holds (their worker's
+-- session ended) to pending, or to failed when out of attempts. The set
+-- difference (EXCEPT) keeps this a hash operation: pg_locks has no
+-- statistics, and an anti-join against it can be planned as a nested loop
+-- that takes seconds with thousands of running tasks. A rescued task keeps
+-- its run_at, so it goes back to the front of its queue, not the end.
+-- The UPDATE re-checks status and attempt on the latest row version: a task
+-- that finished, or was claimed again, between the snapshot and the read of
+-- pg_locks is left alone.
+WITH held AS MATERIALIZED (
+    SELECT l.objid::bigint AS key
+    FROM pg_catalog.pg_locks AS l
+    WHERE l.locktype = 'advisory'
+      AND l.objsubid = 2
+      AND l.granted
+      AND l.classid::bigint = @lock_class_oid::bigint
+      AND l.database = (SELECT d.oid FROM pg_catalog.pg_database AS d WHERE d.datname = current_database())
+), orphan_keys AS MATERIALIZED (
+    SELECT r.id % 4294967296 AS key FROM skiplock_tasks AS r WHERE r.status = 'running'
+    EXCEPT
+    SELECT held.key FROM held
+), victims AS MATERIALIZED (
+    SELECT v.id, v.attempt, v.worker_id, v.started_at, w.host, w.pid
+    FROM skiplock_tasks AS v
+    JOIN orphan_keys AS o ON v.id % 4294967296 = o.key
+    LEFT JOIN skiplock_workers AS w ON w.id = v.worker_id
+    WHERE v.status = 'running'
+)
+UPDATE skiplock_tasks AS t
+SET status = CASE WHEN t.attempt >= t.max_attempts THEN 'failed' ELSE 'pending' END,
+    finished_at = CASE WHEN t.attempt >= t.max_attempts THEN now() END,
+    worker_id = CASE WHEN t.attempt >= t.max_attempts THEN t.worker_id END,
+    errors = t.errors || jsonb_build_array(jsonb_build_object(
+        'attempt', t.attempt,
+        'outcome', 'rescued',
+        'error', 'worker lost its database session (advisory lock released); task rescued',
+        'worker_id', victims.worker_id,
+        'host', victims.host,
+        'pid', victims.pid,
+        'started_at', victims.started_at,
+        'finished_at', now()
+    ))
+FROM victims
+WHERE t.id = victims.id
+  AND t.status = 'running'
+  AND t.attempt = victims.attempt
+RETURNING t.id, t.queue, t.name, t.status, t.attempt, victims.worker_id AS lost_worker_id;
+
+-- name: TaskLocksHeld :many
+-- The task lock keys this session holds, to reconcile after a failed claim:
+-- session advisory locks survive the rollback of the statement that took them.
+SELECT l.objid::bigint AS key
+FROM pg_catalog.pg_locks AS l
+WHERE l.locktype = 'advisory'
+  AND l.objsubid = 2
+  AND l.classid::bigint = @lock_class_oid::bigint
+  AND l.pid = pg_backend_pid();
+
+-- name: LeaderTryLock :one
+-- Elects one process for a maintenance job (the rescuer, the scheduler):
+-- a session-level lock in the bigint key space, (lock class << 32) | job.
+SELECT pg_try_advisory_lock(@key::bigint) AS acquired;
+
+-- name: TaskGet :one
+SELECT * FROM skiplock_tasks WHERE id = @id::bigint;
+
+-- name: QueueNotify :exec
+-- Wakes idle workers of the given queues (the insert trigger does this for
+-- new tasks; rescues and requeues call it).
+SELECT pg_notify(@channel::text, q)
+FROM unnest(@queues::text[]) AS q;

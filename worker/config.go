@@ -1,0 +1,164 @@
+package worker
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/skiplock/skiplock/queue"
+)
+
+// Defaults and limits of Config.
+const (
+	DefaultConcurrency    = 100
+	MaxClaimBatch         = 1000
+	DefaultPollInterval   = time.Second
+	DefaultTaskTimeout    = time.Minute
+	DefaultAbandonAfter   = 10 * time.Second
+	DefaultShutdownGrace  = 30 * time.Second
+	DefaultRescueInterval = time.Second
+	DefaultHealthInterval = time.Second
+	// MaxRetryBackoff caps DefaultRetryBackoff.
+	MaxRetryBackoff = time.Hour
+)
+
+// Config tunes a Worker. The zero value is usable: every field has a default.
+type Config struct {
+	// Concurrency is how many handlers run at once in this process, across
+	// its queues. Each running task holds one advisory lock, and the
+	// server's lock table (max_locks_per_transaction × max_connections,
+	// about 6,400 by default) bounds the total across every worker.
+	// Defaults to DefaultConcurrency (100).
+	Concurrency int
+
+	// Queues are the queues this worker claims from. Defaults to
+	// ["default"].
+	Queues []string
+
+	// ClaimBatch bounds how many tasks one claim takes; a claim never takes
+	// more than the free capacity. Defaults to Concurrency, at most
+	// MaxClaimBatch (1000).
+	ClaimBatch int
+
+	// PollInterval is how often an idle worker looks for due tasks without
+	// being notified: delayed tasks and retries become due this way.
+	// Defaults to DefaultPollInterval (1s).
+	PollInterval time.Duration
+
+	// TaskTimeout bounds each attempt whose task sets no timeout of its own:
+	// the handler's context is cancelled after it. Negative means no
+	// timeout. Defaults to DefaultTaskTimeout (1m).
+	TaskTimeout time.Duration
+
+	// AbandonAfter is how long a handler may run on after its context was
+	// cancelled (timeout, shutdown, lost lock session). Past it the task is
+	// recorded as abandoned, its lock released and its slot reused; the
+	// goroutine cannot be killed and is left to end on its own. Defaults to
+	// DefaultAbandonAfter (10s).
+	AbandonAfter time.Duration
+
+	// ShutdownGrace is how long a graceful shutdown lets running handlers
+	// finish before cancelling them. Tasks cancelled by shutdown go back to
+	// pending without spending an attempt. Defaults to DefaultShutdownGrace
+	// (30s).
+	ShutdownGrace time.Duration
+
+	// RetryBackoff returns how long to wait before retrying a task whose
+	// attempt (1-based) failed. Defaults to DefaultRetryBackoff.
+	RetryBackoff func(attempt int) time.Duration
+
+	// RescueInterval is how often the elected process looks for running
+	// tasks whose worker is gone, and how often the others try to take over
+	// when it dies. Defaults to DefaultRescueInterval (1s).
+	RescueInterval time.Duration
+
+	// HealthInterval is how often an idle lock session is pinged, so that a
+	// session the server ended is noticed and its tasks' handlers cancelled.
+	// Defaults to DefaultHealthInterval (1s).
+	HealthInterval time.Duration
+
+	// WorkerID names this process in the tasks it runs and in
+	// skiplock_workers. Defaults to host-pid-random.
+	WorkerID string
+
+	// Logger receives the worker's logs: lifecycle at info, trouble at warn
+	// and error. Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultRetryBackoff waits 1s after the first failed attempt and doubles
+// after each, up to MaxRetryBackoff, with ±20% jitter so that a burst of
+// failures does not retry in lockstep. 25 attempts span about 14 hours.
+func DefaultRetryBackoff(attempt int) time.Duration {
+	d := MaxRetryBackoff
+	if attempt <= 13 {
+		d = min(time.Second<<max(attempt-1, 0), MaxRetryBackoff)
+	}
+	jitter := 0.8 + 0.4*rand.Float64()
+	return time.Duration(float64(d) * jitter)
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.Concurrency == 0 {
+		c.Concurrency = DefaultConcurrency
+	}
+	if len(c.Queues) == 0 {
+		c.Queues = []string{queue.DefaultQueue}
+	}
+	if c.ClaimBatch == 0 {
+		c.ClaimBatch = min(max(c.Concurrency, 1), MaxClaimBatch)
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = DefaultPollInterval
+	}
+	if c.TaskTimeout == 0 {
+		c.TaskTimeout = DefaultTaskTimeout
+	}
+	if c.AbandonAfter == 0 {
+		c.AbandonAfter = DefaultAbandonAfter
+	}
+	if c.ShutdownGrace == 0 {
+		c.ShutdownGrace = DefaultShutdownGrace
+	}
+	if c.RetryBackoff == nil {
+		c.RetryBackoff = DefaultRetryBackoff
+	}
+	if c.RescueInterval == 0 {
+		c.RescueInterval = DefaultRescueInterval
+	}
+	if c.HealthInterval == 0 {
+		c.HealthInterval = DefaultHealthInterval
+	}
+	if c.WorkerID == "" {
+		host, _ := os.Hostname()
+		c.WorkerID = host + "-" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatUint(rand.Uint64()&0xffffff, 36)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+
+	var errs []error
+	check := func(ok bool, format string, args ...any) {
+		if !ok {
+			errs = append(errs, fmt.Errorf("skiplock: worker.Config."+format, args...))
+		}
+	}
+	check(c.Concurrency > 0, "Concurrency must be positive, got %d", c.Concurrency)
+	check(c.ClaimBatch > 0 && c.ClaimBatch <= MaxClaimBatch, "ClaimBatch must be 1 to %d, got %d", MaxClaimBatch, c.ClaimBatch)
+	check(c.PollInterval > 0, "PollInterval must be positive, got %s", c.PollInterval)
+	check(c.AbandonAfter > 0, "AbandonAfter must be positive, got %s", c.AbandonAfter)
+	check(c.ShutdownGrace > 0, "ShutdownGrace must be positive, got %s", c.ShutdownGrace)
+	check(c.RescueInterval > 0, "RescueInterval must be positive, got %s", c.RescueInterval)
+	check(c.HealthInterval > 0, "HealthInterval must be positive, got %s", c.HealthInterval)
+	seen := map[string]bool{}
+	for _, q := range c.Queues {
+		check(q != "" && len(q) <= queue.MaxNameLength, "Queues: queue name must be 1 to %d bytes, got %q", queue.MaxNameLength, q)
+		check(!seen[q], "Queues: %q listed twice", q)
+		seen[q] = true
+	}
+	return c, errors.Join(errs...)
+}

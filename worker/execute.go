@@ -1,0 +1,209 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/skiplock/skiplock/db"
+	"github.com/skiplock/skiplock/queue"
+)
+
+// Causes of a handler's context cancellation (context.Cause).
+var (
+	errTimeout  = errors.New("skiplock: task timed out")
+	errShutdown = errors.New("skiplock: worker shutting down")
+	errLockLost = errors.New("skiplock: worker lost the lock session holding this task; it may run elsewhere")
+)
+
+// Outcomes recorded in a task's error history.
+const (
+	outcomeError     = "error"
+	outcomePanic     = "panic"
+	outcomeTimeout   = "timeout"
+	outcomeAbandoned = "abandoned"
+	outcomeNoHandler = "no_handler"
+	outcomeShutdown  = "shutdown"
+	outcomeLockLost  = "lock_lost"
+)
+
+// execution is one attempt of one claimed task in this process.
+type execution struct {
+	task    *Task
+	gen     uint64 // lock session generation holding the task's lock
+	timeout time.Duration
+	ctx     context.Context // the handler's; cancelled by timeout or cancel
+	cancel  context.CancelCauseFunc
+	stopCtx context.CancelFunc
+
+	settled atomic.Bool // set once by whoever records the outcome
+	mu      sync.Mutex
+	timers  []*time.Timer
+}
+
+// result is what an attempt came to.
+type result struct {
+	outcome   string // "" for success
+	err       string
+	permanent bool // fail now, whatever attempts are left
+}
+
+func (w *Worker) launch(r db.TaskClaimRow, gen uint64) {
+	timeout := w.cfg.TaskTimeout
+	if r.TimeoutMs != nil {
+		timeout = time.Duration(*r.TimeoutMs) * time.Millisecond
+	}
+	base, cancel := context.WithCancelCause(context.Background())
+	ctx, stop := base, context.CancelFunc(func() {})
+	if timeout > 0 {
+		ctx, stop = context.WithTimeoutCause(base, timeout, errTimeout)
+	}
+	e := &execution{task: queueTask(r), gen: gen, timeout: timeout, ctx: ctx, cancel: cancel, stopCtx: stop}
+
+	w.settled.Add(1)
+	w.mu.Lock()
+	w.inflight[e] = struct{}{}
+	w.mu.Unlock()
+	if timeout > 0 {
+		e.addTimer(time.AfterFunc(timeout+w.cfg.AbandonAfter, func() { w.abandon(e) }))
+	}
+	go w.execute(e)
+}
+
+func (e *execution) addTimer(t *time.Timer) {
+	e.mu.Lock()
+	e.timers = append(e.timers, t)
+	e.mu.Unlock()
+}
+
+// execute runs the handler and records its outcome in a defer, so that the
+// lock is handed back however the handler ends.
+func (w *Worker) execute(e *execution) {
+	var res result
+	defer func() { w.settle(e, res) }()
+
+	h, ok := w.handlers[e.task.Name]
+	if !ok {
+		res = result{outcome: outcomeNoHandler, permanent: true, err: fmt.Sprintf("no handler for task name %q in this worker (it handles: %s); "+
+			"deploy a handler, then `skiplock requeue %d`", e.task.Name, strings.Join(handlerNames(w.handlers), ", "), e.task.ID)}
+		return
+	}
+	res = w.classify(e, callHandler(h, e.ctx, e.task))
+}
+
+// panicError carries a recovered panic and its stack.
+type panicError struct {
+	value any
+	stack []byte
+}
+
+func (p *panicError) Error() string { return fmt.Sprintf("panic: %v\n\n%s", p.value, p.stack) }
+
+func callHandler(h Handler, ctx context.Context, t *Task) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &panicError{value: r, stack: debug.Stack()}
+		}
+	}()
+	return h(ctx, t)
+}
+
+func (w *Worker) classify(e *execution, err error) result {
+	if err == nil {
+		return result{}
+	}
+	var p *panicError
+	switch cause := context.Cause(e.ctx); {
+	case errors.As(err, &p):
+		return result{outcome: outcomePanic, err: err.Error()}
+	case errors.Is(cause, errShutdown):
+		return result{outcome: outcomeShutdown, err: err.Error()}
+	case errors.Is(cause, errLockLost):
+		return result{outcome: outcomeLockLost, err: err.Error()}
+	case errors.Is(cause, errTimeout):
+		return result{outcome: outcomeTimeout, err: fmt.Sprintf("timed out after %s: %v", e.timeout, err)}
+	default:
+		return result{outcome: outcomeError, err: err.Error(), permanent: IsPermanent(err)}
+	}
+}
+
+// cancelExecution cancels a handler's context with cause, and abandons it if
+// it has not returned AbandonAfter later.
+func (w *Worker) cancelExecution(e *execution, cause error) {
+	if e.settled.Load() {
+		return
+	}
+	e.cancel(cause)
+	e.addTimer(time.AfterFunc(w.cfg.AbandonAfter, func() { w.abandon(e) }))
+}
+
+func (w *Worker) abandon(e *execution) {
+	res := result{outcome: outcomeAbandoned, err: fmt.Sprintf("handler did not return within %s of its context's cancellation (%v); abandoned",
+		w.cfg.AbandonAfter, context.Cause(e.ctx))}
+	if errors.Is(context.Cause(e.ctx), errShutdown) {
+		res.outcome = outcomeShutdown
+	}
+	if w.settle(e, res) {
+		w.log.Warn("skiplock: abandoned a handler that ignored its context", "task_id", e.task.ID, "name", e.task.Name)
+	}
+}
+
+// settle records an execution's outcome once: it frees the slot and hands
+// the outcome to the completer, which writes it and then releases the lock.
+func (w *Worker) settle(e *execution, res result) bool {
+	if !e.settled.CompareAndSwap(false, true) {
+		return false
+	}
+	e.mu.Lock()
+	for _, t := range e.timers {
+		t.Stop()
+	}
+	e.mu.Unlock()
+	e.stopCtx()
+	e.cancel(context.Canceled)
+
+	w.mu.Lock()
+	delete(w.inflight, e)
+	w.mu.Unlock()
+
+	w.comp.add(w.finishFor(e, res))
+	w.slots.Release(1)
+	w.settled.Done()
+	return true
+}
+
+// finishFor decides where the task goes next.
+func (w *Worker) finishFor(e *execution, res result) finish {
+	t := e.task
+	f := finish{id: t.ID, attempt: t.Attempt, gen: e.gen, delayMs: -1}
+	switch {
+	case res.outcome == "":
+		f.status = queue.StatusCompleted
+		return f
+	case res.outcome == outcomeShutdown:
+		// Not the task's fault: back to the front of the line, attempt
+		// given back.
+		f.status, f.refund = queue.StatusPending, 1
+	case res.permanent || t.Attempt >= t.MaxAttempts:
+		f.status = queue.StatusFailed
+	default:
+		f.status = queue.StatusPending
+		f.delayMs = w.cfg.RetryBackoff(t.Attempt).Milliseconds()
+	}
+	f.entry = queue.AttemptError{
+		Attempt:    t.Attempt,
+		Outcome:    res.outcome,
+		Error:      res.err,
+		WorkerID:   w.cfg.WorkerID,
+		Host:       w.host,
+		PID:        w.pid,
+		StartedAt:  t.StartedAt,
+		FinishedAt: time.Now(),
+	}
+	return f
+}

@@ -1,0 +1,305 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
+
+	"github.com/skiplock/skiplock/db"
+)
+
+// errSessionDown is returned by lock session calls while it reconnects.
+var errSessionDown = errors.New("lock session is down")
+
+// lockQueryTimeout bounds one statement on the lock session. A statement that
+// takes longer is cancelled with a cancel request, which keeps the session
+// and its locks.
+const lockQueryTimeout = 30 * time.Second
+
+// lockSession is the one connection of a worker process that holds the
+// advisory locks of all its running tasks: one session holds any number of
+// locks, so concurrency is not capped by the pool. Every statement that
+// takes or releases a task lock runs here, serialized by mu.
+//
+// Each (re)connection is a generation. Locks die with their session, so a
+// task claimed in generation g is unlocked only while g is current; after a
+// reconnect its lock is gone and unlocking by key could release a lock that
+// the new session took for a new claim of the same task.
+type lockSession struct {
+	config   *pgx.ConnConfig
+	queries  *db.Queries
+	class    int32 // first key of every task lock: the OID of skiplock_tasks
+	classOID int64 // the same, as pg_locks shows it (unsigned)
+	log      *slog.Logger
+	onLost   func(gen uint64) // called without mu held, once per lost generation
+	onUp     func(gen uint64, backendPID uint32)
+
+	mu       sync.Mutex
+	conn     *pgx.Conn // nil while down
+	gen      uint64
+	up       chan struct{} // closed while conn is usable
+	held     map[int64]int // task id -> locks taken in this generation
+	lastUsed time.Time
+	closed   bool
+	stop     chan struct{} // closed by close(); ends reconnect attempts
+}
+
+func newLockSession(config *pgx.ConnConfig, class int32, classOID int64, log *slog.Logger) *lockSession {
+	config = config.Copy()
+	// A dead peer must be noticed in seconds, not after the kernel's two
+	// hours: keepalives probe an idle socket.
+	dialer := &net.Dialer{
+		Timeout: 10 * time.Second,
+		KeepAliveConfig: net.KeepAliveConfig{
+			Enable: true, Idle: 5 * time.Second, Interval: 2 * time.Second, Count: 3,
+		},
+	}
+	config.DialFunc = dialer.DialContext
+	// pgx's default reaction to a cancelled context is to break the
+	// connection, which here would drop every task lock at once. Send a
+	// cancel request instead and give up on the socket only if the server
+	// does not answer that either.
+	config.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.CancelRequestContextWatcherHandler{Conn: c, DeadlineDelay: 10 * time.Second}
+	}
+	if config.RuntimeParams == nil {
+		config.RuntimeParams = map[string]string{}
+	}
+	config.RuntimeParams["application_name"] = "skiplock lock session"
+	return &lockSession{
+		config:   config,
+		queries:  db.New(),
+		class:    class,
+		classOID: classOID,
+		log:      log,
+		up:       make(chan struct{}),
+		held:     map[int64]int{},
+		stop:     make(chan struct{}),
+	}
+}
+
+// connect opens the first session; Run fails fast when it cannot.
+func (s *lockSession) connect(ctx context.Context) error {
+	conn, err := pgx.ConnectConfig(ctx, s.config)
+	if err != nil {
+		return err
+	}
+	s.installConn(conn)
+	return nil
+}
+
+func (s *lockSession) installConn(conn *pgx.Conn) {
+	s.mu.Lock()
+	s.conn = conn
+	s.gen++
+	gen := s.gen
+	s.held = map[int64]int{}
+	s.lastUsed = time.Now()
+	close(s.up)
+	onUp := s.onUp
+	s.mu.Unlock()
+	if onUp != nil {
+		onUp(gen, conn.PgConn().PID())
+	}
+}
+
+// ready returns a channel that is closed while the session is up.
+func (s *lockSession) ready() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.up
+}
+
+// generation returns the current generation and whether the session is up.
+func (s *lockSession) generation() (uint64, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.gen, s.conn != nil
+}
+
+// do runs fn on the session. When the statement fails because the session
+// is gone, the session is marked down, its generation reported lost, and a
+// reconnect started.
+func (s *lockSession) do(fn func(ctx context.Context, conn *pgx.Conn, gen uint64) error) error {
+	s.mu.Lock()
+	if s.conn == nil {
+		s.mu.Unlock()
+		return errSessionDown
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), lockQueryTimeout)
+	defer cancel()
+	err := fn(ctx, s.conn, s.gen)
+	s.lastUsed = time.Now()
+	if err == nil || !s.conn.IsClosed() {
+		s.mu.Unlock()
+		return err
+	}
+	lost := s.gen
+	s.conn = nil
+	s.up = make(chan struct{})
+	closed := s.closed
+	s.mu.Unlock()
+
+	if !closed {
+		s.log.Error("skiplock: lock session lost; cancelling its running tasks and reconnecting", "error", err)
+		if s.onLost != nil {
+			s.onLost(lost)
+		}
+		go s.reconnect()
+	}
+	return fmt.Errorf("%w: %w", errSessionDown, err)
+}
+
+func (s *lockSession) reconnect() {
+	backoff := 100 * time.Millisecond
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-time.After(backoff):
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		conn, err := pgx.ConnectConfig(ctx, s.config)
+		cancel()
+		if err == nil {
+			s.mu.Lock()
+			closed := s.closed
+			s.mu.Unlock()
+			if closed {
+				conn.Close(context.Background())
+				return
+			}
+			s.installConn(conn)
+			s.log.Info("skiplock: lock session reconnected")
+			return
+		}
+		s.log.Warn("skiplock: lock session reconnect failed", "error", err, "retry_in", backoff)
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+// claim takes up to max tasks of queue for workerID and locks each one.
+func (s *lockSession) claim(queue string, max int, workerID string) (rows []db.TaskClaimRow, gen uint64, err error) {
+	err = s.do(func(ctx context.Context, conn *pgx.Conn, g uint64) error {
+		gen = g
+		rows, err = s.queries.TaskClaim(ctx, conn, db.TaskClaimParams{
+			WorkerID: workerID, Queue: queue, Max: int32(max), LockClass: s.class,
+		})
+		if err != nil {
+			return err
+		}
+		for _, r := range rows {
+			s.held[r.ID]++
+		}
+		return nil
+	})
+	return rows, gen, err
+}
+
+// unlock releases the locks of tasks claimed in generation gen. Locks of an
+// earlier generation died with their session and are skipped.
+func (s *lockSession) unlock(ids []int64, gen uint64) error {
+	return s.do(func(ctx context.Context, conn *pgx.Conn, g uint64) error {
+		if g != gen {
+			return nil
+		}
+		if _, err := s.queries.TaskUnlockMany(ctx, conn, db.TaskUnlockManyParams{LockClass: s.class, Ids: ids}); err != nil {
+			return err
+		}
+		for _, id := range ids {
+			if s.held[id] <= 1 {
+				delete(s.held, id)
+			} else {
+				s.held[id]--
+			}
+		}
+		return nil
+	})
+}
+
+// reconcile releases task locks the session holds but no claim accounts
+// for. A claim statement that fails part way (out of shared memory, a
+// cancelled query) has already taken some advisory locks: session locks are
+// not transactional, so they outlive the rollback.
+func (s *lockSession) reconcile() error {
+	return s.do(func(ctx context.Context, conn *pgx.Conn, _ uint64) error {
+		for range 3 { // a lock taken twice needs two unlocks
+			keys, err := s.queries.TaskLocksHeld(ctx, conn, s.classOID)
+			if err != nil {
+				return err
+			}
+			expected := make(map[int64]bool, len(s.held))
+			for id := range s.held {
+				expected[id%(1<<32)] = true
+			}
+			var extra []int64
+			for _, k := range keys {
+				if !expected[k] {
+					extra = append(extra, k)
+				}
+			}
+			if len(extra) == 0 {
+				return nil
+			}
+			s.log.Warn("skiplock: releasing advisory locks left by a failed claim", "count", len(extra))
+			// The key is the low 32 bits of a task id, and so is a valid
+			// id for TaskUnlockMany.
+			if _, err := s.queries.TaskUnlockMany(ctx, conn, db.TaskUnlockManyParams{LockClass: s.class, Ids: extra}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// tryLeader tries to take the session lock that elects one process for a
+// maintenance job; it returns the generation the lock lives in.
+func (s *lockSession) tryLeader(key int64) (acquired bool, gen uint64, err error) {
+	err = s.do(func(ctx context.Context, conn *pgx.Conn, g uint64) error {
+		gen = g
+		acquired, err = s.queries.LeaderTryLock(ctx, conn, key)
+		return err
+	})
+	return acquired, gen, err
+}
+
+// pingIfIdle checks an idle session, so that a session the server ended (or
+// a network that died) is noticed even while no claim runs.
+func (s *lockSession) pingIfIdle(idle time.Duration) error {
+	s.mu.Lock()
+	recent := time.Since(s.lastUsed) < idle
+	s.mu.Unlock()
+	if recent {
+		return nil
+	}
+	return s.do(func(ctx context.Context, conn *pgx.Conn, _ uint64) error {
+		return conn.Ping(ctx)
+	})
+}
+
+// close ends the session, releasing every lock it still holds.
+func (s *lockSession) close() {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.closed = true
+	close(s.stop)
+	conn := s.conn
+	s.conn = nil
+	s.mu.Unlock()
+	if conn != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		conn.Close(ctx)
+	}
+}

@@ -1,0 +1,165 @@
+package worker
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/skiplock/skiplock/db"
+)
+
+// Maintenance jobs elected with LeaderTryLock, each in its own key.
+const leaderJobRescuer = 1
+
+// heartbeatInterval is how often a worker refreshes its skiplock_workers row;
+// workerRetention is how long rows of stopped workers are kept.
+const (
+	heartbeatInterval = 10 * time.Second
+	workerRetention   = 7 * 24 * time.Hour
+)
+
+// leaderKey is the bigint advisory key of a maintenance job: the lock class
+// in the high half keeps two skiplock schemas apart, and the bigint form
+// (objsubid 1 in pg_locks) never collides with task locks (objsubid 2).
+func (w *Worker) leaderKey(job uint32) int64 {
+	return int64(uint64(uint32(w.ls.classOID))<<32 | uint64(job))
+}
+
+// listen keeps a connection LISTENing on the schema's channel and wakes the
+// claim loop of each notified queue. Notifications only hasten claims; the
+// poll interval covers any that are missed while reconnecting.
+func (w *Worker) listen(ctx context.Context) {
+	config := w.pool.Config().ConnConfig.Copy()
+	if config.RuntimeParams == nil {
+		config.RuntimeParams = map[string]string{}
+	}
+	config.RuntimeParams["application_name"] = "skiplock listener"
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		conn, err := pgx.ConnectConfig(ctx, config)
+		if err == nil {
+			// LISTEN takes no parameters, so the channel is quoted here.
+			_, err = conn.Exec(ctx, "LISTEN "+pgx.Identifier{w.channel}.Sanitize())
+			if err == nil {
+				backoff = 100 * time.Millisecond
+				w.wakeAll() // work may have arrived while no one listened
+				for {
+					n, werr := conn.WaitForNotification(ctx)
+					if werr != nil {
+						err = werr
+						break
+					}
+					w.wake(n.Payload)
+				}
+			}
+			conn.Close(context.Background())
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		w.log.Warn("skiplock: listener disconnected; polling until it reconnects", "error", err, "retry_in", backoff)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+// health pings the lock session when it is idle, so that its loss is
+// noticed, and its tasks' handlers cancelled, within HealthInterval.
+func (w *Worker) health(ctx context.Context) {
+	tick := time.NewTicker(w.cfg.HealthInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			_ = w.ls.pingIfIdle(w.cfg.HealthInterval)
+		}
+	}
+}
+
+// maintain runs the jobs that exactly one process should run: every worker
+// tries to take the rescuer's lock each RescueInterval, and the one holding
+// it rescues orphaned tasks. The lock lives in the lock session, so a leader
+// that dies or loses its session hands over within one interval.
+func (w *Worker) maintain(ctx context.Context) {
+	rescue := time.NewTicker(w.cfg.RescueInterval)
+	defer rescue.Stop()
+	heartbeat := time.NewTicker(heartbeatInterval)
+	defer heartbeat.Stop()
+	var leaderGen uint64 // generation of the session holding the lock; 0: not leader
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-heartbeat.C:
+			if err := w.queries.WorkerHeartbeat(ctx, w.pool, w.cfg.WorkerID); err != nil && ctx.Err() == nil {
+				w.log.Warn("skiplock: worker heartbeat", "error", err)
+			}
+			if leaderGen != 0 {
+				if _, err := w.queries.WorkerPrune(ctx, w.pool, workerRetention.Seconds()); err != nil && ctx.Err() == nil {
+					w.log.Warn("skiplock: pruning old worker rows", "error", err)
+				}
+			}
+		case <-rescue.C:
+			gen, up := w.ls.generation()
+			if !up {
+				leaderGen = 0
+				continue
+			}
+			if leaderGen != gen {
+				acquired, g, err := w.ls.tryLeader(w.leaderKey(leaderJobRescuer))
+				if err != nil || !acquired {
+					leaderGen = 0
+					continue
+				}
+				leaderGen = g
+				w.log.Info("skiplock: this worker now runs the rescuer", "worker_id", w.cfg.WorkerID)
+			}
+			w.rescue(ctx)
+		}
+	}
+}
+
+// rescue returns running tasks whose worker's session ended to the queue.
+func (w *Worker) rescue(ctx context.Context) {
+	rows, err := w.queries.TaskRescueOrphans(ctx, w.pool, w.ls.classOID)
+	if err != nil {
+		if ctx.Err() == nil {
+			w.log.Warn("skiplock: rescuing orphaned tasks", "error", err)
+		}
+		return
+	}
+	if len(rows) == 0 {
+		return
+	}
+	queues := map[string]bool{}
+	for _, r := range rows {
+		w.log.Warn("skiplock: rescued task whose worker is gone", "task_id", r.ID, "name", r.Name,
+			"attempt", r.Attempt, "now", r.Status, "lost_worker", deref(r.LostWorkerID))
+		if r.Status == "pending" {
+			queues[r.Queue] = true
+		}
+	}
+	if len(queues) > 0 {
+		names := make([]string, 0, len(queues))
+		for q := range queues {
+			names = append(names, q)
+		}
+		if err := w.queries.QueueNotify(ctx, w.pool, db.QueueNotifyParams{Channel: w.channel, Queues: names}); err != nil {
+			w.log.Warn("skiplock: notifying rescued tasks", "error", err)
+		}
+	}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}

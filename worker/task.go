@@ -1,0 +1,73 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Task is a claimed task as its handler sees it.
+type Task struct {
+	ID          int64
+	Name        string
+	Queue       string
+	Payload     json.RawMessage
+	Metadata    json.RawMessage
+	Priority    int
+	Attempt     int // 1 on the first run
+	MaxAttempts int
+	CreatedAt   time.Time
+	RunAt       time.Time
+	StartedAt   time.Time
+}
+
+// Decode unmarshals the payload into v. A payload that does not fit v is a
+// permanent failure when returned from a handler as is: retrying cannot fix
+// it.
+func (t *Task) Decode(v any) error {
+	if err := json.Unmarshal(t.Payload, v); err != nil {
+		return Permanent(fmt.Errorf("decoding payload of task %d (%s): %w", t.ID, t.Name, err))
+	}
+	return nil
+}
+
+// Decode returns the task's payload as a T; see Task.Decode.
+func Decode[T any](t *Task) (T, error) {
+	var v T
+	err := t.Decode(&v)
+	return v, err
+}
+
+// Handler runs one attempt of a task. It must respect ctx: ctx is cancelled
+// when the attempt times out, when the worker shuts down past its grace
+// period, and when the worker loses the database session that holds the
+// task's lock (another worker may then run the task). Returning nil
+// completes the task; an error fails the attempt, which is retried with
+// backoff until the task's max attempts; a panic is recovered and counts as
+// an error, stack included.
+type Handler func(ctx context.Context, t *Task) error
+
+// Handlers maps task names to their handlers.
+type Handlers map[string]Handler
+
+type permanentError struct{ err error }
+
+func (e permanentError) Error() string { return e.err.Error() }
+func (e permanentError) Unwrap() error { return e.err }
+
+// Permanent marks err as not worth retrying: the task fails now, whatever
+// attempts it has left.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return permanentError{err}
+}
+
+// IsPermanent reports whether err was marked with Permanent.
+func IsPermanent(err error) bool {
+	var p permanentError
+	return errors.As(err, &p)
+}
