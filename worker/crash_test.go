@@ -1,0 +1,268 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/skiplock/skiplock/internal/pgtest"
+	"github.com/skiplock/skiplock/queue"
+	"github.com/skiplock/skiplock/worker"
+)
+
+// terminateLockSession ends a worker's lock session from the server side,
+// as a network cut or an operator's pg_terminate_backend would.
+func (b *bundle) terminateLockSession(t *testing.T, w *worker.Worker) {
+	t.Helper()
+	var pid int32
+	err := b.pool.QueryRow(context.Background(),
+		"SELECT lock_backend_pid FROM skiplock_workers WHERE id = $1", w.ID()).Scan(&pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ok bool
+	if err := b.pool.QueryRow(context.Background(), "SELECT pg_terminate_backend($1)", pid).Scan(&ok); err != nil || !ok {
+		t.Fatalf("terminating backend %d: %v %v", pid, ok, err)
+	}
+}
+
+// TestRescueAndFencing: a worker whose lock session is terminated while its
+// process lives on has its handler cancelled; its task is rescued and run by
+// another worker; and when the first handler returns anyway, its completion
+// is discarded.
+func TestRescueAndFencing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+
+	var aCancelled atomic.Bool
+	aReturned := make(chan struct{})
+	a, _ := start(t, pgtest.NewPool(t, b.schema), worker.Config{}, worker.Handlers{"job": func(ctx context.Context, task *worker.Task) error {
+		defer close(aReturned)
+		<-ctx.Done()
+		aCancelled.Store(true)
+		// A handler that finishes its work regardless: it returns success only
+		// after the task was run again elsewhere, so its completion must lose.
+		for b.get(t, task.ID).Status != queue.StatusCompleted {
+			time.Sleep(10 * time.Millisecond)
+		}
+		return nil
+	}})
+	id := b.enqueue(t, "job", nil)
+	waitFor(t, 10*time.Second, "A running the task", func() bool { return b.get(t, id).WorkerID == a.ID() })
+
+	bw, _ := start(t, pgtest.NewPool(t, b.schema), worker.Config{}, worker.Handlers{"job": func(ctx context.Context, task *worker.Task) error {
+		return nil
+	}})
+	killed := time.Now()
+	b.terminateLockSession(t, a)
+	waitFor(t, 5*time.Second, "rescue and completion by B", func() bool {
+		task := b.get(t, id)
+		return task.Status == queue.StatusCompleted && task.WorkerID == bw.ID()
+	})
+	t.Logf("terminate to completion elsewhere: %s", time.Since(killed))
+
+	select {
+	case <-aReturned:
+	case <-time.After(10 * time.Second):
+		t.Fatal("A's handler was not cancelled after its lock session died")
+	}
+	if !aCancelled.Load() {
+		t.Fatal("A's handler context was not cancelled")
+	}
+	// Let A's completer try its fenced write.
+	time.Sleep(300 * time.Millisecond)
+	task := b.get(t, id)
+	if task.Status != queue.StatusCompleted || task.WorkerID != bw.ID() || task.Attempt != 2 {
+		t.Fatalf("fenced worker overwrote the task: %+v", task)
+	}
+	if len(task.Errors) != 1 || task.Errors[0].Outcome != "rescued" || task.Errors[0].WorkerID != a.ID() || task.Errors[0].Attempt != 1 {
+		t.Fatalf("error history = %+v, want one rescue of A's attempt 1", task.Errors)
+	}
+	waitFor(t, 5*time.Second, "no locks left", func() bool { return b.taskLocks(t) == 0 })
+}
+
+// TestRescueThousands: with thousands of tasks running and locked, the
+// rescuer leaves every one alone; when their session dies it returns them
+// all within seconds.
+func TestRescueThousands(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const n = 3000
+	tasks := make([]queue.NewTask, n)
+	for i := range tasks {
+		tasks[i] = queue.NewTask{Name: "hold"}
+	}
+	if _, err := b.client.EnqueueMany(context.Background(), tasks); err != nil {
+		t.Fatal(err)
+	}
+	hold := func(ctx context.Context, task *worker.Task) error { <-ctx.Done(); return ctx.Err() }
+	a, stopA := start(t, pgtest.NewPool(t, b.schema), worker.Config{Concurrency: n, AbandonAfter: 100 * time.Millisecond},
+		worker.Handlers{"hold": hold})
+	waitFor(t, 30*time.Second, "all running", func() bool { return b.count(t, "status = 'running'") == n })
+	// The rescuer (A itself here) runs every 100ms; a dozen passes with
+	// every lock held must rescue nothing.
+	time.Sleep(1200 * time.Millisecond)
+	if r := b.count(t, "errors <> '[]'"); r != 0 {
+		t.Fatalf("rescuer touched %d tasks whose locks are held", r)
+	}
+
+	// A watcher that claims nothing but can be elected rescuer.
+	start(t, pgtest.NewPool(t, b.schema), worker.Config{Queues: []string{"elsewhere"}}, worker.Handlers{"hold": hold})
+	killed := time.Now()
+	b.terminateLockSession(t, a)
+	stopA() // A would otherwise claim the rescued tasks again
+	// Each is back in line with one entry: "rescued" by the elected
+	// rescuer, or "lock_lost" when A's own handler returned first and A
+	// recorded it (a fenced write that wins while nobody else claimed it).
+	waitFor(t, 5*time.Second, "all returned to pending", func() bool {
+		return b.count(t, `status = 'pending' AND jsonb_array_length(errors) = 1
+			AND errors->0->>'outcome' IN ('rescued', 'lock_lost')`) == n
+	})
+	t.Logf("%d rescued, %d recorded by their own worker", b.count(t, "errors->0->>'outcome' = 'rescued'"),
+		b.count(t, "errors->0->>'outcome' = 'lock_lost'"))
+	t.Logf("rescued %d tasks %s after their session ended", n, time.Since(killed))
+}
+
+func TestTimeoutRetriesThenFails(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.enqueue(t, "slow", nil, queue.WithTimeout(100*time.Millisecond), queue.WithMaxAttempts(2))
+	start(t, b.pool, worker.Config{}, worker.Handlers{"slow": func(ctx context.Context, task *worker.Task) error {
+		<-ctx.Done()
+		return ctx.Err()
+	}})
+	waitFor(t, 10*time.Second, "failure", func() bool { return b.get(t, id).Status == queue.StatusFailed })
+	task := b.get(t, id)
+	if len(task.Errors) != 2 {
+		t.Fatalf("errors = %+v", task.Errors)
+	}
+	for _, e := range task.Errors {
+		if e.Outcome != "timeout" || e.Error != "timed out after 100ms: context deadline exceeded" {
+			t.Fatalf("entry = %+v", e)
+		}
+		if d := e.FinishedAt.Sub(e.StartedAt); d < 90*time.Millisecond {
+			t.Fatalf("attempt ended after %s, before its timeout", d)
+		}
+	}
+}
+
+// TestAbandonedHandler: a handler that ignores its context past the grace
+// period is abandoned: its task recorded, its lock released, its slot reused.
+func TestAbandonedHandler(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	stuck := b.enqueue(t, "stuck", nil, queue.WithTimeout(100*time.Millisecond), queue.WithMaxAttempts(1))
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	start(t, b.pool, worker.Config{Concurrency: 1, AbandonAfter: 200 * time.Millisecond}, worker.Handlers{
+		"stuck": func(ctx context.Context, task *worker.Task) error { <-release; return nil },
+		"next":  func(ctx context.Context, task *worker.Task) error { return nil },
+	})
+	waitFor(t, 10*time.Second, "abandonment", func() bool { return b.get(t, stuck).Status == queue.StatusFailed })
+	task := b.get(t, stuck)
+	if task.Errors[0].Outcome != "abandoned" {
+		t.Fatalf("entry = %+v", task.Errors[0])
+	}
+	waitFor(t, 5*time.Second, "lock released", func() bool { return b.taskLocks(t) == 0 })
+	// The only slot is free again although the stuck goroutine lives on.
+	next := b.enqueue(t, "next", nil)
+	waitFor(t, 10*time.Second, "next task", func() bool { return b.get(t, next).Status == queue.StatusCompleted })
+}
+
+func TestGracefulShutdownFinishesWork(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	started := make(chan struct{}, 3)
+	_, stop := start(t, b.pool, worker.Config{}, worker.Handlers{"work": func(ctx context.Context, task *worker.Task) error {
+		started <- struct{}{}
+		select {
+		case <-time.After(300 * time.Millisecond):
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}})
+	for range 3 {
+		b.enqueue(t, "work", nil)
+	}
+	for range 3 {
+		<-started
+	}
+	stop() // returns after the handlers finished
+	if n := b.count(t, "status = 'completed'"); n != 3 {
+		t.Fatalf("%d of 3 in-flight tasks completed during graceful shutdown", n)
+	}
+	if n := b.taskLocks(t); n != 0 {
+		t.Fatalf("%d locks left after shutdown", n)
+	}
+	// A stopped worker claims nothing.
+	late := b.enqueue(t, "work", nil)
+	time.Sleep(200 * time.Millisecond)
+	if s := b.get(t, late).Status; s != queue.StatusPending {
+		t.Fatalf("task enqueued after shutdown is %s", s)
+	}
+}
+
+func TestShutdownPastGraceReturnsTasks(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := []int64{b.enqueue(t, "hang", nil, queue.WithMaxAttempts(1)), b.enqueue(t, "hang", nil, queue.WithMaxAttempts(1))}
+	var running atomic.Int32
+	_, stop := start(t, b.pool, worker.Config{ShutdownGrace: 200 * time.Millisecond}, worker.Handlers{"hang": func(ctx context.Context, task *worker.Task) error {
+		running.Add(1)
+		<-ctx.Done()
+		return fmt.Errorf("interrupted: %w", context.Cause(ctx))
+	}})
+	waitFor(t, 10*time.Second, "both running", func() bool { return running.Load() == 2 })
+	began := time.Now()
+	stop()
+	if d := time.Since(began); d < 200*time.Millisecond {
+		t.Fatalf("shutdown took %s, less than its grace period", d)
+	}
+	for _, id := range ids {
+		task := b.get(t, id)
+		// Back in line, the attempt given back: with max attempts 1 the task
+		// can still run.
+		if task.Status != queue.StatusPending || task.Attempt != 0 || task.WorkerID != "" {
+			t.Fatalf("task after shutdown = %+v", task)
+		}
+		if len(task.Errors) != 1 || task.Errors[0].Outcome != "shutdown" {
+			t.Fatalf("errors = %+v", task.Errors)
+		}
+	}
+	if n := b.taskLocks(t); n != 0 {
+		t.Fatalf("%d locks left after shutdown", n)
+	}
+	// Another worker runs them to completion.
+	start(t, b.pool, worker.Config{}, worker.Handlers{"hang": func(context.Context, *worker.Task) error { return nil }})
+	waitFor(t, 10*time.Second, "rerun", func() bool { return b.count(t, "status = 'completed'") == 2 })
+}
+
+// TestLockSessionReconnects: after its session is terminated, a lone worker
+// reconnects and goes on working.
+func TestLockSessionReconnects(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var cause atomic.Value
+	w, _ := start(t, b.pool, worker.Config{}, worker.Handlers{
+		"hold": func(ctx context.Context, task *worker.Task) error {
+			<-ctx.Done()
+			cause.Store(context.Cause(ctx))
+			return ctx.Err()
+		},
+		"quick": func(context.Context, *worker.Task) error { return nil },
+	})
+	held := b.enqueue(t, "hold", nil, queue.WithMaxAttempts(1))
+	waitFor(t, 10*time.Second, "running", func() bool { return b.get(t, held).Status == queue.StatusRunning })
+	b.terminateLockSession(t, w)
+	waitFor(t, 5*time.Second, "handler cancelled", func() bool { return cause.Load() != nil })
+	if err, _ := cause.Load().(error); err == nil || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("cancellation cause = %v", err)
+	}
+	quick := b.enqueue(t, "quick", nil)
+	waitFor(t, 10*time.Second, "work after reconnect", func() bool { return b.get(t, quick).Status == queue.StatusCompleted })
+	waitFor(t, 5*time.Second, "held task settled", func() bool { return b.get(t, held).Status == queue.StatusFailed })
+}
