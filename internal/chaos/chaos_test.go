@@ -1,0 +1,362 @@
+// Package chaos breaks skiplock on purpose and checks that no task is lost.
+//
+// Worker processes (this test binary, re-executed in worker mode) work a
+// backlog while the test SIGKILLs random workers and restarts them,
+// terminates random lock sessions with pg_terminate_backend, and restarts
+// PostgreSQL once. Every handler records its execution in chaos_runs. At the
+// end: every task completed; a task ran twice only when its worker was cut
+// off mid-task; no completion came from a fenced worker; no advisory lock
+// is left. It prints rescue latency (kill to re-claim) and totals.
+//
+// The short form runs in the test suite. The long form:
+//
+//	go test -run TestChaos -v -timeout 30m ./internal/chaos -chaos.long
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"os/signal"
+	"slices"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/skiplock/skiplock/internal/devpg"
+	"github.com/skiplock/skiplock/migrations"
+	"github.com/skiplock/skiplock/queue"
+	"github.com/skiplock/skiplock/worker"
+)
+
+var long = flag.Bool("chaos.long", false, "run the long chaos test (20,000 tasks, 4 workers)")
+
+const (
+	envWorker = "SKIPLOCK_CHAOS_WORKER" // worker mode: the worker's ID
+	envURL    = "SKIPLOCK_CHAOS_URL"
+)
+
+func TestMain(m *testing.M) {
+	if id := os.Getenv(envWorker); id != "" {
+		if err := workerMain(id, os.Getenv(envURL)); err != nil {
+			fmt.Fprintln(os.Stderr, "chaos worker:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// workerMain is one worker process: its handler records each execution.
+func workerMain(id, url string) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	handlers := worker.Handlers{"chaos": func(ctx context.Context, t *worker.Task) error {
+		var run int64
+		err := pool.QueryRow(ctx, `INSERT INTO chaos_runs (task_id, attempt, worker_id, started_at)
+			VALUES ($1, $2, $3, $4) RETURNING id`, t.ID, t.Attempt, id, time.Now()).Scan(&run)
+		if err != nil {
+			return err
+		}
+		select {
+		case <-time.After(time.Duration(5+rand.IntN(45)) * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		_, err = pool.Exec(ctx, "UPDATE chaos_runs SET finished_at = $2 WHERE id = $1", run, time.Now())
+		return err
+	}}
+	w := worker.New(pool, worker.Config{
+		WorkerID:     id,
+		Concurrency:  16,
+		RetryBackoff: func(int) time.Duration { return 100 * time.Millisecond },
+		Logger:       slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+	return w.Run(ctx, handlers)
+}
+
+// proc is a running worker process.
+type proc struct {
+	id   string
+	cmd  *exec.Cmd
+	out  *bytes.Buffer
+	done chan error
+}
+
+type event struct {
+	at     time.Time
+	kind   string // kill, terminate, restart
+	worker string // "" for restart: every worker
+	tasks  []int64
+}
+
+func TestChaos(t *testing.T) {
+	tasks, workers := 4000, 3
+	killEvery, terminateEvery := 700*time.Millisecond, 900*time.Millisecond
+	if *long {
+		tasks, workers = 20000, 4
+		killEvery, terminateEvery = 3*time.Second, 4*time.Second
+	}
+	ctx := context.Background()
+	began := time.Now()
+
+	// A server of our own, because the test restarts it.
+	srv, err := devpg.Find(ctx, devpg.Options{SkipLocal: true, Log: os.Stderr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	pool, err := pgxpool.New(ctx, srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if err := migrations.Up(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	_, err = pool.Exec(ctx, `CREATE TABLE chaos_runs (
+		id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+		task_id bigint NOT NULL, attempt int NOT NULL, worker_id text NOT NULL,
+		started_at timestamptz NOT NULL, finished_at timestamptz)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch := make([]queue.NewTask, tasks)
+	for i := range batch {
+		batch[i] = queue.NewTask{Name: "chaos", Payload: i}
+	}
+	if _, err := queue.New(pool).EnqueueMany(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+
+	var mu sync.Mutex
+	procs := map[int]*proc{}
+	generation := 0
+	spawn := func(slot int) {
+		generation++
+		id := fmt.Sprintf("chaos-w%d-%d", slot, generation)
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), envWorker+"="+id, envURL+"="+srv.URL)
+		out := &bytes.Buffer{}
+		cmd.Stdout, cmd.Stderr = out, out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		p := &proc{id: id, cmd: cmd, out: out, done: make(chan error, 1)}
+		go func() { p.done <- cmd.Wait() }()
+		procs[slot] = p
+	}
+	for i := range workers {
+		spawn(i)
+	}
+	defer func() {
+		for _, p := range procs {
+			p.cmd.Process.Kill()
+		}
+	}()
+	running := func(workerID string) []int64 {
+		rows, _ := pool.Query(ctx, "SELECT id FROM skiplock_tasks WHERE status = 'running' AND worker_id = $1", workerID)
+		ids, _ := pgx.CollectRows(rows, pgx.RowTo[int64])
+		return ids
+	}
+	completed := func() int {
+		var n int
+		if err := pool.QueryRow(ctx, "SELECT count(*) FROM skiplock_tasks WHERE status = 'completed'").Scan(&n); err != nil {
+			return -1 // the server may be restarting
+		}
+		return n
+	}
+
+	var events []event
+	kill := time.NewTicker(killEvery)
+	defer kill.Stop()
+	terminate := time.NewTicker(terminateEvery)
+	defer terminate.Stop()
+	restarted := false
+	deadline := time.Now().Add(10 * time.Minute)
+	for done := completed(); done < tasks; done = completed() {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d of %d tasks completed after 10 minutes", done, tasks)
+		}
+		select {
+		case <-kill.C:
+			mu.Lock()
+			slot := rand.IntN(workers)
+			p := procs[slot]
+			victims := running(p.id)
+			p.cmd.Process.Signal(syscall.SIGKILL)
+			at := time.Now()
+			<-p.done
+			events = append(events, event{at: at, kind: "kill", worker: p.id, tasks: victims})
+			spawn(slot)
+			mu.Unlock()
+		case <-terminate.C:
+			var pid int32
+			var id string
+			err := pool.QueryRow(ctx, `SELECT w.lock_backend_pid, w.id FROM skiplock_workers w
+				JOIN pg_stat_activity a ON a.pid = w.lock_backend_pid ORDER BY random() LIMIT 1`).Scan(&pid, &id)
+			if err == nil {
+				victims := running(id)
+				if _, err := pool.Exec(ctx, "SELECT pg_terminate_backend($1)", pid); err == nil {
+					events = append(events, event{at: time.Now(), kind: "terminate", worker: id, tasks: victims})
+				}
+			}
+		case <-time.After(100 * time.Millisecond):
+			if !restarted && done >= tasks/2 {
+				restarted = true
+				at := time.Now()
+				if err := srv.Restart(ctx); err != nil {
+					t.Fatalf("restarting PostgreSQL: %v", err)
+				}
+				events = append(events, event{at: at, kind: "restart"})
+				t.Logf("PostgreSQL restarted at %d/%d completed, down for %s", done, tasks, time.Since(at))
+			}
+		}
+	}
+	workTime := time.Since(began)
+
+	// Graceful stop: every worker exits 0 and releases every lock.
+	for _, p := range procs {
+		p.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	for _, p := range procs {
+		select {
+		case err := <-p.done:
+			if err != nil {
+				t.Errorf("worker %s exited with %v; output:\n%s", p.id, err, tail(p.out.String()))
+			}
+		case <-time.After(60 * time.Second):
+			t.Errorf("worker %s did not stop on SIGTERM", p.id)
+		}
+	}
+	verify(t, ctx, pool, tasks, events, restarted)
+	t.Logf("total time %s (%d tasks, %d workers, %d kills, %d terminated sessions, 1 PostgreSQL restart)",
+		workTime.Round(time.Millisecond), tasks, workers, count(events, "kill"), count(events, "terminate"))
+}
+
+func verify(t *testing.T, ctx context.Context, pool *pgxpool.Pool, tasks int, events []event, restarted bool) {
+	t.Helper()
+	if !restarted {
+		t.Error("PostgreSQL was never restarted")
+	}
+	var notDone, locks int
+	pool.QueryRow(ctx, "SELECT count(*) FROM skiplock_tasks WHERE status <> 'completed'").Scan(&notDone)
+	if notDone != 0 {
+		t.Errorf("%d tasks not completed", notDone)
+	}
+	pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'
+		AND classid = 'skiplock_tasks'::regclass::oid AND objsubid = 2`).Scan(&locks)
+	if locks != 0 {
+		t.Errorf("%d task advisory locks left after every worker stopped", locks)
+	}
+
+	// The completion of every task is that of its last claim: a fenced
+	// worker (one whose claim was rescued) never wrote it.
+	var fenced int
+	pool.QueryRow(ctx, `SELECT count(*) FROM skiplock_tasks t
+		WHERE NOT EXISTS (SELECT 1 FROM chaos_runs r WHERE r.task_id = t.id AND r.attempt = t.attempt
+		                  AND r.worker_id = t.worker_id AND r.finished_at IS NOT NULL)
+		   OR EXISTS (SELECT 1 FROM chaos_runs r WHERE r.task_id = t.id AND r.attempt > t.attempt)`).Scan(&fenced)
+	if fenced != 0 {
+		t.Errorf("%d tasks' completion is not that of their last claim", fenced)
+	}
+
+	// A handler that finished more than once is explained only by a
+	// disruption of its worker between its start and a moment after its end
+	// (the outcome was not yet written).
+	type run struct {
+		task            int64
+		worker          string
+		started, finish time.Time
+	}
+	rows, err := pool.Query(ctx, `SELECT r.task_id, r.worker_id, r.started_at, r.finished_at FROM chaos_runs r
+		JOIN skiplock_tasks t ON t.id = r.task_id
+		WHERE r.finished_at IS NOT NULL AND NOT (r.attempt = t.attempt AND r.worker_id = t.worker_id)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	extra, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (run, error) {
+		var r run
+		return r, row.Scan(&r.task, &r.worker, &r.started, &r.finish)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var unexplained int
+	for _, r := range extra {
+		explained := false
+		for _, e := range events {
+			if (e.worker == r.worker || e.kind == "restart") && !e.at.Before(r.started.Add(-time.Second)) && !e.at.After(r.finish.Add(3*time.Second)) {
+				explained = true
+				break
+			}
+		}
+		if !explained {
+			unexplained++
+			t.Errorf("task %d: run by %s finished at %s but was not recorded, with no disruption of its worker", r.task, r.worker, r.finish)
+		}
+	}
+	var runs, tasksRunTwice int
+	pool.QueryRow(ctx, "SELECT count(*) FROM chaos_runs WHERE finished_at IS NOT NULL").Scan(&runs)
+	pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT task_id FROM chaos_runs WHERE finished_at IS NOT NULL
+		GROUP BY task_id HAVING count(*) > 1) d`).Scan(&tasksRunTwice)
+	t.Logf("%d completed handler runs for %d tasks: %d tasks ran to the end more than once, all after their worker was cut off (%d unexplained)",
+		runs, tasks, tasksRunTwice, unexplained)
+
+	// Rescue latency: from a SIGKILL to the next start of each task the
+	// killed worker was running.
+	var latencies []time.Duration
+	for _, e := range events {
+		if e.kind != "kill" {
+			continue
+		}
+		for _, id := range e.tasks {
+			var next time.Time
+			err := pool.QueryRow(ctx, "SELECT min(started_at) FROM chaos_runs WHERE task_id = $1 AND started_at > $2", id, e.at).Scan(&next)
+			if err == nil && !next.IsZero() {
+				latencies = append(latencies, next.Sub(e.at))
+			}
+		}
+	}
+	if len(latencies) == 0 {
+		t.Error("no task was running on a killed worker: the test measured no rescue")
+		return
+	}
+	slices.Sort(latencies)
+	p50, worst := latencies[len(latencies)/2], latencies[len(latencies)-1]
+	t.Logf("rescue latency after SIGKILL (kill to re-claim), %d tasks: p50 %s, max %s", len(latencies), p50.Round(time.Millisecond), worst.Round(time.Millisecond))
+	if worst > 5*time.Second {
+		t.Errorf("a task killed with its worker waited %s to run again; the promise is 5s", worst)
+	}
+}
+
+func count(events []event, kind string) int {
+	n := 0
+	for _, e := range events {
+		if e.kind == kind {
+			n++
+		}
+	}
+	return n
+}
+
+func tail(s string) string {
+	if len(s) > 3000 {
+		return "..." + s[len(s)-3000:]
+	}
+	return s
+}
