@@ -174,3 +174,27 @@ func Pool(tb testing.TB) *pgxpool.Pool {
 	tb.Helper()
 	return NewPool(tb, Schema(tb, true))
 }
+
+// panicTB lets examples, which get no testing.TB, use the helpers: a
+// failure panics with its message.
+type panicTB struct {
+	testing.TB
+	cleanups []func()
+}
+
+func (p *panicTB) Helper()                        {}
+func (p *panicTB) Fatalf(format string, a ...any) { panic(fmt.Sprintf(format, a...)) }
+func (p *panicTB) Errorf(format string, a ...any) { panic(fmt.Sprintf(format, a...)) }
+func (p *panicTB) Cleanup(f func())               { p.cleanups = append(p.cleanups, f) }
+
+// ExamplePool returns a pool on a fresh migrated schema for an Example
+// function, and a func that drops it. It panics on failure.
+func ExamplePool() (*pgxpool.Pool, func()) {
+	tb := &panicTB{}
+	pool := Pool(tb)
+	return pool, func() {
+		for i := len(tb.cleanups) - 1; i >= 0; i-- {
+			tb.cleanups[i]()
+		}
+	}
+}

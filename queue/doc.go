@@ -1,0 +1,14 @@
+// Package queue is skiplock's producer side: it enqueues tasks into
+// PostgreSQL, on their own or inside the caller's transaction, and reads
+// them back.
+//
+//	q := queue.New(pool)
+//	id, err := q.Enqueue(ctx, "email.send", Email{To: "ada@example.com"},
+//		queue.WithQueue("mail"), queue.WithDelay(time.Minute))
+//
+//	// The task exists if and only if tx commits.
+//	id, err = q.EnqueueTx(ctx, tx, "invoice.send", invoice)
+//
+// Workers (package worker) claim and run the tasks. The schema must be
+// migrated first (package migrations, or `skiplock migrate up`).
+package queue
