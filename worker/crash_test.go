@@ -266,3 +266,43 @@ func TestLockSessionReconnects(t *testing.T) {
 	waitFor(t, 10*time.Second, "work after reconnect", func() bool { return b.get(t, quick).Status == queue.StatusCompleted })
 	waitFor(t, 5*time.Second, "held task settled", func() bool { return b.get(t, held).Status == queue.StatusFailed })
 }
+
+// TestOneRescuerElected: of several workers exactly one holds the rescuer's
+// lock, and another session takes over within seconds of its ending (the
+// same worker, reconnected, may win again).
+func TestOneRescuerElected(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	noop := worker.Handlers{"x": func(context.Context, *worker.Task) error { return nil }}
+	for range 3 {
+		start(t, pgtest.NewPool(t, b.schema), worker.Config{}, noop)
+	}
+	// The rescuer's lock: bigint key (class << 32) | 1, so classid = the
+	// table's OID, objid = 1, objsubid = 1.
+	leader := func() (holders int, pid int32) {
+		err := b.pool.QueryRow(context.Background(), `
+			SELECT count(*), coalesce(min(pid), 0) FROM pg_locks
+			WHERE locktype = 'advisory' AND objsubid = 1 AND objid = 1 AND granted
+			  AND classid = 'skiplock_tasks'::regclass::oid`).Scan(&holders, &pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return holders, pid
+	}
+	var first int32
+	waitFor(t, 5*time.Second, "a rescuer elected", func() bool {
+		n, pid := leader()
+		first = pid
+		return n == 1
+	})
+	var ok bool
+	if err := b.pool.QueryRow(context.Background(), "SELECT pg_terminate_backend($1)", first).Scan(&ok); err != nil || !ok {
+		t.Fatalf("terminating the rescuer's session: %v", err)
+	}
+	killed := time.Now()
+	waitFor(t, 5*time.Second, "a new rescuer", func() bool {
+		n, pid := leader()
+		return n == 1 && pid != first
+	})
+	t.Logf("rescuer taken over %s after its session ended", time.Since(killed))
+}
