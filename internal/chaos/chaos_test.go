@@ -8,7 +8,9 @@
 // off mid-task; no completion came from a fenced worker; no advisory lock
 // is left. It prints rescue latency (kill to re-claim) and totals.
 //
-// The short form runs in the test suite. The long form:
+// The short form runs in the test suite. The long form (20,000 tasks, 4
+// workers, handlers of 5-155 ms, a kill every 2 s, a terminated session every
+// 3 s):
 //
 //	go test -run TestChaos -v -timeout 30m ./internal/chaos -chaos.long
 package chaos
@@ -24,6 +26,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"slices"
+	"strconv"
 	"sync"
 	"syscall"
 	"testing"
@@ -43,6 +46,7 @@ var long = flag.Bool("chaos.long", false, "run the long chaos test (20,000 tasks
 const (
 	envWorker = "SKIPLOCK_CHAOS_WORKER" // worker mode: the worker's ID
 	envURL    = "SKIPLOCK_CHAOS_URL"
+	envWork   = "SKIPLOCK_CHAOS_WORK_MS" // a handler's work: a random duration up to this
 )
 
 func TestMain(m *testing.M) {
@@ -58,6 +62,10 @@ func TestMain(m *testing.M) {
 
 // workerMain is one worker process: its handler records each execution.
 func workerMain(id, url string) error {
+	workMs, err := strconv.Atoi(os.Getenv(envWork))
+	if err != nil || workMs < 1 {
+		workMs = 45
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	pool, err := pgxpool.New(ctx, url)
@@ -73,7 +81,7 @@ func workerMain(id, url string) error {
 			return err
 		}
 		select {
-		case <-time.After(time.Duration(5+rand.IntN(45)) * time.Millisecond):
+		case <-time.After(time.Duration(5+rand.IntN(workMs)) * time.Millisecond):
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -105,11 +113,11 @@ type event struct {
 }
 
 func TestChaos(t *testing.T) {
-	tasks, workers := 4000, 3
+	tasks, workers, workMs := 4000, 3, 45
 	killEvery, terminateEvery := 700*time.Millisecond, 900*time.Millisecond
 	if *long {
-		tasks, workers = 20000, 4
-		killEvery, terminateEvery = 3*time.Second, 4*time.Second
+		tasks, workers, workMs = 20000, 4, 150
+		killEvery, terminateEvery = 2*time.Second, 3*time.Second
 	}
 	ctx := context.Background()
 	began := time.Now()
@@ -150,7 +158,7 @@ func TestChaos(t *testing.T) {
 		generation++
 		id := fmt.Sprintf("chaos-w%d-%d", slot, generation)
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), envWorker+"="+id, envURL+"="+srv.URL)
+		cmd.Env = append(os.Environ(), envWorker+"="+id, envURL+"="+srv.URL, envWork+"="+strconv.Itoa(workMs))
 		out := &bytes.Buffer{}
 		cmd.Stdout, cmd.Stderr = out, out
 		if err := cmd.Start(); err != nil {
@@ -182,10 +190,12 @@ func TestChaos(t *testing.T) {
 	}
 
 	var events []event
-	kill := time.NewTicker(killEvery)
-	defer kill.Stop()
-	terminate := time.NewTicker(terminateEvery)
-	defer terminate.Stop()
+	// Jittered, so that kills do not fall in step with the rescuer's ticks
+	// (which would flatter the measured rescue latency).
+	jitter := func(d time.Duration) <-chan time.Time {
+		return time.After(time.Duration(float64(d) * (0.5 + rand.Float64())))
+	}
+	kill, terminate := jitter(killEvery), jitter(terminateEvery)
 	restarted := false
 	deadline := time.Now().Add(10 * time.Minute)
 	for done := completed(); done < tasks; done = completed() {
@@ -193,7 +203,8 @@ func TestChaos(t *testing.T) {
 			t.Fatalf("only %d of %d tasks completed after 10 minutes", done, tasks)
 		}
 		select {
-		case <-kill.C:
+		case <-kill:
+			kill = jitter(killEvery)
 			mu.Lock()
 			slot := rand.IntN(workers)
 			p := procs[slot]
@@ -204,7 +215,8 @@ func TestChaos(t *testing.T) {
 			events = append(events, event{at: at, kind: "kill", worker: p.id, tasks: victims})
 			spawn(slot)
 			mu.Unlock()
-		case <-terminate.C:
+		case <-terminate:
+			terminate = jitter(terminateEvery)
 			var pid int32
 			var id string
 			err := pool.QueryRow(ctx, `SELECT w.lock_backend_pid, w.id FROM skiplock_workers w
