@@ -1,0 +1,566 @@
+package queue_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/skiplock/skiplock/internal/pgtest"
+	"github.com/skiplock/skiplock/queue"
+)
+
+// insert adds a task in any state, as a worker would have left it, and
+// returns its ID. errs is the error history as JSON.
+func insert(t *testing.T, pool *pgxpool.Pool, queueName, name string, status queue.Status, attempt, maxAttempts int, errs string) int64 {
+	t.Helper()
+	var id int64
+	err := pool.QueryRow(context.Background(), `
+		INSERT INTO skiplock_tasks (queue, name, status, attempt, max_attempts, errors, worker_id, started_at, finished_at)
+		VALUES ($1, $2, $3, $4, $5, $6::jsonb,
+		        CASE WHEN $3 IN ('pending') THEN NULL ELSE 'w1' END,
+		        CASE WHEN $4 > 0 THEN now() - interval '1 minute' END,
+		        CASE WHEN $3 IN ('completed', 'failed', 'cancelled') THEN now() END)
+		RETURNING id`, queueName, name, string(status), attempt, maxAttempts, errs).Scan(&id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func failedHistory(msg string) string {
+	return fmt.Sprintf(`[{"attempt":1,"outcome":"error","error":%q,"worker_id":"w1","host":"h","pid":7,
+		"started_at":"2026-01-01T00:00:00Z","finished_at":"2026-01-01T00:00:01Z"}]`, msg)
+}
+
+func get(t *testing.T, c *queue.Client, id int64) *queue.Task {
+	t.Helper()
+	task, err := c.Get(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return task
+}
+
+func TestRequeueByID(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	c := queue.New(pool)
+
+	failed := insert(t, pool, "mail", "send", queue.StatusFailed, 3, 3, failedHistory("smtp down"))
+	cancelled := insert(t, pool, "mail", "send", queue.StatusCancelled, 1, 3, `[]`)
+	running := insert(t, pool, "mail", "send", queue.StatusRunning, 1, 3, `[]`)
+	completed := insert(t, pool, "mail", "send", queue.StatusCompleted, 1, 3, `[]`)
+	pending := insert(t, pool, "mail", "send", queue.StatusPending, 0, 3, `[]`)
+
+	res, err := c.Requeue(ctx, queue.RequeueRequest{IDs: []int64{completed, failed, running, cancelled, pending, 999999, failed}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Requeued != 1 || !slices.Equal(res.IDs, []int64{failed}) {
+		t.Fatalf("requeued %d %v, want only %d", res.Requeued, res.IDs, failed)
+	}
+	wantSkipped := []queue.SkippedTask{
+		{ID: cancelled, Status: queue.StatusCancelled}, {ID: running, Status: queue.StatusRunning},
+		{ID: completed, Status: queue.StatusCompleted}, {ID: pending, Status: queue.StatusPending},
+		{ID: 999999},
+	}
+	if !slices.Equal(res.Skipped, wantSkipped) {
+		t.Fatalf("skipped %+v, want %+v", res.Skipped, wantSkipped)
+	}
+
+	// Out of attempts: it keeps its count and gets one more.
+	task := get(t, c, failed)
+	if task.Status != queue.StatusPending || task.Attempt != 3 || task.MaxAttempts != 4 ||
+		task.FinishedAt != nil || task.WorkerID != "" || time.Since(task.RunAt) > time.Minute || time.Until(task.RunAt) > 0 {
+		t.Fatalf("requeued task = %+v", task)
+	}
+	if len(task.Errors) != 2 || task.Errors[0].Error != "smtp down" {
+		t.Fatalf("history not kept: %+v", task.Errors)
+	}
+	if e := task.Errors[1]; e.Outcome != "requeued" || e.Attempt != 3 || e.Error != queue.DefaultRequeueReason || e.FinishedAt.IsZero() {
+		t.Fatalf("requeue entry = %+v", e)
+	}
+	if s := get(t, c, running).Status; s != queue.StatusRunning {
+		t.Fatalf("running task became %s", s)
+	}
+
+	// Cancelled tasks when asked, with attempts reset.
+	res, err = c.Requeue(ctx, queue.RequeueRequest{
+		IDs: []int64{cancelled}, Filter: queue.Filter{Statuses: []queue.Status{queue.StatusFailed, queue.StatusCancelled}},
+		ResetAttempts: true, Reason: "by test",
+	})
+	if err != nil || res.Requeued != 1 || len(res.Skipped) != 0 {
+		t.Fatalf("requeue cancelled: %+v, %v", res, err)
+	}
+	task = get(t, c, cancelled)
+	if task.Status != queue.StatusPending || task.Attempt != 0 || task.MaxAttempts != 3 || task.Errors[0].Error != "by test" {
+		t.Fatalf("reset task = %+v", task)
+	}
+}
+
+func TestRequeueFilter(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	c := queue.New(pool)
+
+	var mailTimeouts []int64
+	for range 7 {
+		mailTimeouts = append(mailTimeouts, insert(t, pool, "mail", "send", queue.StatusFailed, 2, 2, failedHistory("dial: i/o TIMEOUT")))
+	}
+	other := []int64{
+		insert(t, pool, "mail", "send", queue.StatusFailed, 2, 2, failedHistory("bad address")),     // error differs
+		insert(t, pool, "mail", "bounce", queue.StatusFailed, 2, 2, failedHistory("timeout")),       // name differs
+		insert(t, pool, "reports", "send", queue.StatusFailed, 2, 2, failedHistory("timeout")),      // queue differs
+		insert(t, pool, "mail", "send", queue.StatusCancelled, 1, 2, failedHistory("timeout")),      // status differs
+		insert(t, pool, "mail", "send", queue.StatusRunning, 1, 2, failedHistory("timeout")),        // running
+		insert(t, pool, "mail", "send", queue.StatusFailed, 2, 2, failedHistory("timeout earlier")), // finished too long ago
+	}
+	if _, err := pool.Exec(ctx, "UPDATE skiplock_tasks SET finished_at = now() - interval '3 days' WHERE id = $1", other[5]); err != nil {
+		t.Fatal(err)
+	}
+
+	f := queue.Filter{Queues: []string{"mail"}, Names: []string{"send"}, ErrorContains: "timeout", Since: time.Now().Add(-time.Hour)}
+	n, err := c.Count(ctx, queue.ListFilter{Filter: queue.Filter{
+		Statuses: []queue.Status{queue.StatusFailed}, Queues: f.Queues, Names: f.Names, ErrorContains: f.ErrorContains, Since: f.Since}})
+	if err != nil || n != 7 {
+		t.Fatalf("Count = %d, %v; want 7", n, err)
+	}
+	var calls []int64
+	res, err := c.Requeue(ctx, queue.RequeueRequest{Filter: f, BatchSize: 3, Progress: func(n int64) { calls = append(calls, n) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Requeued != 7 || res.IDs != nil || res.Skipped != nil {
+		t.Fatalf("result = %+v", res)
+	}
+	if !slices.Equal(calls, []int64{3, 6, 7}) {
+		t.Fatalf("progress calls %v, want [3 6 7]", calls)
+	}
+	for _, id := range mailTimeouts {
+		if s := get(t, c, id).Status; s != queue.StatusPending {
+			t.Fatalf("task %d is %s", id, s)
+		}
+	}
+	for _, id := range other {
+		if s := get(t, c, id).Status; s == queue.StatusPending {
+			t.Fatalf("task %d (not matching) was requeued", id)
+		}
+	}
+}
+
+func TestRequeueWakesWorkers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := pgtest.Schema(t, true)
+	pool := pgtest.NewPool(t, schema)
+	c := queue.New(pool)
+	id := insert(t, pool, "mail", "send", queue.StatusFailed, 1, 1, `[]`)
+	insert(t, pool, "reports", "build", queue.StatusFailed, 1, 1, `[]`)
+
+	conn, err := pgx.ConnectConfig(ctx, pgtest.Config(t, schema).ConnConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{queue.NotifyChannel(schema)}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := c.Requeue(ctx, queue.RequeueRequest{IDs: []int64{id}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Requeue(ctx, queue.RequeueRequest{Filter: queue.Filter{Queues: []string{"reports"}}}); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for len(got) < 2 {
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		n, err := conn.WaitForNotification(wctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("waiting for notifications (got %v): %v", got, err)
+		}
+		got = append(got, n.Payload)
+	}
+	if !slices.Equal(got, []string{"mail", "reports"}) {
+		t.Fatalf("notified %v, want [mail reports]", got)
+	}
+}
+
+// TestRequeueBulk requeues 100,000 failed tasks in batches, as an operator
+// would after an outage.
+func TestRequeueBulk(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	c := queue.New(pool)
+	const total = 100000
+	_, err := pool.Exec(ctx, `
+		INSERT INTO skiplock_tasks (queue, name, status, attempt, max_attempts, finished_at, errors)
+		SELECT 'bulk', 'import', 'failed', 5, 5, now(),
+		       jsonb_build_array(jsonb_build_object('attempt', 5, 'outcome', 'error', 'error', 'upstream 503'))
+		FROM generate_series(1, $1::int)`, total)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int64
+	var last atomic.Int64
+	start := time.Now()
+	res, err := c.Requeue(ctx, queue.RequeueRequest{
+		Filter:   queue.Filter{Queues: []string{"bulk"}, ErrorContains: "503"},
+		Progress: func(n int64) { calls.Add(1); last.Store(n) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("requeued %d tasks in %s", res.Requeued, time.Since(start).Round(time.Millisecond))
+	if res.Requeued != total || last.Load() != total {
+		t.Fatalf("requeued %d (progress said %d), want %d", res.Requeued, last.Load(), total)
+	}
+	if want := int64(total / queue.DefaultRequeueBatch); calls.Load() != want {
+		t.Fatalf("%d progress calls, want %d (one per batch)", calls.Load(), want)
+	}
+	if n := count(t, pool, "status = 'pending' AND attempt = 5 AND max_attempts = 6 AND jsonb_array_length(errors) = 2"); n != total {
+		t.Fatalf("%d tasks pending with one more attempt, want %d", n, total)
+	}
+}
+
+func TestCancel(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	c := queue.New(pool)
+
+	pending := insert(t, pool, "q", "a", queue.StatusPending, 0, 3, `[]`)
+	failed := insert(t, pool, "q", "a", queue.StatusFailed, 3, 3, `[]`)
+	running := insert(t, pool, "q", "a", queue.StatusRunning, 1, 3, `[]`)
+	completed := insert(t, pool, "q", "a", queue.StatusCompleted, 1, 3, `[]`)
+	res, err := c.Cancel(ctx, queue.CancelRequest{IDs: []int64{running, failed, pending, completed, 424242}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(res.IDs, []int64{pending, failed}) || res.Cancelled != 2 {
+		t.Fatalf("cancelled %v", res.IDs)
+	}
+	want := []queue.SkippedTask{{ID: running, Status: queue.StatusRunning}, {ID: completed, Status: queue.StatusCompleted}, {ID: 424242}}
+	if !slices.Equal(res.Skipped, want) {
+		t.Fatalf("skipped %+v, want %+v", res.Skipped, want)
+	}
+	if task := get(t, c, pending); task.Status != queue.StatusCancelled || task.FinishedAt == nil {
+		t.Fatalf("cancelled task = %+v", task)
+	}
+
+	// By filter, in batches: only pending tasks of queue "bulk".
+	for range 5 {
+		insert(t, pool, "bulk", "b", queue.StatusPending, 0, 3, `[]`)
+	}
+	keep := insert(t, pool, "bulk", "b", queue.StatusFailed, 3, 3, `[]`)
+	var calls int
+	res, err = c.Cancel(ctx, queue.CancelRequest{
+		Filter:    queue.Filter{Statuses: []queue.Status{queue.StatusPending}, Queues: []string{"bulk"}},
+		BatchSize: 2, Progress: func(int64) { calls++ },
+	})
+	if err != nil || res.Cancelled != 5 || calls != 3 {
+		t.Fatalf("cancel by filter: %+v, %d calls, %v", res, calls, err)
+	}
+	if s := get(t, c, keep).Status; s != queue.StatusFailed {
+		t.Fatalf("failed task outside the filter became %s", s)
+	}
+	if s := get(t, c, running).Status; s != queue.StatusRunning {
+		t.Fatalf("running task became %s", s)
+	}
+}
+
+func TestPurge(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	c := queue.New(pool)
+
+	for _, s := range []queue.Status{queue.StatusCompleted, queue.StatusFailed, queue.StatusCancelled} {
+		for range 4 {
+			insert(t, pool, "q", "old", s, 1, 1, `[]`)
+		}
+	}
+	if _, err := pool.Exec(ctx, "UPDATE skiplock_tasks SET finished_at = now() - interval '10 days'"); err != nil {
+		t.Fatal(err)
+	}
+	recent := insert(t, pool, "q", "new", queue.StatusCompleted, 1, 1, `[]`)
+	pending := insert(t, pool, "q", "new", queue.StatusPending, 0, 1, `[]`)
+	running := insert(t, pool, "q", "new", queue.StatusRunning, 1, 1, `[]`)
+	before := time.Now().Add(-7 * 24 * time.Hour)
+
+	// Completed only first, then the rest.
+	n, err := c.Purge(ctx, queue.PurgeRequest{FinishedBefore: before, Statuses: []queue.Status{queue.StatusCompleted}})
+	if err != nil || n != 4 {
+		t.Fatalf("purge completed: %d, %v", n, err)
+	}
+	var calls []int64
+	n, err = c.Purge(ctx, queue.PurgeRequest{FinishedBefore: before, BatchSize: 3, Progress: func(n int64) { calls = append(calls, n) }})
+	if err != nil || n != 8 || !slices.Equal(calls, []int64{3, 6, 8}) {
+		t.Fatalf("purge: %d, calls %v, %v", n, calls, err)
+	}
+	if left := count(t, pool, "true"); left != 3 {
+		t.Fatalf("%d tasks left, want 3", left)
+	}
+	for _, id := range []int64{recent, pending, running} {
+		get(t, c, id)
+	}
+}
+
+func TestList(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	c := queue.New(pool)
+	var ids []int64
+	for i := range 12 {
+		st := []queue.Status{queue.StatusPending, queue.StatusFailed, queue.StatusCompleted}[i%3]
+		ids = append(ids, insert(t, pool, fmt.Sprint("q", i%2), "n", st, 1, 3, failedHistory(fmt.Sprint("err ", i))))
+	}
+	all, err := c.List(ctx, queue.ListFilter{})
+	if err != nil || len(all) != 12 || all[0].ID != ids[11] {
+		t.Fatalf("List all: %d tasks, %v", len(all), err)
+	}
+	page, err := c.List(ctx, queue.ListFilter{Limit: 5, BeforeID: ids[6]})
+	if err != nil || len(page) != 5 || page[0].ID != ids[5] || page[4].ID != ids[1] {
+		t.Fatalf("page = %v, %v", page, err)
+	}
+	failed, err := c.List(ctx, queue.ListFilter{Filter: queue.Filter{Statuses: []queue.Status{queue.StatusFailed}, Queues: []string{"q1"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []int64
+	for _, task := range failed {
+		got = append(got, task.ID)
+	}
+	if !slices.Equal(got, []int64{ids[7], ids[1]}) {
+		t.Fatalf("failed in q1 = %v, want %v", got, []int64{ids[7], ids[1]})
+	}
+	byErr, err := c.List(ctx, queue.ListFilter{Filter: queue.Filter{ErrorContains: "ERR 10"}})
+	if err != nil || len(byErr) != 1 || byErr[0].ID != ids[10] {
+		t.Fatalf("by error: %v, %v", byErr, err)
+	}
+	byID, err := c.List(ctx, queue.ListFilter{IDs: []int64{ids[3], ids[4]}})
+	if err != nil || len(byID) != 2 {
+		t.Fatalf("by ID: %v, %v", byID, err)
+	}
+}
+
+func TestStats(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	c := queue.New(pool)
+	for range 3 {
+		insert(t, pool, "a", "n", queue.StatusCompleted, 1, 1, `[]`)
+	}
+	insert(t, pool, "a", "n", queue.StatusFailed, 1, 1, `[]`)
+	insert(t, pool, "a", "n", queue.StatusRunning, 1, 1, `[]`)
+	due := insert(t, pool, "b", "n", queue.StatusPending, 0, 1, `[]`)
+	insert(t, pool, "b", "n", queue.StatusCancelled, 1, 1, `[]`)
+	if _, err := queue.New(pool).Enqueue(ctx, "later", nil, queue.WithQueue("b"), queue.WithDelay(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, "UPDATE skiplock_tasks SET run_at = now() - interval '90 seconds' WHERE id = $1", due); err != nil {
+		t.Fatal(err)
+	}
+	// An old completion counts in the totals, not in the recent windows.
+	old := insert(t, pool, "a", "n", queue.StatusCompleted, 1, 1, `[]`)
+	if _, err := pool.Exec(ctx, "UPDATE skiplock_tasks SET finished_at = now() - interval '10 minutes' WHERE id = $1", old); err != nil {
+		t.Fatal(err)
+	}
+
+	s, err := c.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Queues) != 2 || s.Queues[0].Queue != "a" || s.Queues[1].Queue != "b" {
+		t.Fatalf("queues = %+v", s.Queues)
+	}
+	a, b := s.Queues[0], s.Queues[1]
+	if a.Completed != 4 || a.Failed != 1 || a.Running != 1 || a.Pending != 0 || a.Due != 0 || a.OldestDue != 0 {
+		t.Fatalf("a = %+v", a)
+	}
+	if w := a.Recent; w[0].Completed != 3 || w[0].Failed != 1 || w[2].Completed != 4 || w[0].FailureRate() != 0.25 || w[0].PerMinute() != 3 {
+		t.Fatalf("a.Recent = %+v", w)
+	}
+	if b.Pending != 2 || b.Due != 1 || b.Cancelled != 1 || b.OldestDue < 89*time.Second || b.OldestDue > 5*time.Minute {
+		t.Fatalf("b = %+v", b)
+	}
+	if s.Total.Completed != 4 || s.Total.Pending != 2 || s.Total.OldestDue != b.OldestDue || s.Total.Recent[2].Completed != 4 {
+		t.Fatalf("total = %+v", s.Total)
+	}
+}
+
+func TestLocks(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := pgtest.Schema(t, true)
+	pool := pgtest.NewPool(t, schema)
+	c := queue.New(pool)
+	id := insert(t, pool, "q", "held", queue.StatusRunning, 1, 3, `[]`)
+	free := insert(t, pool, "q", "orphan", queue.StatusRunning, 1, 3, `[]`)
+	info, err := c.Schema(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// A session holds the task's lock as a worker does, and registers as one.
+	cfg := pgtest.Config(t, schema).ConnConfig
+	cfg.RuntimeParams["application_name"] = "locktest-worker"
+	holder, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close(ctx)
+	var pid int
+	if err := holder.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := holder.Exec(ctx, "SELECT pg_advisory_lock($1::integer, $2::integer)", int32(uint32(info.TableOID)), int32(id)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := holder.Exec(ctx, `INSERT INTO skiplock_workers (id, host, pid, queues, lock_backend_pid) VALUES ('w1', 'box', 4242, '{q}', $1)`, pid); err != nil {
+		t.Fatal(err)
+	}
+
+	locks, err := c.Locks(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(locks) != 1 {
+		t.Fatalf("locks = %+v, want one", locks)
+	}
+	l := locks[0]
+	if l.TaskID != id || l.Name != "held" || l.PID != pid || l.ApplicationName != "locktest-worker" ||
+		l.WorkerID != "w1" || l.WorkerHost != "box" || l.WorkerPID != 4242 || l.HeldFor < 59*time.Second || l.TaskWorkerID != "w1" {
+		t.Fatalf("lock = %+v", l)
+	}
+	if h, err := c.LockHolder(ctx, id); err != nil || h == nil || h.PID != pid {
+		t.Fatalf("LockHolder(%d) = %+v, %v", id, h, err)
+	}
+	if h, err := c.LockHolder(ctx, free); err != nil || h != nil {
+		t.Fatalf("LockHolder(%d) = %+v, %v; want nobody", free, h, err)
+	}
+
+	// A transaction holds the task row; another waits for it.
+	tx, err := holder.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, "SELECT 1 FROM skiplock_tasks WHERE id = $1 FOR UPDATE", free); err != nil {
+		t.Fatal(err)
+	}
+	waiter, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer waiter.Release()
+	var waiterPID int
+	if err := waiter.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&waiterPID); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() {
+		_, err := waiter.Exec(ctx, "UPDATE skiplock_tasks SET priority = 1 WHERE id = $1", free)
+		waited <- err
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		waits, err := c.LockWaits(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		i := slices.IndexFunc(waits, func(w queue.LockWait) bool { return w.PID == waiterPID })
+		if i >= 0 {
+			if w := waits[i]; !slices.Contains(w.BlockedBy, pid) || !strings.Contains(w.Query, "UPDATE skiplock_tasks") {
+				t.Fatalf("wait = %+v, want blocked by %d", w, pid)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("session %d never showed as waiting: %+v", waiterPID, waits)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-waited; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestAdminInvalid(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	c := queue.New(pool)
+	id := insert(t, pool, "q", "n", queue.StatusFailed, 1, 1, `[]`)
+	checks := []struct {
+		what string
+		err  error
+	}{}
+	add := func(what string, err error) {
+		checks = append(checks, struct {
+			what string
+			err  error
+		}{what, err})
+	}
+
+	_, err := c.Requeue(ctx, queue.RequeueRequest{Filter: queue.Filter{Statuses: []queue.Status{queue.StatusRunning}}})
+	add("requeue running", err)
+	_, err = c.Requeue(ctx, queue.RequeueRequest{Filter: queue.Filter{Statuses: []queue.Status{"bogus"}}})
+	add("unknown status", err)
+	_, err = c.Requeue(ctx, queue.RequeueRequest{IDs: []int64{id}, Filter: queue.Filter{Queues: []string{"q"}}})
+	add("IDs with a filter", err)
+	_, err = c.Requeue(ctx, queue.RequeueRequest{IDs: []int64{-1}})
+	add("negative ID", err)
+	_, err = c.Requeue(ctx, queue.RequeueRequest{BatchSize: -1})
+	add("batch size", err)
+	_, err = c.Cancel(ctx, queue.CancelRequest{Filter: queue.Filter{Statuses: []queue.Status{queue.StatusRunning}}})
+	add("cancel running", err)
+	_, err = c.Purge(ctx, queue.PurgeRequest{})
+	add("purge without FinishedBefore", err)
+	_, err = c.Purge(ctx, queue.PurgeRequest{FinishedBefore: time.Now(), Statuses: []queue.Status{queue.StatusPending}})
+	add("purge pending", err)
+	_, err = c.List(ctx, queue.ListFilter{Limit: queue.MaxListLimit + 1})
+	add("list limit", err)
+	for _, ch := range checks {
+		if !errors.Is(ch.err, queue.ErrInvalidRequest) {
+			t.Errorf("%s: err = %v, want ErrInvalidRequest", ch.what, ch.err)
+		}
+	}
+	if s := get(t, c, id).Status; s != queue.StatusFailed {
+		t.Fatalf("an invalid request changed task %d to %s", id, s)
+	}
+}
+
+func TestAdminNotMigrated(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := queue.New(pgtest.NewPool(t, pgtest.Schema(t, false)))
+	_, err1 := c.List(ctx, queue.ListFilter{})
+	_, err2 := c.Requeue(ctx, queue.RequeueRequest{})
+	_, err3 := c.Stats(ctx)
+	_, err4 := c.Locks(ctx)
+	_, err5 := c.Purge(ctx, queue.PurgeRequest{FinishedBefore: time.Now()})
+	_, err6 := c.Schema(ctx)
+	for i, err := range []error{err1, err2, err3, err4, err5, err6} {
+		if !errors.Is(err, queue.ErrNotMigrated) {
+			t.Errorf("call %d: err = %v, want ErrNotMigrated", i+1, err)
+		}
+	}
+}

@@ -1,0 +1,297 @@
+-- name: TaskList :many
+-- Operator queries (the skiplock command, later the dashboard) filter tasks
+-- the same way. A filter left empty (an empty array, a NULL) matches
+-- everything. since compares finished_at, or created_at for tasks that have
+-- not finished; error_contains looks, ignoring case, at the error of the
+-- task's last recorded attempt. Newest first, paged by before_id.
+SELECT t.*
+FROM skiplock_tasks AS t
+WHERE t.status = ANY(@statuses::text[])
+  AND (cardinality(@ids::bigint[]) = 0 OR t.id = ANY(@ids::bigint[]))
+  AND (cardinality(@queues::text[]) = 0 OR t.queue = ANY(@queues::text[]))
+  AND (cardinality(@names::text[]) = 0 OR t.name = ANY(@names::text[]))
+  AND (sqlc.narg(since)::timestamptz IS NULL OR coalesce(t.finished_at, t.created_at) >= sqlc.narg(since)::timestamptz)
+  AND (sqlc.narg(finished_before)::timestamptz IS NULL OR t.finished_at < sqlc.narg(finished_before)::timestamptz)
+  AND (sqlc.narg(error_contains)::text IS NULL
+       OR strpos(lower(t.errors -> -1 ->> 'error'), lower(sqlc.narg(error_contains)::text)) > 0)
+  AND (@before_id::bigint = 0 OR t.id < @before_id::bigint)
+ORDER BY t.id DESC
+LIMIT @max_rows::integer;
+
+-- name: TaskCount :one
+SELECT count(*)::bigint AS count
+FROM skiplock_tasks AS t
+WHERE t.status = ANY(@statuses::text[])
+  AND (cardinality(@ids::bigint[]) = 0 OR t.id = ANY(@ids::bigint[]))
+  AND (cardinality(@queues::text[]) = 0 OR t.queue = ANY(@queues::text[]))
+  AND (cardinality(@names::text[]) = 0 OR t.name = ANY(@names::text[]))
+  AND (sqlc.narg(since)::timestamptz IS NULL OR coalesce(t.finished_at, t.created_at) >= sqlc.narg(since)::timestamptz)
+  AND (sqlc.narg(finished_before)::timestamptz IS NULL OR t.finished_at < sqlc.narg(finished_before)::timestamptz)
+  AND (sqlc.narg(error_contains)::text IS NULL
+       OR strpos(lower(t.errors -> -1 ->> 'error'), lower(sqlc.narg(error_contains)::text)) > 0);
+
+-- name: TaskStatusMany :many
+-- The current status of each of the given tasks that exists.
+SELECT t.id, t.status
+FROM skiplock_tasks AS t
+WHERE t.id = ANY(@ids::bigint[])
+ORDER BY t.id;
+
+-- name: TaskRequeueBatch :one
+-- Bulk writes go in batches, one statement each, so that a million failed
+-- tasks are neither one huge transaction nor a long lock on the table. A
+-- batch picks its rows in id order after the previous batch's last id (the
+-- scan never walks back over rows it already changed), locks them with FOR
+-- UPDATE SKIP LOCKED (a row another transaction holds is left alone, not
+-- waited for) and re-checks the status on the locked row version: a task
+-- that a worker claimed meanwhile is running, and is not touched.
+--
+-- Requeues one batch of failed (or cancelled) tasks matching the filter:
+-- pending, due now, with a history entry that records the requeue. Without
+-- reset_attempts a task keeps its attempt count and gets at least one more
+-- attempt; with it, its attempts start again from zero. Idle workers of each
+-- requeued queue are woken (delivered at commit, that is at the end of the
+-- statement). The caller loops with after_id = last_id while picked equals
+-- batch_size.
+WITH picked AS MATERIALIZED (
+    SELECT t.id
+    FROM skiplock_tasks AS t
+    WHERE t.status = ANY(@statuses::text[])
+      AND t.id > @after_id::bigint
+      AND (cardinality(@queues::text[]) = 0 OR t.queue = ANY(@queues::text[]))
+      AND (cardinality(@names::text[]) = 0 OR t.name = ANY(@names::text[]))
+      AND (sqlc.narg(since)::timestamptz IS NULL OR coalesce(t.finished_at, t.created_at) >= sqlc.narg(since)::timestamptz)
+      AND (sqlc.narg(finished_before)::timestamptz IS NULL OR t.finished_at < sqlc.narg(finished_before)::timestamptz)
+      AND (sqlc.narg(error_contains)::text IS NULL
+           OR strpos(lower(t.errors -> -1 ->> 'error'), lower(sqlc.narg(error_contains)::text)) > 0)
+    ORDER BY t.id
+    LIMIT @batch_size::integer
+    FOR UPDATE SKIP LOCKED
+), requeued AS (
+    UPDATE skiplock_tasks AS t
+    SET status = 'pending',
+        run_at = now(),
+        finished_at = NULL,
+        worker_id = NULL,
+        attempt = CASE WHEN @reset_attempts::boolean THEN 0 ELSE t.attempt END,
+        max_attempts = CASE WHEN @reset_attempts::boolean THEN t.max_attempts ELSE greatest(t.max_attempts, t.attempt + 1) END,
+        errors = t.errors || jsonb_build_array(jsonb_build_object(
+            'attempt', t.attempt,
+            'outcome', 'requeued',
+            'error', @reason::text,
+            'finished_at', now()
+        ))
+    FROM picked
+    WHERE t.id = picked.id
+      AND t.status = ANY(@statuses::text[])
+      AND t.status IN ('failed', 'cancelled')
+    RETURNING t.id, t.queue
+), notified AS (
+    SELECT pg_notify(@channel::text, q.queue)
+    FROM (SELECT DISTINCT requeued.queue FROM requeued) AS q
+)
+SELECT (SELECT count(*) FROM picked)::bigint AS picked,
+       (SELECT coalesce(max(picked.id), 0) FROM picked)::bigint AS last_id,
+       (SELECT count(*) FROM requeued)::bigint AS requeued,
+       (SELECT count(*) FROM notified)::bigint AS queues_notified;
+
+-- name: TaskRequeueMany :one
+-- Requeues the named tasks that are failed (or cancelled), as
+-- TaskRequeueBatch does. Named tasks are waited for, not skipped, when
+-- another transaction holds them, and locked in id order.
+WITH picked AS MATERIALIZED (
+    SELECT t.id
+    FROM skiplock_tasks AS t
+    WHERE t.id = ANY(@ids::bigint[])
+      AND t.status = ANY(@statuses::text[])
+    ORDER BY t.id
+    FOR UPDATE
+), requeued AS (
+    UPDATE skiplock_tasks AS t
+    SET status = 'pending',
+        run_at = now(),
+        finished_at = NULL,
+        worker_id = NULL,
+        attempt = CASE WHEN @reset_attempts::boolean THEN 0 ELSE t.attempt END,
+        max_attempts = CASE WHEN @reset_attempts::boolean THEN t.max_attempts ELSE greatest(t.max_attempts, t.attempt + 1) END,
+        errors = t.errors || jsonb_build_array(jsonb_build_object(
+            'attempt', t.attempt,
+            'outcome', 'requeued',
+            'error', @reason::text,
+            'finished_at', now()
+        ))
+    FROM picked
+    WHERE t.id = picked.id
+      AND t.status = ANY(@statuses::text[])
+      AND t.status IN ('failed', 'cancelled')
+    RETURNING t.id, t.queue
+), notified AS (
+    SELECT pg_notify(@channel::text, q.queue)
+    FROM (SELECT DISTINCT requeued.queue FROM requeued) AS q
+)
+SELECT coalesce((SELECT array_agg(requeued.id ORDER BY requeued.id) FROM requeued), '{}')::bigint[] AS ids,
+       (SELECT count(*) FROM notified)::bigint AS queues_notified;
+
+-- name: TaskCancelBatch :one
+-- Cancels one batch of pending or failed tasks matching the filter. Running
+-- tasks are never touched: they are not in the statuses a cancel accepts,
+-- and a task claimed after the scan fails the re-check. Loop as with
+-- TaskRequeueBatch.
+WITH picked AS MATERIALIZED (
+    SELECT t.id
+    FROM skiplock_tasks AS t
+    WHERE t.status = ANY(@statuses::text[])
+      AND t.id > @after_id::bigint
+      AND (cardinality(@queues::text[]) = 0 OR t.queue = ANY(@queues::text[]))
+      AND (cardinality(@names::text[]) = 0 OR t.name = ANY(@names::text[]))
+      AND (sqlc.narg(since)::timestamptz IS NULL OR coalesce(t.finished_at, t.created_at) >= sqlc.narg(since)::timestamptz)
+      AND (sqlc.narg(finished_before)::timestamptz IS NULL OR t.finished_at < sqlc.narg(finished_before)::timestamptz)
+      AND (sqlc.narg(error_contains)::text IS NULL
+           OR strpos(lower(t.errors -> -1 ->> 'error'), lower(sqlc.narg(error_contains)::text)) > 0)
+    ORDER BY t.id
+    LIMIT @batch_size::integer
+    FOR UPDATE SKIP LOCKED
+), cancelled AS (
+    UPDATE skiplock_tasks AS t
+    SET status = 'cancelled',
+        finished_at = now()
+    FROM picked
+    WHERE t.id = picked.id
+      AND t.status = ANY(@statuses::text[])
+      AND t.status IN ('pending', 'failed')
+    RETURNING t.id
+)
+SELECT (SELECT count(*) FROM picked)::bigint AS picked,
+       (SELECT coalesce(max(picked.id), 0) FROM picked)::bigint AS last_id,
+       (SELECT count(*) FROM cancelled)::bigint AS cancelled;
+
+-- name: TaskCancelMany :many
+-- Cancels the named tasks that are pending or failed, waiting for (not
+-- skipping) rows another transaction holds: a worker's claim holds a row for
+-- one statement, after which the task is running and is left alone.
+WITH picked AS MATERIALIZED (
+    SELECT t.id
+    FROM skiplock_tasks AS t
+    WHERE t.id = ANY(@ids::bigint[])
+      AND t.status = ANY(@statuses::text[])
+    ORDER BY t.id
+    FOR UPDATE
+)
+UPDATE skiplock_tasks AS t
+SET status = 'cancelled',
+    finished_at = now()
+FROM picked
+WHERE t.id = picked.id
+  AND t.status = ANY(@statuses::text[])
+  AND t.status IN ('pending', 'failed')
+RETURNING t.id;
+
+-- name: TaskPurgeBatch :one
+-- Deletes one batch of finished tasks (completed, failed, cancelled; never
+-- pending or running, whatever the caller asks) that finished before
+-- finished_before. Loop as with TaskRequeueBatch.
+WITH picked AS MATERIALIZED (
+    SELECT t.id
+    FROM skiplock_tasks AS t
+    WHERE t.status = ANY(@statuses::text[])
+      AND t.finished_at < @finished_before::timestamptz
+      AND t.id > @after_id::bigint
+      AND (cardinality(@queues::text[]) = 0 OR t.queue = ANY(@queues::text[]))
+      AND (cardinality(@names::text[]) = 0 OR t.name = ANY(@names::text[]))
+    ORDER BY t.id
+    LIMIT @batch_size::integer
+    FOR UPDATE SKIP LOCKED
+), deleted AS (
+    DELETE FROM skiplock_tasks AS t
+    USING picked
+    WHERE t.id = picked.id
+      AND t.status = ANY(@statuses::text[])
+      AND t.status IN ('completed', 'failed', 'cancelled')
+    RETURNING t.id
+)
+SELECT (SELECT count(*) FROM picked)::bigint AS picked,
+       (SELECT coalesce(max(picked.id), 0) FROM picked)::bigint AS last_id,
+       (SELECT count(*) FROM deleted)::bigint AS deleted;
+
+-- name: QueueStats :many
+-- Counts per queue and status, the age of the oldest due pending task, and
+-- tasks finished over the last 1, 5 and 15 minutes. One pass over the table.
+SELECT t.queue,
+       count(*) FILTER (WHERE t.status = 'pending')::bigint AS pending,
+       count(*) FILTER (WHERE t.status = 'pending' AND t.run_at <= now())::bigint AS due,
+       count(*) FILTER (WHERE t.status = 'running')::bigint AS running,
+       count(*) FILTER (WHERE t.status = 'completed')::bigint AS completed,
+       count(*) FILTER (WHERE t.status = 'failed')::bigint AS failed,
+       count(*) FILTER (WHERE t.status = 'cancelled')::bigint AS cancelled,
+       coalesce(extract(epoch FROM now() - min(t.run_at) FILTER (WHERE t.status = 'pending' AND t.run_at <= now())), 0)::float8 AS oldest_due_seconds,
+       count(*) FILTER (WHERE t.status = 'completed' AND t.finished_at >= now() - interval '1 minute')::bigint AS completed_1m,
+       count(*) FILTER (WHERE t.status = 'completed' AND t.finished_at >= now() - interval '5 minutes')::bigint AS completed_5m,
+       count(*) FILTER (WHERE t.status = 'completed' AND t.finished_at >= now() - interval '15 minutes')::bigint AS completed_15m,
+       count(*) FILTER (WHERE t.status = 'failed' AND t.finished_at >= now() - interval '1 minute')::bigint AS failed_1m,
+       count(*) FILTER (WHERE t.status = 'failed' AND t.finished_at >= now() - interval '5 minutes')::bigint AS failed_5m,
+       count(*) FILTER (WHERE t.status = 'failed' AND t.finished_at >= now() - interval '15 minutes')::bigint AS failed_15m
+FROM skiplock_tasks AS t
+GROUP BY t.queue
+ORDER BY t.queue;
+
+-- name: LockList :many
+-- Who holds which task lock: the advisory locks of lock class
+-- lock_class_oid in this database, with the running task each one guards,
+-- the session that holds it and the worker that registered that session.
+-- Every source is materialized and joined on equality, so the joins hash:
+-- pg_locks and pg_stat_activity have no statistics, and a nested loop over
+-- them costs seconds with thousands of running tasks (see TaskRescueOrphans).
+-- task_id 0 lists every lock.
+WITH held AS MATERIALIZED (
+    SELECT l.pid, l.objid::bigint AS key
+    FROM pg_catalog.pg_locks AS l
+    WHERE l.locktype = 'advisory'
+      AND l.objsubid = 2
+      AND l.granted
+      AND l.classid::bigint = @lock_class_oid::bigint
+      AND l.database = (SELECT d.oid FROM pg_catalog.pg_database AS d WHERE d.datname = current_database())
+      AND (@task_id::bigint = 0 OR l.objid::bigint = mod(@task_id::bigint, 4294967296))
+), running AS MATERIALIZED (
+    SELECT r.id, r.id % 4294967296 AS key, r.queue, r.name, r.attempt, r.worker_id, r.started_at
+    FROM skiplock_tasks AS r
+    WHERE r.status = 'running'
+      AND (@task_id::bigint = 0 OR r.id = @task_id::bigint)
+), sessions AS MATERIALIZED (
+    SELECT a.pid, host(a.client_addr) AS client_addr, a.application_name, a.backend_start
+    FROM pg_catalog.pg_stat_activity AS a
+)
+SELECT held.pid::integer AS pid,
+       held.key,
+       running.id AS task_id,
+       running.queue,
+       running.name,
+       running.attempt,
+       running.worker_id AS task_worker_id,
+       running.started_at,
+       coalesce(extract(epoch FROM now() - running.started_at), 0)::float8 AS held_seconds,
+       coalesce(sessions.client_addr, '')::text AS client_addr,
+       coalesce(sessions.application_name, '')::text AS application_name,
+       w.id AS worker_id,
+       w.host AS worker_host,
+       w.pid AS worker_pid
+FROM held
+LEFT JOIN running ON running.key = held.key
+LEFT JOIN sessions ON sessions.pid = held.pid
+LEFT JOIN skiplock_workers AS w ON w.lock_backend_pid = held.pid
+ORDER BY running.started_at NULLS LAST, held.key;
+
+-- name: LockWaitList :many
+-- Sessions of this database waiting for a lock, and the sessions blocking
+-- them (pg_blocking_pids), as PostgreSQL's lock monitoring queries show them.
+SELECT a.pid::integer AS pid,
+       coalesce(host(a.client_addr), '')::text AS client_addr,
+       coalesce(a.application_name, '')::text AS application_name,
+       coalesce(a.wait_event, '')::text AS wait_event,
+       pg_catalog.pg_blocking_pids(a.pid)::integer[] AS blocked_by,
+       coalesce(extract(epoch FROM now() - coalesce(a.state_change, a.query_start)), 0)::float8 AS waiting_seconds,
+       left(coalesce(a.query, ''), 200)::text AS query
+FROM pg_catalog.pg_stat_activity AS a
+WHERE a.datname = current_database()
+  AND a.wait_event_type = 'Lock'
+  AND cardinality(pg_catalog.pg_blocking_pids(a.pid)) > 0
+ORDER BY waiting_seconds DESC, a.pid;
