@@ -1,0 +1,519 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/skiplock/skiplock/queue"
+)
+
+// requeueReason is recorded in the history of the tasks the command requeues.
+const requeueReason = "requeued by skiplock requeue"
+
+// runningNotCancelled is said of a running task that cancel leaves alone.
+const runningNotCancelled = "running, not cancelled (cancelling running tasks arrives with issue 5)"
+
+// changeJSON is what requeue, cancel and purge print with --json.
+type changeJSON struct {
+	Action string `json:"action"`
+	DryRun bool   `json:"dry_run"`
+	// Count is how many tasks were changed (dry run: would be).
+	Count int64 `json:"count"`
+	// IDs are the named tasks that were (would be) changed.
+	IDs []int64 `json:"ids,omitempty"`
+	// Skipped are the named tasks that were (would be) left alone.
+	Skipped []skipJSON `json:"skipped,omitempty"`
+	// Tasks is a dry run's sample of the matching tasks, newest first.
+	Tasks []taskJSON `json:"tasks,omitempty"`
+}
+
+type skipJSON struct {
+	ID     int64        `json:"id"`
+	Status queue.Status `json:"status,omitempty"`
+	Reason string       `json:"reason"`
+	// OK is set when the task is already where the command would put it.
+	OK bool `json:"ok"`
+}
+
+// byIDs is a change of named tasks.
+type byIDs struct {
+	action   string // requeue
+	past     string // requeued
+	ids      []int64
+	statuses []queue.Status // the statuses the change applies to
+	target   queue.Status   // a task already here is fine
+	dryRun   bool
+	why      func(queue.Status) string
+	run      func(ctx context.Context) (changed []int64, skipped []queue.SkippedTask, err error)
+}
+
+func (a *app) changeByIDs(ctx context.Context, client *queue.Client, c byIDs) error {
+	var (
+		changed []int64
+		skipped []queue.SkippedTask
+	)
+	if c.dryRun {
+		tasks, err := client.List(ctx, queue.ListFilter{IDs: c.ids, Limit: min(len(c.ids), queue.MaxListLimit)})
+		if err != nil {
+			return err
+		}
+		status := map[int64]queue.Status{}
+		for _, t := range tasks {
+			status[t.ID] = t.Status
+		}
+		ids := slices.Clone(c.ids)
+		slices.Sort(ids)
+		for _, id := range slices.Compact(ids) {
+			if slices.Contains(c.statuses, status[id]) {
+				changed = append(changed, id)
+			} else {
+				skipped = append(skipped, queue.SkippedTask{ID: id, Status: status[id]})
+			}
+		}
+	} else {
+		var err error
+		if changed, skipped, err = c.run(ctx); err != nil {
+			return err
+		}
+	}
+
+	out := changeJSON{Action: c.action, DryRun: c.dryRun, Count: int64(len(changed)), IDs: changed}
+	var failed []string
+	for _, s := range skipped {
+		reason := "not found"
+		if s.Status != "" {
+			reason = c.why(s.Status)
+		}
+		ok := s.Status == c.target
+		out.Skipped = append(out.Skipped, skipJSON{ID: s.ID, Status: s.Status, Reason: reason, OK: ok})
+		if !ok {
+			failed = append(failed, fmt.Sprintf("%d %s", s.ID, reason))
+		}
+	}
+
+	if a.json {
+		if err := a.printJSON(out); err != nil {
+			return err
+		}
+	} else {
+		verb := c.past
+		if c.dryRun {
+			verb = "would be " + c.past
+		}
+		tw := table(a.env.Stdout, "ID", "RESULT")
+		for _, id := range changed {
+			row(tw, id, verb)
+		}
+		for _, s := range out.Skipped {
+			row(tw, s.ID, s.Reason)
+		}
+		tw.Flush()
+		if c.dryRun {
+			fmt.Fprintf(a.env.Stdout, "Dry run: %s would be %s; nothing was changed.\n", plural(out.Count, "task", "tasks"), c.past)
+		} else {
+			fmt.Fprintf(a.env.Stdout, "%s %s.\n", capitalize(c.past), plural(out.Count, "task", "tasks"))
+		}
+	}
+	if len(failed) > 0 {
+		n := len(failed)
+		if n > 3 {
+			failed = append(failed[:3], "…")
+		}
+		return partialErrorf("%d of %d tasks not %s: %s", n, len(out.IDs)+len(out.Skipped), c.past, strings.Join(failed, "; "))
+	}
+	return nil
+}
+
+// bulk is a change of the tasks a filter selects.
+type bulk struct {
+	action string // requeue
+	past   string // requeued
+	filter queue.Filter
+	dryRun bool
+	yes    bool
+	limit  int // dry run sample
+	run    func(ctx context.Context, progress func(int64)) (int64, error)
+	// after, if set, adds a note once the change is done.
+	after func(ctx context.Context) (string, error)
+}
+
+func (a *app) changeBulk(ctx context.Context, client *queue.Client, b bulk) error {
+	n, err := client.Count(ctx, queue.ListFilter{Filter: b.filter})
+	if err != nil {
+		return err
+	}
+	if b.dryRun {
+		tasks, err := client.List(ctx, queue.ListFilter{Filter: b.filter, Limit: b.limit})
+		if err != nil {
+			return err
+		}
+		if a.json {
+			out := changeJSON{Action: b.action, DryRun: true, Count: n, Tasks: make([]taskJSON, len(tasks))}
+			for i, t := range tasks {
+				out.Tasks[i] = toJSON(t)
+			}
+			return a.printJSON(out)
+		}
+		fmt.Fprintf(a.env.Stdout, "Dry run: %s would be %s; nothing was changed.\n", describe(b.filter, n), b.past)
+		if len(tasks) > 0 {
+			printTasks(a.env.Stdout, tasks)
+			if int64(len(tasks)) < n {
+				fmt.Fprintf(a.env.Stdout, "(the newest %d of %s; see more with --limit)\n", len(tasks), count(n))
+			}
+		}
+		return nil
+	}
+
+	var note string
+	if n == 0 {
+		if !a.json {
+			fmt.Fprintf(a.env.Stdout, "No %s; nothing %s.\n", describe(b.filter, -1), b.past)
+		}
+	} else {
+		if err := a.confirm(b.yes, fmt.Sprintf("%s %s?", capitalize(b.action), describe(b.filter, n))); err != nil {
+			return err
+		}
+		p := a.progress(b.past, n)
+		done, err := b.run(ctx, p.update)
+		p.done()
+		if err != nil {
+			if done > 0 {
+				return fmt.Errorf("%s after %s tasks were %s: %w", b.action, count(done), b.past, err)
+			}
+			return err
+		}
+		n = done
+		if !a.json {
+			fmt.Fprintf(a.env.Stdout, "%s %s.\n", capitalize(b.past), plural(done, "task", "tasks"))
+		}
+	}
+	if b.after != nil {
+		if note, err = b.after(ctx); err != nil {
+			return err
+		}
+		if note != "" && !a.json {
+			fmt.Fprintln(a.env.Stdout, note)
+		}
+	}
+	if a.json {
+		return a.printJSON(changeJSON{Action: b.action, Count: n})
+	}
+	return nil
+}
+
+func capitalize(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+func (a *app) requeueCommand() *cobra.Command {
+	var (
+		ff                       filterFlags
+		failed, cancelled, reset bool
+		dryRun, yes              bool
+		batch, limit             int
+	)
+	c := newCommand(&cobra.Command{
+		Use:   "requeue [ID...]",
+		Short: "Requeue failed (or cancelled) tasks: back to pending, due now",
+		Long: `Requeue failed tasks, and cancelled ones with --cancelled, back to pending,
+due now, and wake the workers of their queues.
+
+Name the tasks by ID, or select them with --failed and/or --cancelled and
+the filters. A selection asks for confirmation (--yes skips it; without a
+terminal it is required); --dry-run shows how many and which tasks would be
+requeued, and changes nothing.
+
+A requeued task keeps its attempt count and gets at least one more attempt
+(max attempts is raised if it had used them all); --reset-attempts starts
+its attempts again from zero. Its error history is kept, and an entry with
+outcome "requeued" records the requeue.
+
+Safe while workers run: tasks are requeued in batches (--batch-size, one
+transaction each), and only tasks that are failed (or cancelled) when their
+batch locks them change. A running task is never touched.
+
+Exit code 3 when a named task could not be requeued (running, completed,
+not found); a task already pending is fine.`,
+		Example: `  skiplock requeue 42 43
+  skiplock requeue 42 --cancelled --reset-attempts
+  skiplock requeue --failed --queue mail --since 2h --dry-run
+  skiplock requeue --failed --name email.send --error-contains "connection refused" --yes
+  skiplock requeue --failed --cancelled --since 2026-01-02T00:00:00Z --json --yes`,
+		Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ids, err := parseIDs(args)
+			if err != nil {
+				return err
+			}
+			var statuses []queue.Status
+			switch {
+			case len(ids) > 0 && (failed || ff.set()):
+				return usageErrorf("name task IDs or select tasks with filters (--failed, --queue...), not both")
+			case len(ids) > 0:
+				statuses = []queue.Status{queue.StatusFailed}
+			case !failed && !cancelled:
+				return usageErrorf("name task IDs, or select tasks with --failed and/or --cancelled (see `skiplock requeue --help`)")
+			case failed:
+				statuses = []queue.Status{queue.StatusFailed}
+			}
+			if cancelled {
+				statuses = append(statuses, queue.StatusCancelled)
+			}
+			f, err := ff.filter(statuses)
+			if err != nil {
+				return err
+			}
+			if batch < 1 || batch > queue.MaxBatch {
+				return usageErrorf("--batch-size must be 1 to %d, got %d", queue.MaxBatch, batch)
+			}
+			if limit < 1 || limit > queue.MaxListLimit {
+				return usageErrorf("--limit must be 1 to %d, got %d", queue.MaxListLimit, limit)
+			}
+			reason := requeueReason
+			if reset {
+				reason += " (attempts reset)"
+			}
+			client, done, err := a.open(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer done()
+			req := queue.RequeueRequest{ResetAttempts: reset, Reason: reason, BatchSize: batch, Filter: f}
+
+			if len(ids) > 0 {
+				req.IDs = ids
+				req.Filter = queue.Filter{Statuses: statuses}
+				return a.changeByIDs(cmd.Context(), client, byIDs{
+					action: "requeue", past: "requeued", ids: ids, statuses: statuses, target: queue.StatusPending, dryRun: dryRun,
+					why: func(s queue.Status) string {
+						switch s {
+						case queue.StatusPending:
+							return "already pending"
+						case queue.StatusRunning:
+							return "running, not requeued"
+						case queue.StatusCancelled:
+							return "cancelled, not requeued (add --cancelled to requeue it)"
+						}
+						return string(s) + ", not requeued (only failed and cancelled tasks are)"
+					},
+					run: func(ctx context.Context) ([]int64, []queue.SkippedTask, error) {
+						res, err := client.Requeue(ctx, req)
+						return res.IDs, res.Skipped, err
+					},
+				})
+			}
+			return a.changeBulk(cmd.Context(), client, bulk{
+				action: "requeue", past: "requeued", filter: f, dryRun: dryRun, yes: yes, limit: limit,
+				run: func(ctx context.Context, progress func(int64)) (int64, error) {
+					req.Progress = progress
+					res, err := client.Requeue(ctx, req)
+					return res.Requeued, err
+				},
+			})
+		},
+	})
+	ff.register(c, true)
+	fl := c.Flags()
+	fl.BoolVar(&failed, "failed", false, "select failed tasks (with the filters)")
+	fl.BoolVar(&cancelled, "cancelled", false, "select cancelled tasks too; with IDs, allow requeueing cancelled ones")
+	fl.BoolVar(&reset, "reset-attempts", false, "start the tasks' attempts again from zero")
+	fl.BoolVar(&dryRun, "dry-run", false, "show how many and which tasks would be requeued; change nothing")
+	fl.BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation")
+	fl.IntVar(&batch, "batch-size", queue.DefaultRequeueBatch, "tasks per transaction")
+	fl.IntVar(&limit, "limit", queue.DefaultListLimit, "with --dry-run, list at most this many tasks")
+	return c
+}
+
+func (a *app) cancelCommand() *cobra.Command {
+	var (
+		ff          filterFlags
+		statuses    []string
+		dryRun, yes bool
+		batch       int
+		limit       int
+	)
+	c := newCommand(&cobra.Command{
+		Use:   "cancel [ID...]",
+		Short: "Cancel pending or failed tasks",
+		Long: `Cancel pending and failed tasks: they become cancelled and are not run
+again unless requeued (skiplock requeue --cancelled).
+
+Name the tasks by ID, or select them with filters (--status, --queue,
+--name, --since, --error-contains); a selection asks for confirmation
+(--yes skips it; without a terminal it is required).
+
+Running tasks are not changed by this command yet: cancelling running tasks
+arrives with issue 5. A named task that is running, completed or not found
+is reported, and the exit code is 3; a task already cancelled is fine.`,
+		Example: `  skiplock cancel 42 43
+  skiplock cancel --status pending --queue reports --name report.build --dry-run
+  skiplock cancel --status failed --since 7d --yes`,
+		Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ids, err := parseIDs(args)
+			if err != nil {
+				return err
+			}
+			sts, err := parseStatuses(statuses, []queue.Status{queue.StatusPending, queue.StatusFailed}, map[queue.Status]string{
+				queue.StatusRunning:   "running tasks cannot be cancelled yet (cancelling running tasks arrives with issue 5)",
+				queue.StatusCompleted: "completed tasks cannot be cancelled (purge them with skiplock purge)",
+				queue.StatusCancelled: "these tasks are already cancelled",
+			})
+			if err != nil {
+				return err
+			}
+			switch {
+			case len(ids) > 0 && (len(sts) > 0 || ff.set()):
+				return usageErrorf("name task IDs or select tasks with filters (--status, --queue...), not both")
+			case len(ids) == 0 && len(sts) == 0 && !ff.set():
+				return usageErrorf("name task IDs, or select tasks with --status, --queue, --name, --since or --error-contains (see `skiplock cancel --help`)")
+			}
+			if len(sts) == 0 {
+				sts = []queue.Status{queue.StatusPending, queue.StatusFailed}
+			}
+			f, err := ff.filter(sts)
+			if err != nil {
+				return err
+			}
+			if batch < 1 || batch > queue.MaxBatch {
+				return usageErrorf("--batch-size must be 1 to %d, got %d", queue.MaxBatch, batch)
+			}
+			if limit < 1 || limit > queue.MaxListLimit {
+				return usageErrorf("--limit must be 1 to %d, got %d", queue.MaxListLimit, limit)
+			}
+			client, done, err := a.open(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer done()
+			req := queue.CancelRequest{Filter: f, BatchSize: batch}
+
+			if len(ids) > 0 {
+				req.IDs = ids
+				req.Filter = queue.Filter{}
+				return a.changeByIDs(cmd.Context(), client, byIDs{
+					action: "cancel", past: "cancelled", ids: ids, statuses: sts, target: queue.StatusCancelled, dryRun: dryRun,
+					why: func(s queue.Status) string {
+						switch s {
+						case queue.StatusCancelled:
+							return "already cancelled"
+						case queue.StatusRunning:
+							return runningNotCancelled
+						}
+						return string(s) + ", not cancelled"
+					},
+					run: func(ctx context.Context) ([]int64, []queue.SkippedTask, error) {
+						res, err := client.Cancel(ctx, req)
+						return res.IDs, res.Skipped, err
+					},
+				})
+			}
+			return a.changeBulk(cmd.Context(), client, bulk{
+				action: "cancel", past: "cancelled", filter: f, dryRun: dryRun, yes: yes, limit: limit,
+				run: func(ctx context.Context, progress func(int64)) (int64, error) {
+					req.Progress = progress
+					res, err := client.Cancel(ctx, req)
+					return res.Cancelled, err
+				},
+				after: func(ctx context.Context) (string, error) {
+					running := f
+					running.Statuses = []queue.Status{queue.StatusRunning}
+					n, err := client.Count(ctx, queue.ListFilter{Filter: running})
+					if err != nil || n == 0 {
+						return "", err
+					}
+					return fmt.Sprintf("%s matching the other filters: %s.", plural(n, "task is", "tasks are"), runningNotCancelled), nil
+				},
+			})
+		},
+	})
+	ff.register(c, true)
+	fl := c.Flags()
+	fl.StringSliceVar(&statuses, "status", nil, "select tasks in this status: pending, failed (default both)")
+	fl.BoolVar(&dryRun, "dry-run", false, "show how many and which tasks would be cancelled; change nothing")
+	fl.BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation")
+	fl.IntVar(&batch, "batch-size", queue.DefaultCancelBatch, "tasks per transaction")
+	fl.IntVar(&limit, "limit", queue.DefaultListLimit, "with --dry-run, list at most this many tasks")
+	return c
+}
+
+func (a *app) purgeCommand() *cobra.Command {
+	var (
+		olderThan   string
+		statuses    []string
+		queues      []string
+		names       []string
+		dryRun, yes bool
+		batch       int
+		limit       int
+	)
+	c := newCommand(&cobra.Command{
+		Use:   "purge",
+		Short: "Delete finished tasks older than a duration",
+		Long: `Delete completed, failed and cancelled tasks that finished more than
+--older-than ago (default 168h, a week), with their history. Pending and
+running tasks are never deleted.
+
+Deletes in batches (--batch-size, one transaction each) and shows progress.
+Asks for confirmation (--yes skips it; without a terminal it is required).`,
+		Example: `  skiplock purge --dry-run
+  skiplock purge --older-than 720h --status completed --yes
+  skiplock purge --older-than 30d --queue reports`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			age, err := parseDuration("older-than", olderThan)
+			if err != nil {
+				return err
+			}
+			sts, err := parseStatuses(statuses, []queue.Status{queue.StatusCompleted, queue.StatusFailed, queue.StatusCancelled}, map[queue.Status]string{
+				queue.StatusPending: "pending tasks are never purged (cancel them first)",
+				queue.StatusRunning: "running tasks are never purged",
+			})
+			if err != nil {
+				return err
+			}
+			if len(sts) == 0 {
+				sts = []queue.Status{queue.StatusCompleted, queue.StatusFailed, queue.StatusCancelled}
+			}
+			if batch < 1 || batch > queue.MaxBatch {
+				return usageErrorf("--batch-size must be 1 to %d, got %d", queue.MaxBatch, batch)
+			}
+			if limit < 1 || limit > queue.MaxListLimit {
+				return usageErrorf("--limit must be 1 to %d, got %d", queue.MaxListLimit, limit)
+			}
+			client, done, err := a.open(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer done()
+			before := time.Now().Add(-age)
+			return a.changeBulk(cmd.Context(), client, bulk{
+				action: "purge", past: "purged", dryRun: dryRun, yes: yes, limit: limit,
+				filter: queue.Filter{Statuses: sts, Queues: queues, Names: names, FinishedBefore: before},
+				run: func(ctx context.Context, progress func(int64)) (int64, error) {
+					return client.Purge(ctx, queue.PurgeRequest{
+						FinishedBefore: before, Statuses: sts, Queues: queues, Names: names, BatchSize: batch, Progress: progress,
+					})
+				},
+			})
+		},
+	})
+	fl := c.Flags()
+	fl.StringVar(&olderThan, "older-than", "168h", "delete tasks that finished longer ago than this (e.g. 72h, 30d)")
+	fl.StringSliceVar(&statuses, "status", nil, "only tasks in this status: completed, failed, cancelled (default all three)")
+	fl.StringArrayVar(&queues, "queue", nil, "only tasks in this queue (repeat for several)")
+	fl.StringArrayVar(&names, "name", nil, "only tasks with this name (repeat for several)")
+	fl.BoolVar(&dryRun, "dry-run", false, "show how many and which tasks would be deleted; delete nothing")
+	fl.BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation")
+	fl.IntVar(&batch, "batch-size", queue.DefaultPurgeBatch, "tasks per transaction")
+	fl.IntVar(&limit, "limit", queue.DefaultListLimit, "with --dry-run, list at most this many tasks")
+	return c
+}

@@ -1,0 +1,336 @@
+// Package cli is the skiplock command: every subcommand, writing to the
+// streams of an Env, so that tests run it without a process.
+//
+//	os.Exit(cli.Run(ctx, os.Args[1:], cli.OSEnv()))
+//
+// Exit codes: ExitOK (0), ExitError (1: the operation failed or was not
+// confirmed), ExitUsage (2: bad flags, arguments or input; nothing was
+// done) and ExitPartial (3: the command ran, but some of the tasks it was
+// asked to change could not be changed; the output lists them).
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
+
+	"github.com/skiplock/skiplock/migrations"
+	"github.com/skiplock/skiplock/queue"
+)
+
+// Exit codes of Run.
+const (
+	ExitOK      = 0
+	ExitError   = 1
+	ExitUsage   = 2
+	ExitPartial = 3
+)
+
+// ConnectTimeout bounds connecting to the database when the URL sets no
+// connect_timeout of its own.
+const ConnectTimeout = 5 * time.Second
+
+// Env is what a command runs with.
+type Env struct {
+	// Stdin answers confirmations and supplies `enqueue NAME -` payloads.
+	Stdin io.Reader
+	// Stdout receives results: tables, or JSON with --json.
+	Stdout io.Writer
+	// Stderr receives errors, prompts and progress.
+	Stderr io.Writer
+	// Getenv reads DATABASE_URL. Nil reads nothing.
+	Getenv func(string) string
+	// Interactive says that a person can answer prompts on Stdin. Without
+	// it, a command that needs a confirmation refuses unless given --yes.
+	Interactive bool
+	// StderrIsTerminal redraws progress on one line instead of printing a
+	// line per update.
+	StderrIsTerminal bool
+	// ProgressInterval is the least time between two progress reports of
+	// bulk work. Defaults to 1s, or 100ms when StderrIsTerminal.
+	ProgressInterval time.Duration
+}
+
+// OSEnv is the Env of the process: its standard streams and environment.
+func OSEnv() Env {
+	return Env{
+		Stdin:            os.Stdin,
+		Stdout:           os.Stdout,
+		Stderr:           os.Stderr,
+		Getenv:           os.Getenv,
+		Interactive:      isTerminal(os.Stdin),
+		StderrIsTerminal: isTerminal(os.Stderr),
+	}
+}
+
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// exitError carries an exit code other than ExitError.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// usageErrorf reports bad input: exit code ExitUsage.
+func usageErrorf(format string, args ...any) error {
+	return &exitError{code: ExitUsage, err: fmt.Errorf(format, args...)}
+}
+
+// partialErrorf reports tasks that could not be changed: ExitPartial.
+func partialErrorf(format string, args ...any) error {
+	return &exitError{code: ExitPartial, err: fmt.Errorf(format, args...)}
+}
+
+// errNotConfirmed: the person answered no.
+var errNotConfirmed = errors.New("not confirmed; nothing was changed")
+
+// app holds what every command shares: the Env and the global flags.
+type app struct {
+	env         Env
+	databaseURL string
+	json        bool
+}
+
+// Run runs the skiplock command with args (without the program name) and
+// returns its exit code. Errors are one line on env.Stderr.
+func Run(ctx context.Context, args []string, env Env) int {
+	if env.Stdin == nil {
+		env.Stdin = strings.NewReader("")
+	}
+	if env.Stdout == nil {
+		env.Stdout = io.Discard
+	}
+	if env.Stderr == nil {
+		env.Stderr = io.Discard
+	}
+	if env.Getenv == nil {
+		env.Getenv = func(string) string { return "" }
+	}
+	a := &app{env: env}
+	root := a.rootCommand()
+	root.SetArgs(args)
+	root.SetIn(env.Stdin)
+	root.SetOut(env.Stdout)
+	root.SetErr(env.Stderr)
+
+	cmd, err := root.ExecuteContextC(ctx)
+	if err == nil {
+		return ExitOK
+	}
+	code := ExitError
+	var ee *exitError
+	if errors.As(err, &ee) {
+		code = ee.code
+	}
+	name := "skiplock"
+	if cmd != nil && cmd != root {
+		name = strings.TrimPrefix(cmd.CommandPath(), "skiplock ")
+		name = "skiplock: " + name
+	}
+	fmt.Fprintf(env.Stderr, "%s: %s\n", name, oneLine(message(err)))
+	return code
+}
+
+// message words an error for an operator: skiplock's own errors say what to
+// run; the others are printed as they are, without the "skiplock: "
+// prefixes that wrapped errors repeat.
+func message(err error) string {
+	switch {
+	case errors.Is(err, queue.ErrNotMigrated):
+		msg := "schema not migrated: run `skiplock migrate up` with the same --database-url"
+		if _, detail, _ := strings.Cut(err.Error(), "(or migrations.Up from Go)"); strings.TrimSpace(detail) != "" {
+			msg += " " + strings.TrimSpace(detail)
+		}
+		return msg
+	case errors.Is(err, context.Canceled):
+		return "interrupted"
+	}
+	return strings.ReplaceAll(err.Error(), "skiplock: ", "")
+}
+
+func oneLine(s string) string {
+	s = strings.TrimSpace(s)
+	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", " ")), " ")
+}
+
+func (a *app) rootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "skiplock",
+		Short: "Operate skiplock work queues on PostgreSQL",
+		Long: `skiplock operates the work queues that skiplock workers run: requeue failed
+tasks, inspect them, see who holds which task, migrate the schema.
+
+The database comes from --database-url, else the DATABASE_URL environment
+variable. Point at a schema with the standard search_path parameter:
+postgres://user@host/db?search_path=myschema.
+
+Exit codes: 0 ok; 1 the operation failed or was not confirmed; 2 bad flags,
+arguments or input (nothing was done); 3 some of the named tasks could not
+be changed (the output lists them).`,
+		Example: `  export DATABASE_URL=postgres://app@db.internal:5432/app
+  skiplock migrate up
+  skiplock stats
+  skiplock list --status failed --queue mail
+  skiplock requeue --failed --queue mail --since 2h --dry-run
+  skiplock requeue 42 43`,
+		SilenceErrors:     true,
+		SilenceUsage:      true,
+		Args:              unknownCommand,
+		RunE:              showHelp,
+		CompletionOptions: cobra.CompletionOptions{HiddenDefaultCmd: true},
+	}
+	root.SetFlagErrorFunc(flagError)
+	pf := root.PersistentFlags()
+	pf.StringVar(&a.databaseURL, "database-url", "", "PostgreSQL URL (default: $DATABASE_URL); add ?search_path=SCHEMA for a schema other than public")
+	pf.BoolVar(&a.json, "json", false, "print JSON instead of tables, for scripts")
+
+	root.AddCommand(
+		a.requeueCommand(),
+		a.cancelCommand(),
+		a.purgeCommand(),
+		a.listCommand(),
+		a.showCommand(),
+		a.statsCommand(),
+		a.locksCommand(),
+		a.enqueueCommand(),
+		a.migrateCommand(),
+		a.versionCommand(),
+	)
+	return root
+}
+
+// unknownCommand rejects arguments to a command that only has
+// subcommands, suggesting the closest one.
+func unknownCommand(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	hint := ""
+	if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+		hint = fmt.Sprintf(" (did you mean %q?)", s[0])
+	}
+	return usageErrorf("unknown command %q%s; run `%s --help` for the list", args[0], hint, cmd.CommandPath())
+}
+
+func showHelp(cmd *cobra.Command, _ []string) error { return cmd.Help() }
+
+// noArgs rejects positional arguments as a usage error.
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return usageErrorf("%s takes no arguments, got %q (see `%s --help`)", cmd.Name(), args[0], cmd.CommandPath())
+	}
+	return nil
+}
+
+func flagError(cmd *cobra.Command, err error) error {
+	return usageErrorf("%v (see `%s --help`)", err, cmd.CommandPath())
+}
+
+// newCommand fills in what every subcommand shares.
+func newCommand(c *cobra.Command) *cobra.Command {
+	c.SetFlagErrorFunc(flagError)
+	return c
+}
+
+// connect opens a pool on the database of --database-url or DATABASE_URL.
+// It fails fast, in ConnectTimeout, when the server cannot be reached.
+func (a *app) connect(ctx context.Context) (*pgxpool.Pool, error) {
+	url := a.databaseURL
+	if url == "" {
+		url = a.env.Getenv("DATABASE_URL")
+	}
+	if url == "" {
+		return nil, usageErrorf("no database: pass --database-url or set DATABASE_URL (postgres://user@host:5432/dbname)")
+	}
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, usageErrorf("invalid database URL: %v", err)
+	}
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = ConnectTimeout
+	}
+	if _, ok := cfg.ConnConfig.RuntimeParams["application_name"]; !ok {
+		cfg.ConnConfig.RuntimeParams["application_name"] = "skiplock"
+	}
+	cfg.MaxConns = 4
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("cannot connect to the database: %w", err)
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, cfg.ConnConfig.ConnectTimeout+time.Second)
+	defer cancel()
+	if err := pool.Ping(pingCtx); err != nil {
+		pool.Close()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		c := cfg.ConnConfig
+		return nil, fmt.Errorf("cannot connect to the database at %s:%d (user %s, database %s): %s; check --database-url or DATABASE_URL",
+			c.Host, c.Port, c.User, c.Database, rootCause(err, pingCtx, c.ConnectTimeout))
+	}
+	return pool, nil
+}
+
+// rootCause is the innermost error of a failed connection, without the
+// repetitions of pgx's report of each attempt.
+func rootCause(err error, ctx context.Context, timeout time.Duration) string {
+	if errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+		return fmt.Sprintf("no answer within %s", timeout)
+	}
+	for {
+		switch u := err.(type) {
+		case interface{ Unwrap() []error }:
+			errs := u.Unwrap()
+			if len(errs) == 0 {
+				return err.Error()
+			}
+			err = errs[len(errs)-1]
+		case interface{ Unwrap() error }:
+			next := u.Unwrap()
+			if next == nil {
+				return err.Error()
+			}
+			err = next
+		default:
+			return err.Error()
+		}
+	}
+}
+
+// open connects and checks that the schema is migrated to the version this
+// build needs.
+func (a *app) open(ctx context.Context) (*queue.Client, func(), error) {
+	pool, err := a.connect(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	client := queue.New(pool)
+	info, err := client.Schema(ctx)
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	if info.Dirty || info.Version < migrations.Latest {
+		pool.Close()
+		dirty := ""
+		if info.Dirty {
+			dirty = " and dirty (a migration failed part way)"
+		}
+		return nil, nil, fmt.Errorf("schema %q is at version %d%s, this build needs %d: run `skiplock migrate up`",
+			info.Name, info.Version, dirty, migrations.Latest)
+	}
+	return client, pool.Close, nil
+}

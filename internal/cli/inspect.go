@@ -1,0 +1,228 @@
+package cli
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/skiplock/skiplock/queue"
+)
+
+// statsJSON is one queue of `stats --json`; the total has queue "".
+type statsJSON struct {
+	Queue            string       `json:"queue"`
+	Pending          int64        `json:"pending"`
+	Due              int64        `json:"due"`
+	Running          int64        `json:"running"`
+	Completed        int64        `json:"completed"`
+	Failed           int64        `json:"failed"`
+	Cancelled        int64        `json:"cancelled"`
+	OldestDueSeconds float64      `json:"oldest_due_seconds"`
+	Recent           []windowJSON `json:"recent"`
+}
+
+type windowJSON struct {
+	Minutes     int     `json:"minutes"`
+	Completed   int64   `json:"completed"`
+	Failed      int64   `json:"failed"`
+	PerMinute   float64 `json:"per_minute"`
+	FailureRate float64 `json:"failure_rate"`
+}
+
+func toStatsJSON(q queue.QueueStats) statsJSON {
+	out := statsJSON{
+		Queue: q.Queue, Pending: q.Pending, Due: q.Due, Running: q.Running, Completed: q.Completed,
+		Failed: q.Failed, Cancelled: q.Cancelled, OldestDueSeconds: q.OldestDue.Seconds(),
+		Recent: make([]windowJSON, len(q.Recent)),
+	}
+	for i, w := range q.Recent {
+		out.Recent[i] = windowJSON{
+			Minutes: int(w.Window.Minutes()), Completed: w.Completed, Failed: w.Failed,
+			PerMinute: w.PerMinute(), FailureRate: w.FailureRate(),
+		}
+	}
+	return out
+}
+
+func (a *app) statsCommand() *cobra.Command {
+	return newCommand(&cobra.Command{
+		Use:   "stats",
+		Short: "Counts per queue and status, backlog age, throughput and failure rate",
+		Long: `Show, for each queue: tasks per status; the due backlog (pending tasks whose
+run time has come) and how long its oldest task has waited; and, over the
+last 1, 5 and 15 minutes, tasks completed per minute and the failure rate
+(tasks that failed for good, out of all that finished).
+
+It reads the whole table once; on a very large table it takes a moment.`,
+		Example: `  skiplock stats
+  skiplock stats --json | jq '.queues[] | select(.oldest_due_seconds > 60)'`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			client, done, err := a.open(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer done()
+			s, err := client.Stats(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if a.json {
+				out := struct {
+					Queues []statsJSON `json:"queues"`
+					Total  statsJSON   `json:"total"`
+				}{Queues: make([]statsJSON, len(s.Queues)), Total: toStatsJSON(s.Total)}
+				for i, q := range s.Queues {
+					out.Queues[i] = toStatsJSON(q)
+				}
+				return a.printJSON(out)
+			}
+			if len(s.Queues) == 0 {
+				fmt.Fprintln(a.env.Stdout, "No tasks.")
+				return nil
+			}
+			tw := table(a.env.Stdout, "QUEUE", "PENDING", "DUE", "OLDEST DUE", "RUNNING", "COMPLETED", "FAILED", "CANCELLED",
+				"DONE/MIN 1m 5m 15m", "FAILED% 1m 5m 15m")
+			line := func(q queue.QueueStats, name string) {
+				oldest := "-"
+				if q.Due > 0 {
+					oldest = short(q.OldestDue)
+				}
+				var rates, fails []string
+				for _, w := range q.Recent {
+					rates = append(rates, fmt.Sprintf("%.1f", w.PerMinute()))
+					fails = append(fails, fmt.Sprintf("%.0f%%", 100*w.FailureRate()))
+				}
+				row(tw, name, count(q.Pending), count(q.Due), oldest, count(q.Running), count(q.Completed),
+					count(q.Failed), count(q.Cancelled), strings.Join(rates, " "), strings.Join(fails, " "))
+			}
+			for _, q := range s.Queues {
+				line(q, q.Queue)
+			}
+			if len(s.Queues) > 1 {
+				line(s.Total, "(all)")
+			}
+			return tw.Flush()
+		},
+	})
+}
+
+// lockJSON is a held task lock in --json output.
+type lockJSON struct {
+	TaskID          int64      `json:"task_id,omitempty"`
+	Queue           string     `json:"queue,omitempty"`
+	Name            string     `json:"name,omitempty"`
+	Attempt         int        `json:"attempt,omitempty"`
+	Key             int64      `json:"key"`
+	StartedAt       *time.Time `json:"started_at,omitempty"`
+	HeldSeconds     float64    `json:"held_seconds"`
+	PID             int        `json:"pid"`
+	ClientAddr      string     `json:"client_addr"`
+	ApplicationName string     `json:"application_name"`
+	WorkerID        string     `json:"worker_id,omitempty"`
+	WorkerHost      string     `json:"worker_host,omitempty"`
+	WorkerPID       int        `json:"worker_pid,omitempty"`
+}
+
+func toLockJSON(l queue.TaskLock) lockJSON {
+	return lockJSON{
+		TaskID: l.TaskID, Queue: l.Queue, Name: l.Name, Attempt: l.Attempt, Key: l.Key,
+		StartedAt: timePtr(l.StartedAt), HeldSeconds: l.HeldFor.Seconds(), PID: l.PID, ClientAddr: l.ClientAddr,
+		ApplicationName: l.ApplicationName, WorkerID: l.WorkerID, WorkerHost: l.WorkerHost, WorkerPID: l.WorkerPID,
+	}
+}
+
+type waitJSON struct {
+	PID             int     `json:"pid"`
+	ClientAddr      string  `json:"client_addr"`
+	ApplicationName string  `json:"application_name"`
+	WaitEvent       string  `json:"wait_event"`
+	BlockedBy       []int   `json:"blocked_by"`
+	WaitingSeconds  float64 `json:"waiting_seconds"`
+	Query           string  `json:"query"`
+}
+
+func (a *app) locksCommand() *cobra.Command {
+	return newCommand(&cobra.Command{
+		Use:   "locks",
+		Short: "Who holds which task lock now, and who waits for a lock",
+		Long: `List the task advisory locks held now, oldest task first: the task, how long
+it has run, the PostgreSQL backend (pid) that holds the lock, its client
+address and application_name, and the worker process that registered it.
+
+Then list the sessions of this database that wait for a lock, with the
+sessions blocking them (pg_blocking_pids): a long wait there is a stuck
+transaction, a migration waiting for its table lock, or a contended row.`,
+		Example: `  skiplock locks
+  skiplock locks --json | jq '.locks[] | select(.held_seconds > 600)'`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			client, done, err := a.open(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer done()
+			locks, err := client.Locks(cmd.Context())
+			if err != nil {
+				return err
+			}
+			waits, err := client.LockWaits(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if a.json {
+				out := struct {
+					Locks []lockJSON `json:"locks"`
+					Waits []waitJSON `json:"waits"`
+				}{Locks: make([]lockJSON, len(locks)), Waits: make([]waitJSON, len(waits))}
+				for i, l := range locks {
+					out.Locks[i] = toLockJSON(l)
+				}
+				for i, w := range waits {
+					out.Waits[i] = waitJSON{
+						PID: w.PID, ClientAddr: w.ClientAddr, ApplicationName: w.ApplicationName, WaitEvent: w.WaitEvent,
+						BlockedBy: w.BlockedBy, WaitingSeconds: w.Waiting.Seconds(), Query: w.Query,
+					}
+				}
+				return a.printJSON(out)
+			}
+			w := a.env.Stdout
+			if len(locks) == 0 {
+				fmt.Fprintln(w, "No task locks are held.")
+			} else {
+				fmt.Fprintf(w, "Task locks held (%d):\n", len(locks))
+				tw := table(w, "TASK", "NAME", "QUEUE", "HELD FOR", "PID", "CLIENT", "APPLICATION", "WORKER")
+				for _, l := range locks {
+					task, held := "-", "-"
+					if l.TaskID != 0 {
+						task, held = fmt.Sprint(l.TaskID), short(l.HeldFor)
+					}
+					worker := "-"
+					if l.WorkerID != "" {
+						worker = fmt.Sprintf("%s (%s pid %d)", l.WorkerID, l.WorkerHost, l.WorkerPID)
+					}
+					row(tw, task, orDash(l.Name), orDash(l.Queue), held, l.PID, orDash(l.ClientAddr), orDash(l.ApplicationName), worker)
+				}
+				tw.Flush()
+			}
+			fmt.Fprintln(w)
+			if len(waits) == 0 {
+				fmt.Fprintln(w, "No sessions are waiting for a lock.")
+				return nil
+			}
+			fmt.Fprintf(w, "Sessions waiting for a lock (%d):\n", len(waits))
+			tw := table(w, "PID", "WAITING", "FOR", "BLOCKED BY", "CLIENT", "APPLICATION", "QUERY")
+			for _, x := range waits {
+				by := make([]string, len(x.BlockedBy))
+				for i, p := range x.BlockedBy {
+					by[i] = fmt.Sprint(p)
+				}
+				row(tw, x.PID, short(x.Waiting), orDash(x.WaitEvent), strings.Join(by, ","), orDash(x.ClientAddr),
+					orDash(x.ApplicationName), clip(x.Query, 60))
+			}
+			return tw.Flush()
+		},
+	})
+}

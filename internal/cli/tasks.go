@@ -1,0 +1,525 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/skiplock/skiplock/queue"
+)
+
+// taskJSON is a task as --json prints it.
+type taskJSON struct {
+	ID          int64           `json:"id"`
+	Queue       string          `json:"queue"`
+	Name        string          `json:"name"`
+	Status      queue.Status    `json:"status"`
+	Priority    int             `json:"priority"`
+	Attempt     int             `json:"attempt"`
+	MaxAttempts int             `json:"max_attempts"`
+	TimeoutMS   int64           `json:"timeout_ms,omitempty"`
+	Payload     json.RawMessage `json:"payload"`
+	Metadata    json.RawMessage `json:"metadata"`
+	RunAt       time.Time       `json:"run_at"`
+	CreatedAt   time.Time       `json:"created_at"`
+	StartedAt   *time.Time      `json:"started_at"`
+	FinishedAt  *time.Time      `json:"finished_at"`
+	WorkerID    string          `json:"worker_id,omitempty"`
+	// Attempts is the history: every attempt that did not succeed, then
+	// the current or successful one.
+	Attempts []attemptJSON `json:"attempts"`
+	// Lock is who holds the task now (show only).
+	Lock *lockJSON `json:"lock,omitempty"`
+}
+
+// attemptJSON is one attempt of a task's history.
+type attemptJSON struct {
+	Attempt    int        `json:"attempt"`
+	Outcome    string     `json:"outcome"`
+	Error      string     `json:"error,omitempty"`
+	WorkerID   string     `json:"worker_id,omitempty"`
+	Host       string     `json:"host,omitempty"`
+	PID        int        `json:"pid,omitempty"`
+	StartedAt  *time.Time `json:"started_at,omitempty"`
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
+}
+
+func timePtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+// attempts is the history of t: its error entries, then the attempt the
+// row itself describes when it is running or completed.
+func attempts(t *queue.Task) []attemptJSON {
+	out := make([]attemptJSON, 0, len(t.Errors)+1)
+	for _, e := range t.Errors {
+		out = append(out, attemptJSON{
+			Attempt: e.Attempt, Outcome: e.Outcome, Error: e.Error, WorkerID: e.WorkerID, Host: e.Host, PID: e.PID,
+			StartedAt: timePtr(e.StartedAt), FinishedAt: timePtr(e.FinishedAt),
+		})
+	}
+	switch t.Status {
+	case queue.StatusRunning, queue.StatusCompleted:
+		a := attemptJSON{Attempt: t.Attempt, Outcome: string(t.Status), WorkerID: t.WorkerID, StartedAt: t.StartedAt}
+		if t.Status == queue.StatusCompleted {
+			a.FinishedAt = t.FinishedAt
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+func toJSON(t *queue.Task) taskJSON {
+	return taskJSON{
+		ID: t.ID, Queue: t.Queue, Name: t.Name, Status: t.Status, Priority: t.Priority,
+		Attempt: t.Attempt, MaxAttempts: t.MaxAttempts, TimeoutMS: t.Timeout.Milliseconds(),
+		Payload: t.Payload, Metadata: t.Metadata, RunAt: t.RunAt, CreatedAt: t.CreatedAt,
+		StartedAt: t.StartedAt, FinishedAt: t.FinishedAt, WorkerID: t.WorkerID,
+		Attempts: attempts(t),
+	}
+}
+
+func lastError(t *queue.Task) string {
+	if len(t.Errors) == 0 {
+		return ""
+	}
+	return t.Errors[len(t.Errors)-1].Error
+}
+
+// printTasks writes tasks as a table.
+func printTasks(w io.Writer, tasks []*queue.Task) {
+	tw := table(w, "ID", "QUEUE", "NAME", "STATUS", "ATTEMPTS", "CREATED", "WHEN", "LAST ERROR")
+	for _, t := range tasks {
+		row(tw, t.ID, t.Queue, t.Name, t.Status, fmt.Sprintf("%d/%d", t.Attempt, t.MaxAttempts),
+			ago(t.CreatedAt)+" ago", when(t), clip(lastError(t), 60))
+	}
+	tw.Flush()
+}
+
+// when says what the task's status means in time: due when, running
+// since, finished when.
+func when(t *queue.Task) string {
+	switch t.Status {
+	case queue.StatusPending:
+		if d := time.Until(t.RunAt); d > 0 {
+			return "due in " + short(d)
+		}
+		return "due " + ago(t.RunAt) + " ago"
+	case queue.StatusRunning:
+		if t.StartedAt != nil {
+			return "for " + ago(*t.StartedAt)
+		}
+	default:
+		if t.FinishedAt != nil {
+			return ago(*t.FinishedAt) + " ago"
+		}
+	}
+	return "-"
+}
+
+// filterFlags are the task filters that list, requeue and cancel share.
+type filterFlags struct {
+	queues        []string
+	names         []string
+	since         string
+	errorContains string
+}
+
+func (f *filterFlags) register(c *cobra.Command, errorContains bool) {
+	c.Flags().StringArrayVar(&f.queues, "queue", nil, "only tasks in this queue (repeat for several)")
+	c.Flags().StringArrayVar(&f.names, "name", nil, "only tasks with this name (repeat for several)")
+	c.Flags().StringVar(&f.since, "since", "", "only tasks that finished (or, unfinished, were created) since: a duration ago (2h, 7d) or a time (RFC 3339)")
+	if errorContains {
+		c.Flags().StringVar(&f.errorContains, "error-contains", "", "only tasks whose last error contains this text (ignoring case)")
+	}
+}
+
+func (f *filterFlags) set() bool {
+	return len(f.queues) > 0 || len(f.names) > 0 || f.since != "" || f.errorContains != ""
+}
+
+func (f *filterFlags) filter(statuses []queue.Status) (queue.Filter, error) {
+	since, err := parseSince("since", f.since, time.Now())
+	if err != nil {
+		return queue.Filter{}, err
+	}
+	return queue.Filter{Statuses: statuses, Queues: f.queues, Names: f.names, Since: since, ErrorContains: f.errorContains}, nil
+}
+
+// describe words n tasks of a filter for prompts: "3 failed tasks in queue
+// mail"; n < 0 leaves the number out.
+func describe(f queue.Filter, n int64) string {
+	var b strings.Builder
+	sts := make([]string, len(f.Statuses))
+	for i, s := range f.Statuses {
+		sts[i] = string(s)
+	}
+	if n >= 0 {
+		b.WriteString(count(n) + " ")
+	}
+	b.WriteString(strings.Join(sts, " and "))
+	if n == 1 {
+		b.WriteString(" task")
+	} else {
+		b.WriteString(" tasks")
+	}
+	if len(f.Queues) > 0 {
+		b.WriteString(" in queue " + strings.Join(f.Queues, ", "))
+	}
+	if len(f.Names) > 0 {
+		b.WriteString(" named " + strings.Join(f.Names, ", "))
+	}
+	if !f.Since.IsZero() {
+		b.WriteString(" since " + stamp(f.Since))
+	}
+	if !f.FinishedBefore.IsZero() {
+		b.WriteString(" that finished before " + stamp(f.FinishedBefore))
+	}
+	if f.ErrorContains != "" {
+		b.WriteString(fmt.Sprintf(" with error containing %q", f.ErrorContains))
+	}
+	return b.String()
+}
+
+func (a *app) listCommand() *cobra.Command {
+	var (
+		ff       filterFlags
+		statuses []string
+		limit    int
+		beforeID int64
+	)
+	c := newCommand(&cobra.Command{
+		Use:   "list",
+		Short: "List tasks, newest first",
+		Long: `List tasks, newest first, with their status, attempts and last error.
+Filters combine: a task must match all of them.`,
+		Example: `  skiplock list
+  skiplock list --status failed --queue mail --since 24h
+  skiplock list --status pending,running --name email.send --limit 200
+  skiplock list --status failed --error-contains timeout --json | jq '.[].id'
+  skiplock list --before 1000          # the page after task 1000`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			sts, err := parseStatuses(statuses, queue.Statuses, nil)
+			if err != nil {
+				return err
+			}
+			f, err := ff.filter(sts)
+			if err != nil {
+				return err
+			}
+			if limit < 1 || limit > queue.MaxListLimit {
+				return usageErrorf("--limit must be 1 to %d, got %d", queue.MaxListLimit, limit)
+			}
+			if beforeID < 0 {
+				return usageErrorf("--before must be a task ID, got %d", beforeID)
+			}
+			client, done, err := a.open(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer done()
+			tasks, err := client.List(cmd.Context(), queue.ListFilter{Filter: f, Limit: limit, BeforeID: beforeID})
+			if err != nil {
+				return err
+			}
+			if a.json {
+				out := make([]taskJSON, len(tasks))
+				for i, t := range tasks {
+					out[i] = toJSON(t)
+				}
+				return a.printJSON(out)
+			}
+			if len(tasks) == 0 {
+				fmt.Fprintln(a.env.Stdout, "No tasks match.")
+				return nil
+			}
+			printTasks(a.env.Stdout, tasks)
+			if len(tasks) == limit {
+				fmt.Fprintf(a.env.Stdout, "(first %d; more with --before %d or --limit)\n", limit, tasks[len(tasks)-1].ID)
+			}
+			return nil
+		},
+	})
+	ff.register(c, true)
+	c.Flags().StringSliceVar(&statuses, "status", nil, "only tasks in this status: pending, running, completed, failed, cancelled (comma separated or repeated)")
+	c.Flags().IntVar(&limit, "limit", queue.DefaultListLimit, "at most this many tasks")
+	c.Flags().Int64Var(&beforeID, "before", 0, "only tasks with an ID below this one (the next page)")
+	return c
+}
+
+func (a *app) showCommand() *cobra.Command {
+	return newCommand(&cobra.Command{
+		Use:   "show ID",
+		Short: "Show a task: payload, every attempt with its error, who holds it now",
+		Long: `Show one task: its payload and metadata, every attempt with its outcome,
+error, worker, host and pid, and, while it runs, who holds its advisory lock
+(the PostgreSQL session, its client and the worker process).`,
+		Example: `  skiplock show 42
+  skiplock show 42 --json | jq '.attempts[-1].error'`,
+		Args: exactArgs(1, "show needs one task ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ids, err := parseIDs(args)
+			if err != nil {
+				return err
+			}
+			client, done, err := a.open(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer done()
+			t, err := client.Get(cmd.Context(), ids[0])
+			if err != nil {
+				return err
+			}
+			var holder *queue.TaskLock
+			if t.Status == queue.StatusRunning {
+				if holder, err = client.LockHolder(cmd.Context(), t.ID); err != nil {
+					return err
+				}
+			}
+			if a.json {
+				out := toJSON(t)
+				if holder != nil {
+					l := toLockJSON(*holder)
+					out.Lock = &l
+				}
+				return a.printJSON(out)
+			}
+			printTask(a.env.Stdout, t, holder)
+			return nil
+		},
+	})
+}
+
+func printTask(w io.Writer, t *queue.Task, holder *queue.TaskLock) {
+	timeout := "the worker's"
+	if t.Timeout > 0 {
+		timeout = t.Timeout.String()
+	}
+	fmt.Fprintf(w, "Task %d\n", t.ID)
+	tw := table(w, "  Name:", t.Name)
+	row(tw, "  Queue:", t.Queue)
+	row(tw, "  Status:", t.Status)
+	row(tw, "  Priority:", t.Priority)
+	row(tw, "  Attempts:", fmt.Sprintf("%d of %d", t.Attempt, t.MaxAttempts))
+	row(tw, "  Timeout:", timeout)
+	row(tw, "  Created:", stamp(t.CreatedAt)+" ("+ago(t.CreatedAt)+" ago)")
+	row(tw, "  Run at:", stamp(t.RunAt))
+	row(tw, "  Started:", stampPtr(t.StartedAt))
+	row(tw, "  Finished:", stampPtr(t.FinishedAt))
+	if t.WorkerID != "" {
+		row(tw, "  Worker:", t.WorkerID)
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "  Payload:   %s\n", indentJSON(t.Payload, "             "))
+	fmt.Fprintf(w, "  Metadata:  %s\n", indentJSON(t.Metadata, "             "))
+
+	hist := attempts(t)
+	fmt.Fprintln(w)
+	if len(hist) == 0 {
+		fmt.Fprintln(w, "Attempts: none yet")
+	} else {
+		fmt.Fprintln(w, "Attempts:")
+		tw = table(w, "  #", "OUTCOME", "STARTED", "FINISHED", "WORKER", "HOST", "PID")
+		for _, h := range hist {
+			pid := "-"
+			if h.PID != 0 {
+				pid = strconv.Itoa(h.PID)
+			}
+			row(tw, fmt.Sprintf("  %d", h.Attempt), h.Outcome, stampPtr(h.StartedAt), stampPtr(h.FinishedAt),
+				orDash(h.WorkerID), orDash(h.Host), pid)
+		}
+		tw.Flush()
+		for _, h := range hist {
+			if h.Error != "" {
+				fmt.Fprintf(w, "  #%d %s: %s\n", h.Attempt, h.Outcome, indentText(h.Error, "      "))
+			}
+		}
+	}
+
+	if t.Status != queue.StatusRunning {
+		return
+	}
+	fmt.Fprintln(w)
+	if holder == nil {
+		fmt.Fprintln(w, "Lock: nobody holds it; its worker's session is gone, and the rescuer will return it to pending")
+		return
+	}
+	fmt.Fprintf(w, "Lock: held for %s by PostgreSQL backend %d (%s)", short(holder.HeldFor), holder.PID, session(*holder))
+	if holder.WorkerID != "" {
+		fmt.Fprintf(w, ", worker %s on %s pid %d", holder.WorkerID, holder.WorkerHost, holder.WorkerPID)
+	}
+	fmt.Fprintln(w)
+}
+
+func session(l queue.TaskLock) string {
+	client := l.ClientAddr
+	if client == "" {
+		client = "local socket"
+	}
+	app := l.ApplicationName
+	if app == "" {
+		app = "no application_name"
+	}
+	return app + ", " + client
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func indentJSON(raw json.RawMessage, prefix string) string {
+	var b bytes.Buffer
+	if err := json.Indent(&b, raw, prefix, "  "); err != nil {
+		return string(raw)
+	}
+	return b.String()
+}
+
+func indentText(s, prefix string) string {
+	return strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n"+prefix)
+}
+
+// exactArgs wants n positional arguments.
+func exactArgs(n int, msg string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return usageErrorf("%s, got %d arguments (see `%s --help`)", msg, len(args), cmd.CommandPath())
+		}
+		return nil
+	}
+}
+
+func (a *app) enqueueCommand() *cobra.Command {
+	var (
+		queueName   string
+		priority    int
+		delay       time.Duration
+		runAt       string
+		maxAttempts int
+		timeout     time.Duration
+		metadata    string
+	)
+	c := newCommand(&cobra.Command{
+		Use:   "enqueue NAME [PAYLOAD|-]",
+		Short: "Enqueue a task",
+		Long: `Enqueue a task named NAME with a JSON payload (default null); - reads the
+payload from stdin. Prints the new task's ID, or the task with --json.`,
+		Example: `  skiplock enqueue email.send '{"to":"ada@example.com"}'
+  skiplock enqueue report.build --queue reports --priority -1 --delay 10m
+  skiplock enqueue sync --run-at 2026-01-02T03:00:00Z --max-attempts 3 --timeout 5m
+  jq -c . order.json | skiplock enqueue order.process - --metadata '{"trace":"abc"}'`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) < 1 || len(args) > 2 {
+				return usageErrorf("enqueue needs a task name and at most one payload, got %d arguments (see `%s --help`)", len(args), cmd.CommandPath())
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			payload := json.RawMessage("null")
+			if len(args) == 2 {
+				payload = json.RawMessage(args[1])
+				if args[1] == "-" {
+					b, err := io.ReadAll(a.env.Stdin)
+					if err != nil {
+						return fmt.Errorf("reading the payload from stdin: %w", err)
+					}
+					payload = bytes.TrimSpace(b)
+				}
+				if err := checkJSON(payload); err != nil {
+					return usageErrorf("payload is not valid JSON: %v", err)
+				}
+			}
+			opts := []queue.Option{queue.WithQueue(queueName), queue.WithPriority(priority), queue.WithMaxAttempts(maxAttempts)}
+			if priority < math.MinInt16 || priority > math.MaxInt16 {
+				return usageErrorf("--priority %d is outside %d..%d", priority, math.MinInt16, math.MaxInt16)
+			}
+			if maxAttempts < 1 {
+				return usageErrorf("--max-attempts must be at least 1, got %d", maxAttempts)
+			}
+			if delay < 0 {
+				return usageErrorf("--delay must not be negative, got %s", delay)
+			}
+			if delay > 0 {
+				opts = append(opts, queue.WithDelay(delay))
+			}
+			if runAt != "" {
+				t, err := time.Parse(time.RFC3339, runAt)
+				if err != nil {
+					return usageErrorf("--run-at %q is not an RFC 3339 time (want e.g. 2026-01-02T15:04:05Z)", runAt)
+				}
+				opts = append(opts, queue.WithRunAt(t))
+			}
+			if timeout != 0 {
+				if timeout < time.Millisecond {
+					return usageErrorf("--timeout must be at least 1ms, got %s", timeout)
+				}
+				opts = append(opts, queue.WithTimeout(timeout))
+			}
+			if metadata != "" {
+				var m map[string]json.RawMessage
+				if err := json.Unmarshal([]byte(metadata), &m); err != nil || m == nil {
+					return usageErrorf("--metadata must be a JSON object, got %s", clip(metadata, 40))
+				}
+				opts = append(opts, queue.WithMetadata(json.RawMessage(metadata)))
+			}
+			if args[0] == "" || len(args[0]) > queue.MaxNameLength {
+				return usageErrorf("task name must be 1 to %d bytes", queue.MaxNameLength)
+			}
+			if queueName == "" || len(queueName) > queue.MaxNameLength {
+				return usageErrorf("--queue must be 1 to %d bytes", queue.MaxNameLength)
+			}
+
+			client, done, err := a.open(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer done()
+			id, err := client.Enqueue(cmd.Context(), args[0], payload, opts...)
+			if err != nil {
+				return err
+			}
+			if !a.json {
+				fmt.Fprintln(a.env.Stdout, id)
+				return nil
+			}
+			t, err := client.Get(cmd.Context(), id)
+			if err != nil {
+				return err
+			}
+			return a.printJSON(toJSON(t))
+		},
+	})
+	fl := c.Flags()
+	fl.StringVar(&queueName, "queue", queue.DefaultQueue, "queue to put the task in")
+	fl.IntVar(&priority, "priority", 0, "lower runs first; may be negative")
+	fl.DurationVar(&delay, "delay", 0, "run no sooner than this long from now (e.g. 30s, 10m)")
+	fl.StringVar(&runAt, "run-at", "", "run no sooner than this time (RFC 3339); overrides --delay")
+	fl.IntVar(&maxAttempts, "max-attempts", queue.DefaultMaxAttempts, "how many times the task may run before it stays failed")
+	fl.DurationVar(&timeout, "timeout", 0, "bound each attempt (default: the worker's TaskTimeout)")
+	fl.StringVar(&metadata, "metadata", "", "a JSON object that handlers can read beside the payload")
+	return c
+}
+
+// checkJSON reports why raw is not one JSON value.
+func checkJSON(raw []byte) error {
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return fmt.Errorf("it is empty")
+	}
+	var v any
+	return json.Unmarshal(raw, &v)
+}
