@@ -89,11 +89,15 @@ func toJSON(t *queue.Task) taskJSON {
 	}
 }
 
+// lastError is the error of the task's last failed attempt; the entries
+// that record requeues are notes, not errors.
 func lastError(t *queue.Task) string {
-	if len(t.Errors) == 0 {
-		return ""
+	for i := len(t.Errors) - 1; i >= 0; i-- {
+		if t.Errors[i].Outcome != "requeued" {
+			return t.Errors[i].Error
+		}
 	}
-	return t.Errors[len(t.Errors)-1].Error
+	return ""
 }
 
 // printTasks writes tasks as a table.
@@ -167,7 +171,11 @@ func describe(f queue.Filter, n int64) string {
 	if n >= 0 {
 		b.WriteString(count(n) + " ")
 	}
-	b.WriteString(strings.Join(sts, " and "))
+	if len(sts) > 1 {
+		b.WriteString(strings.Join(sts[:len(sts)-1], ", ") + " and " + sts[len(sts)-1])
+	} else {
+		b.WriteString(strings.Join(sts, ""))
+	}
 	if n == 1 {
 		b.WriteString(" task")
 	} else {
