@@ -396,7 +396,7 @@ func (q *Queries) TaskCount(ctx context.Context, db DBTX, arg TaskCountParams) (
 }
 
 const taskList = `-- name: TaskList :many
-SELECT t.id, t.queue, t.name, t.payload, t.metadata, t.status, t.priority, t.run_at, t.attempt, t.max_attempts, t.timeout_ms, t.errors, t.worker_id, t.created_at, t.started_at, t.finished_at
+SELECT t.id, t.queue, t.name, t.payload, t.metadata, t.status, t.priority, t.run_at, t.attempt, t.max_attempts, t.timeout_ms, t.errors, t.worker_id, t.created_at, t.started_at, t.finished_at, t.unique_key, t.unique_window_key, t.exclusive_key, t.cancel_requested_at
 FROM skiplock_tasks AS t
 WHERE t.status = ANY($1::text[])
   AND (cardinality($2::bigint[]) = 0 OR t.id = ANY($2::bigint[]))
@@ -464,6 +464,10 @@ func (q *Queries) TaskList(ctx context.Context, db DBTX, arg TaskListParams) ([]
 			&i.CreatedAt,
 			&i.StartedAt,
 			&i.FinishedAt,
+			&i.UniqueKey,
+			&i.UniqueWindowKey,
+			&i.ExclusiveKey,
+			&i.CancelRequestedAt,
 		); err != nil {
 			return nil, err
 		}

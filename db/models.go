@@ -9,28 +9,51 @@ import (
 	"time"
 )
 
+type SkiplockPeriodic struct {
+	Schedule  string
+	LastTick  time.Time
+	UpdatedAt time.Time
+}
+
+type SkiplockQueue struct {
+	Name      string
+	PausedAt  *time.Time
+	UpdatedAt time.Time
+}
+
+type SkiplockRateLimit struct {
+	Key         string
+	WindowStart time.Time
+	Used        int32
+	LastGranted int32
+}
+
 type SkiplockSchemaMigration struct {
 	Version int64
 	Dirty   bool
 }
 
 type SkiplockTask struct {
-	ID          int64
-	Queue       string
-	Name        string
-	Payload     json.RawMessage
-	Metadata    json.RawMessage
-	Status      string
-	Priority    int16
-	RunAt       time.Time
-	Attempt     int32
-	MaxAttempts int32
-	TimeoutMs   *int64
-	Errors      json.RawMessage
-	WorkerID    *string
-	CreatedAt   time.Time
-	StartedAt   *time.Time
-	FinishedAt  *time.Time
+	ID                int64
+	Queue             string
+	Name              string
+	Payload           json.RawMessage
+	Metadata          json.RawMessage
+	Status            string
+	Priority          int16
+	RunAt             time.Time
+	Attempt           int32
+	MaxAttempts       int32
+	TimeoutMs         *int64
+	Errors            json.RawMessage
+	WorkerID          *string
+	CreatedAt         time.Time
+	StartedAt         *time.Time
+	FinishedAt        *time.Time
+	UniqueKey         *string
+	UniqueWindowKey   *string
+	ExclusiveKey      *string
+	CancelRequestedAt *time.Time
 }
 
 type SkiplockWorker struct {

@@ -41,20 +41,65 @@ func (q *Queries) QueueNotify(ctx context.Context, db DBTX, arg QueueNotifyParam
 	return err
 }
 
+const taskCancelRequested = `-- name: TaskCancelRequested :many
+SELECT id FROM skiplock_tasks
+WHERE id = ANY($1::bigint[]) AND status = 'running' AND cancel_requested_at IS NOT NULL
+`
+
+// Which of a worker's running tasks have a cancellation request: the
+// fallback for a missed NOTIFY.
+func (q *Queries) TaskCancelRequested(ctx context.Context, db DBTX, ids []int64) ([]int64, error) {
+	rows, err := db.Query(ctx, taskCancelRequested, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []int64{}
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const taskClaim = `-- name: TaskClaim :many
-WITH picked AS MATERIALIZED (
-    SELECT id
-    FROM skiplock_tasks
-    WHERE status = 'pending'
-      AND queue = $2::text
-      AND run_at <= now()
-    ORDER BY priority, run_at, id
-    LIMIT $3::integer
+WITH open AS MATERIALIZED (
+    SELECT NOT EXISTS (
+        SELECT 1 FROM skiplock_queues AS q WHERE q.name = $2::text AND q.paused_at IS NOT NULL
+    ) AS ok
+), picked AS MATERIALIZED (
+    SELECT p.id, p.exclusive_key
+    FROM skiplock_tasks AS p
+    WHERE p.status = 'pending'
+      AND p.queue = $2::text
+      AND p.run_at <= now()
+      AND (SELECT ok FROM open)
+      AND (cardinality($3::text[]) = 0 OR p.name = ANY($3::text[]))
+      AND NOT (p.name = ANY($4::text[]))
+      AND (p.exclusive_key IS NULL OR NOT EXISTS (
+          SELECT 1 FROM skiplock_tasks AS r WHERE r.exclusive_key = p.exclusive_key AND r.status = 'running'))
+    ORDER BY p.priority, p.run_at, p.id
+    LIMIT $5::integer
     FOR UPDATE SKIP LOCKED
+), one_per_key AS MATERIALIZED (
+    SELECT DISTINCT ON (coalesce(k.exclusive_key, k.id::text)) k.id, k.exclusive_key
+    FROM picked AS k
+    ORDER BY coalesce(k.exclusive_key, k.id::text), k.id
+), exclusive_ok AS MATERIALIZED (
+    SELECT e.id
+    FROM one_per_key AS e
+    WHERE e.exclusive_key IS NULL
+       OR pg_try_advisory_xact_lock(hashtextextended(e.exclusive_key, $6::bigint))
 ), locked AS MATERIALIZED (
-    SELECT id
-    FROM picked
-    WHERE pg_try_advisory_lock($4::integer, id::bit(32)::integer)
+    SELECT x.id
+    FROM exclusive_ok AS x
+    WHERE pg_try_advisory_lock($7::integer, x.id::bit(32)::integer)
 )
 UPDATE skiplock_tasks AS t
 SET status = 'running',
@@ -69,10 +114,13 @@ RETURNING t.id, t.queue, t.name, t.payload, t.metadata, t.priority, t.attempt,
 `
 
 type TaskClaimParams struct {
-	WorkerID  string
-	Queue     string
-	Max       int32
-	LockClass int32
+	WorkerID      string
+	Queue         string
+	OnlyNames     []string
+	SkipNames     []string
+	Max           int32
+	ExclusiveSeed int64
+	LockClass     int32
 }
 
 type TaskClaimRow struct {
@@ -100,11 +148,20 @@ type TaskClaimRow struct {
 // down into a scan of the table and take locks on rows it then discards. A
 // row whose advisory lock is still held (its previous run is finishing) is
 // skipped and stays pending.
+//
+// Flow control rides along: a paused queue yields nothing; only_names and
+// skip_names split a queue for rate-limited names; a task with an exclusive
+// key is picked only while no task of its key runs, at most one per key per
+// claim, and under a transaction-level lock on the key so that two claimers
+// cannot both take one (a unique index on running exclusive keys backs this).
 func (q *Queries) TaskClaim(ctx context.Context, db DBTX, arg TaskClaimParams) ([]TaskClaimRow, error) {
 	rows, err := db.Query(ctx, taskClaim,
 		arg.WorkerID,
 		arg.Queue,
+		arg.OnlyNames,
+		arg.SkipNames,
 		arg.Max,
+		arg.ExclusiveSeed,
 		arg.LockClass,
 	)
 	if err != nil {
@@ -206,7 +263,7 @@ func (q *Queries) TaskFinishMany(ctx context.Context, db DBTX, arg TaskFinishMan
 }
 
 const taskGet = `-- name: TaskGet :one
-SELECT id, queue, name, payload, metadata, status, priority, run_at, attempt, max_attempts, timeout_ms, errors, worker_id, created_at, started_at, finished_at FROM skiplock_tasks WHERE id = $1::bigint
+SELECT id, queue, name, payload, metadata, status, priority, run_at, attempt, max_attempts, timeout_ms, errors, worker_id, created_at, started_at, finished_at, unique_key, unique_window_key, exclusive_key, cancel_requested_at FROM skiplock_tasks WHERE id = $1::bigint
 `
 
 func (q *Queries) TaskGet(ctx context.Context, db DBTX, id int64) (SkiplockTask, error) {
@@ -229,46 +286,67 @@ func (q *Queries) TaskGet(ctx context.Context, db DBTX, id int64) (SkiplockTask,
 		&i.CreatedAt,
 		&i.StartedAt,
 		&i.FinishedAt,
+		&i.UniqueKey,
+		&i.UniqueWindowKey,
+		&i.ExclusiveKey,
+		&i.CancelRequestedAt,
 	)
 	return i, err
 }
 
 const taskInsertMany = `-- name: TaskInsertMany :many
-INSERT INTO skiplock_tasks (queue, name, payload, metadata, priority, run_at, max_attempts, timeout_ms)
+INSERT INTO skiplock_tasks (queue, name, payload, metadata, priority, run_at, max_attempts, timeout_ms,
+                            unique_key, unique_window_key, exclusive_key)
 SELECT u.queue, u.name, u.payload, u.metadata, u.priority,
        CASE WHEN u.run_at = 'epoch' THEN now() + u.delay_ms * interval '1 millisecond' ELSE u.run_at END,
-       u.max_attempts, nullif(u.timeout_ms, 0)
+       u.max_attempts, nullif(u.timeout_ms, 0),
+       nullif(u.unique_key, ''), nullif(u.unique_window_key, ''), nullif(u.exclusive_key, '')
 FROM (
-    SELECT unnest($1::text[])          AS queue,
-           unnest($2::text[])           AS name,
-           unnest($3::jsonb[])       AS payload,
-           unnest($4::jsonb[])      AS metadata,
-           unnest($5::smallint[])  AS priority,
-           unnest($6::timestamptz[])  AS run_at,
-           unnest($7::bigint[])      AS delay_ms,
-           unnest($8::integer[]) AS max_attempts,
-           unnest($9::bigint[])    AS timeout_ms
+    SELECT unnest($1::text[])             AS queue,
+           unnest($2::text[])              AS name,
+           unnest($3::jsonb[])          AS payload,
+           unnest($4::jsonb[])         AS metadata,
+           unnest($5::smallint[])     AS priority,
+           unnest($6::timestamptz[])     AS run_at,
+           unnest($7::bigint[])         AS delay_ms,
+           unnest($8::integer[])    AS max_attempts,
+           unnest($9::bigint[])       AS timeout_ms,
+           unnest($10::text[])        AS unique_key,
+           unnest($11::text[]) AS unique_window_key,
+           unnest($12::text[])     AS exclusive_key
 ) AS u
-RETURNING id
+ON CONFLICT DO NOTHING
+RETURNING id, coalesce(unique_key, '')::text AS unique_key, coalesce(unique_window_key, '')::text AS unique_window_key
 `
 
 type TaskInsertManyParams struct {
-	Queues      []string
-	Names       []string
-	Payloads    []json.RawMessage
-	Metadatas   []json.RawMessage
-	Priorities  []int16
-	RunAts      []time.Time
-	DelayMs     []int64
-	MaxAttempts []int32
-	TimeoutMs   []int64
+	Queues           []string
+	Names            []string
+	Payloads         []json.RawMessage
+	Metadatas        []json.RawMessage
+	Priorities       []int16
+	RunAts           []time.Time
+	DelayMs          []int64
+	MaxAttempts      []int32
+	TimeoutMs        []int64
+	UniqueKeys       []string
+	UniqueWindowKeys []string
+	ExclusiveKeys    []string
+}
+
+type TaskInsertManyRow struct {
+	ID              int64
+	UniqueKey       string
+	UniqueWindowKey string
 }
 
 // Inserts a batch (one task is a batch of one): one round trip, and one
 // notification per queue from the statement trigger. A run_at of the epoch
 // means "now() + delay_ms" on the database's clock, so that a producer's
-// clock skew never delays a task.
-func (q *Queries) TaskInsertMany(ctx context.Context, db DBTX, arg TaskInsertManyParams) ([]int64, error) {
+// clock skew never delays a task. Empty keys mean none. A task whose unique
+// key is taken is skipped (ON CONFLICT DO NOTHING): rows come back in input
+// order, with their keys, so the caller can tell which were skipped.
+func (q *Queries) TaskInsertMany(ctx context.Context, db DBTX, arg TaskInsertManyParams) ([]TaskInsertManyRow, error) {
 	rows, err := db.Query(ctx, taskInsertMany,
 		arg.Queues,
 		arg.Names,
@@ -279,18 +357,21 @@ func (q *Queries) TaskInsertMany(ctx context.Context, db DBTX, arg TaskInsertMan
 		arg.DelayMs,
 		arg.MaxAttempts,
 		arg.TimeoutMs,
+		arg.UniqueKeys,
+		arg.UniqueWindowKeys,
+		arg.ExclusiveKeys,
 	)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []int64{}
+	items := []TaskInsertManyRow{}
 	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
+		var i TaskInsertManyRow
+		if err := rows.Scan(&i.ID, &i.UniqueKey, &i.UniqueWindowKey); err != nil {
 			return nil, err
 		}
-		items = append(items, id)
+		items = append(items, i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -405,6 +486,45 @@ func (q *Queries) TaskRescueOrphans(ctx context.Context, db DBTX, lockClassOid i
 			&i.Attempt,
 			&i.LostWorkerID,
 		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const taskUniqueHolders = `-- name: TaskUniqueHolders :many
+SELECT id, coalesce(unique_key, '')::text AS unique_key, coalesce(unique_window_key, '')::text AS unique_window_key
+FROM skiplock_tasks
+WHERE (unique_key = ANY($1::text[]) AND status IN ('pending', 'running'))
+   OR unique_window_key = ANY($2::text[])
+`
+
+type TaskUniqueHoldersParams struct {
+	UniqueKeys       []string
+	UniqueWindowKeys []string
+}
+
+type TaskUniqueHoldersRow struct {
+	ID              int64
+	UniqueKey       string
+	UniqueWindowKey string
+}
+
+// The tasks that hold unique keys, for reporting duplicates.
+func (q *Queries) TaskUniqueHolders(ctx context.Context, db DBTX, arg TaskUniqueHoldersParams) ([]TaskUniqueHoldersRow, error) {
+	rows, err := db.Query(ctx, taskUniqueHolders, arg.UniqueKeys, arg.UniqueWindowKeys)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []TaskUniqueHoldersRow{}
+	for rows.Next() {
+		var i TaskUniqueHoldersRow
+		if err := rows.Scan(&i.ID, &i.UniqueKey, &i.UniqueWindowKey); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

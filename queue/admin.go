@@ -278,7 +278,7 @@ func (c *Client) Requeue(ctx context.Context, req RequeueRequest) (RequeueResult
 	if err != nil {
 		return res, err
 	}
-	channel := NotifyChannel(info.Name)
+	channel, _ := Channels(info.Name)
 	progress := func() {
 		if req.Progress != nil {
 			req.Progress(res.Requeued)
@@ -577,17 +577,6 @@ func (c *Client) Schema(ctx context.Context) (SchemaInfo, error) {
 		return SchemaInfo{}, fmt.Errorf("reading the schema version: %w", pgerr.Wrap(err))
 	}
 	return SchemaInfo{Name: table.Schema, Version: uint(max(v.Version, 0)), Dirty: v.Dirty, TableOID: table.Oid}, nil
-}
-
-// NotifyChannel is the LISTEN/NOTIFY channel on which the workers of schema
-// wait for work, as the insert trigger builds it: "skiplock_" and the
-// schema name, cut to 63 bytes (PostgreSQL's longest identifier).
-func NotifyChannel(schema string) string {
-	ch := "skiplock_" + schema
-	if len(ch) > 63 {
-		ch = ch[:63]
-	}
-	return ch
 }
 
 // Stats summarizes the tasks of every queue.

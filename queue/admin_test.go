@@ -172,7 +172,7 @@ func TestRequeueWakesWorkers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{queue.NotifyChannel(schema)}.Sanitize()); err != nil {
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{workChannel(schema)}.Sanitize()); err != nil {
 		t.Fatal(err)
 	}
 
@@ -563,4 +563,9 @@ func TestAdminNotMigrated(t *testing.T) {
 			t.Errorf("call %d: err = %v, want ErrNotMigrated", i+1, err)
 		}
 	}
+}
+
+func workChannel(schema string) string {
+	work, _ := queue.Channels(schema)
+	return work
 }

@@ -21,13 +21,17 @@ const (
 type Option func(*options)
 
 type options struct {
-	queue       string
-	priority    int
-	runAt       time.Time
-	delay       time.Duration
-	maxAttempts int
-	timeout     time.Duration
-	metadata    json.RawMessage
+	queue        string
+	priority     int
+	runAt        time.Time
+	delay        time.Duration
+	maxAttempts  int
+	timeout      time.Duration
+	metadata     json.RawMessage
+	uniqueKey    string
+	uniqueDerive bool
+	uniqueWindow time.Duration
+	exclusiveKey string
 }
 
 // WithQueue puts the task in the named queue. Defaults to "default".
@@ -56,6 +60,29 @@ func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout =
 // the payload, such as trace context. It must be a JSON object.
 func WithMetadata(m json.RawMessage) Option { return func(o *options) { o.metadata = m } }
 
+// WithUniqueKey makes the task unique by key: while a task with the same
+// key is pending or running, enqueueing another returns the existing task's
+// ID with an error wrapping ErrDuplicate, and inserts nothing. A unique
+// index enforces it, so concurrent producers cannot race past it. With
+// WithUniqueWindow, the key is unique within each window instead, whatever
+// the first task's status.
+func WithUniqueKey(key string) Option { return func(o *options) { o.uniqueKey = key } }
+
+// WithUnique is WithUniqueKey with a key derived from the task's name and
+// payload (a SHA-256 of the compacted JSON, so formatting does not matter;
+// object key order does).
+func WithUnique() Option { return func(o *options) { o.uniqueDerive = true } }
+
+// WithUniqueWindow bounds uniqueness to fixed windows of d (aligned to the
+// Unix epoch): at most one task per key per window, even if the first has
+// finished. It needs WithUniqueKey or WithUnique.
+func WithUniqueWindow(d time.Duration) Option { return func(o *options) { o.uniqueWindow = d } }
+
+// WithExclusiveKey lets at most one task with key run at a time, across
+// every worker: others with the key wait, pending, without holding a worker
+// slot, while tasks with other keys run in parallel.
+func WithExclusiveKey(key string) Option { return func(o *options) { o.exclusiveKey = key } }
+
 func buildOptions(opts []Option) (options, error) {
 	o := options{queue: DefaultQueue, maxAttempts: DefaultMaxAttempts}
 	for _, opt := range opts {
@@ -72,6 +99,12 @@ func buildOptions(opts []Option) (options, error) {
 		return o, fmt.Errorf("%w: delay must not be negative, got %s", ErrInvalidTask, o.delay)
 	case o.timeout < 0 || (o.timeout > 0 && o.timeout < time.Millisecond):
 		return o, fmt.Errorf("%w: timeout must be at least 1ms, got %s", ErrInvalidTask, o.timeout)
+	case o.uniqueWindow < 0 || (o.uniqueWindow > 0 && o.uniqueWindow < time.Second):
+		return o, fmt.Errorf("%w: unique window must be at least 1s, got %s", ErrInvalidTask, o.uniqueWindow)
+	case o.uniqueWindow > 0 && o.uniqueKey == "" && !o.uniqueDerive:
+		return o, fmt.Errorf("%w: WithUniqueWindow needs WithUniqueKey or WithUnique", ErrInvalidTask)
+	case len(o.uniqueKey) > 1024 || len(o.exclusiveKey) > 1024:
+		return o, fmt.Errorf("%w: unique and exclusive keys must be at most 1024 bytes", ErrInvalidTask)
 	}
 	if o.metadata == nil {
 		o.metadata = json.RawMessage(`{}`)

@@ -1,7 +1,10 @@
 package queue
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,7 +27,25 @@ var (
 	// ErrNotMigrated is returned when skiplock's tables are missing: run
 	// `skiplock migrate up` or migrations.Up.
 	ErrNotMigrated = pgerr.ErrNotMigrated
+	// ErrDuplicate is wrapped by the DuplicateError returned for a task
+	// whose unique key is taken.
+	ErrDuplicate = errors.New("skiplock: duplicate task")
 )
+
+// DuplicateError reports a task that was not inserted because another task
+// holds its unique key. EnqueueMany returns one for each such task, joined.
+type DuplicateError struct {
+	Index      int    // position in the EnqueueMany batch; 0 for Enqueue
+	Key        string // the unique key, with its window when it has one
+	ExistingID int64  // the task holding the key; 0 if it finished meanwhile
+}
+
+func (e *DuplicateError) Error() string {
+	return fmt.Sprintf("skiplock: duplicate task: unique key %q is held by task %d", e.Key, e.ExistingID)
+}
+
+// Unwrap makes errors.Is(err, ErrDuplicate) hold.
+func (e *DuplicateError) Unwrap() error { return ErrDuplicate }
 
 // insertChunk bounds one INSERT statement of EnqueueMany, keeping its
 // parameter arrays well under the protocol's message size.
@@ -34,6 +55,7 @@ const insertChunk = 5000
 type Client struct {
 	pool    *pgxpool.Pool
 	queries *db.Queries
+	schema  schemaCache
 }
 
 // New returns a Client on pool. The pool's search_path must reach the schema
@@ -63,38 +85,65 @@ func (c *Client) Enqueue(ctx context.Context, name string, payload any, opts ...
 type Executor = db.DBTX
 
 // EnqueueTx inserts a task within tx: it exists if and only if tx commits,
-// and workers are woken at commit.
+// and workers are woken at commit. For a task whose unique key is taken it
+// returns the existing task's ID and a *DuplicateError.
 func (c *Client) EnqueueTx(ctx context.Context, tx Executor, name string, payload any, opts ...Option) (int64, error) {
 	ids, err := c.insert(ctx, tx, []NewTask{{Name: name, Payload: payload, Options: opts}})
-	if err != nil {
+	if ids == nil {
 		return 0, err
 	}
-	return ids[0], nil
+	return ids[0], err
 }
 
-// EnqueueMany inserts tasks in one transaction, all or none, and returns
-// their IDs in order.
+// EnqueueMany inserts tasks in one transaction and returns their IDs in
+// order. An invalid task inserts none. Tasks whose unique key is taken are
+// skipped: their place in the result holds the existing task's ID and the
+// error joins a *DuplicateError for each, while the others are inserted.
 func (c *Client) EnqueueMany(ctx context.Context, tasks []NewTask) ([]int64, error) {
 	var ids []int64
+	var dupErr error
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 		var err error
 		ids, err = c.EnqueueManyTx(ctx, tx, tasks)
+		if ids != nil && errors.Is(err, ErrDuplicate) {
+			dupErr = err // commit the others
+			return nil
+		}
 		return err
 	})
-	return ids, err
+	if err != nil {
+		return nil, err
+	}
+	return ids, dupErr
 }
 
 // EnqueueManyTx inserts tasks within tx and returns their IDs in order.
 func (c *Client) EnqueueManyTx(ctx context.Context, tx Executor, tasks []NewTask) ([]int64, error) {
 	ids := make([]int64, 0, len(tasks))
+	var dups []error
 	for start := 0; start < len(tasks); start += insertChunk {
 		chunk, err := c.insert(ctx, tx, tasks[start:min(start+insertChunk, len(tasks))])
-		if err != nil {
+		if chunk == nil {
 			return nil, err
+		}
+		if err != nil {
+			for _, e := range unjoin(err) {
+				if d, ok := e.(*DuplicateError); ok {
+					d.Index += start
+				}
+				dups = append(dups, e)
+			}
 		}
 		ids = append(ids, chunk...)
 	}
-	return ids, nil
+	return ids, errors.Join(dups...)
+}
+
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
 }
 
 // epoch tells TaskInsertMany to compute run_at on the database's clock.
@@ -103,15 +152,18 @@ var epoch = time.Unix(0, 0).UTC()
 func (c *Client) insert(ctx context.Context, tx Executor, tasks []NewTask) ([]int64, error) {
 	n := len(tasks)
 	p := db.TaskInsertManyParams{
-		Queues:      make([]string, n),
-		Names:       make([]string, n),
-		Payloads:    make([]json.RawMessage, n),
-		Metadatas:   make([]json.RawMessage, n),
-		Priorities:  make([]int16, n),
-		RunAts:      make([]time.Time, n),
-		DelayMs:     make([]int64, n),
-		MaxAttempts: make([]int32, n),
-		TimeoutMs:   make([]int64, n),
+		Queues:           make([]string, n),
+		Names:            make([]string, n),
+		Payloads:         make([]json.RawMessage, n),
+		Metadatas:        make([]json.RawMessage, n),
+		Priorities:       make([]int16, n),
+		RunAts:           make([]time.Time, n),
+		DelayMs:          make([]int64, n),
+		MaxAttempts:      make([]int32, n),
+		TimeoutMs:        make([]int64, n),
+		UniqueKeys:       make([]string, n),
+		UniqueWindowKeys: make([]string, n),
+		ExclusiveKeys:    make([]string, n),
 	}
 	for i, t := range tasks {
 		if t.Name == "" || len(t.Name) > MaxNameLength {
@@ -137,15 +189,82 @@ func (c *Client) insert(ctx context.Context, tx Executor, tasks []NewTask) ([]in
 		p.DelayMs[i] = o.delay.Milliseconds()
 		p.MaxAttempts[i] = int32(o.maxAttempts)
 		p.TimeoutMs[i] = o.timeout.Milliseconds()
+		p.ExclusiveKeys[i] = o.exclusiveKey
+		key := o.uniqueKey
+		if o.uniqueDerive && key == "" {
+			key = deriveKey(t.Name, payload)
+		}
+		if o.uniqueWindow > 0 {
+			// The window is the producer's clock: a window boundary may be
+			// off by the skew between producers, never the uniqueness.
+			p.UniqueWindowKeys[i] = fmt.Sprintf("%s@%d", key, time.Now().UnixNano()/int64(o.uniqueWindow))
+		} else {
+			p.UniqueKeys[i] = key
+		}
 	}
-	ids, err := c.queries.TaskInsertMany(ctx, tx, p)
+	rows, err := c.queries.TaskInsertMany(ctx, tx, p)
 	if err != nil {
 		return nil, fmt.Errorf("enqueueing: %w", pgerr.Wrap(err))
 	}
-	if len(ids) != n {
-		return nil, fmt.Errorf("enqueueing: inserted %d of %d tasks", len(ids), n)
+	// Rows come back in input order; a task missing from them lost its
+	// unique key to an existing task (or to an earlier one in the batch).
+	ids := make([]int64, n)
+	var dups []*DuplicateError
+	next := 0
+	for i := range n {
+		if next < len(rows) && rows[next].UniqueKey == p.UniqueKeys[i] && rows[next].UniqueWindowKey == p.UniqueWindowKeys[i] {
+			ids[i] = rows[next].ID
+			next++
+			continue
+		}
+		key := p.UniqueKeys[i] + p.UniqueWindowKeys[i]
+		if key == "" {
+			return nil, fmt.Errorf("enqueueing: task %d of the batch was not inserted", i)
+		}
+		dups = append(dups, &DuplicateError{Index: i, Key: key})
 	}
-	return ids, nil
+	if len(dups) == 0 {
+		return ids, nil
+	}
+	return ids, c.fillDuplicates(ctx, tx, p, ids, dups)
+}
+
+// fillDuplicates finds the tasks that hold the keys of the duplicates.
+func (c *Client) fillDuplicates(ctx context.Context, tx Executor, p db.TaskInsertManyParams, ids []int64, dups []*DuplicateError) error {
+	var keys, windowKeys []string
+	for _, d := range dups {
+		if p.UniqueWindowKeys[d.Index] != "" {
+			windowKeys = append(windowKeys, d.Key)
+		} else {
+			keys = append(keys, d.Key)
+		}
+	}
+	holders, err := c.queries.TaskUniqueHolders(ctx, tx, db.TaskUniqueHoldersParams{UniqueKeys: keys, UniqueWindowKeys: windowKeys})
+	if err != nil {
+		return fmt.Errorf("enqueueing: finding the holders of unique keys: %w", pgerr.Wrap(err))
+	}
+	byKey := map[string]int64{}
+	for _, h := range holders {
+		byKey[h.UniqueKey+h.UniqueWindowKey] = h.ID
+	}
+	errs := make([]error, len(dups))
+	for i, d := range dups {
+		d.ExistingID = byKey[d.Key]
+		ids[d.Index] = d.ExistingID
+		errs[i] = d
+	}
+	return errors.Join(errs...)
+}
+
+// deriveKey is WithUnique's key: the name and a digest of the payload.
+func deriveKey(name string, payload json.RawMessage) string {
+	var buf bytes.Buffer
+	if json.Compact(&buf, payload) != nil {
+		buf.Reset()
+		buf.Write(payload)
+	}
+	sum := sha256.Sum256(buf.Bytes())
+	return name + ":" + hex.EncodeToString(sum[:16])
 }
 
 // EncodePayload turns a payload into the JSON stored in the task: []byte and

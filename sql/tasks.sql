@@ -2,23 +2,38 @@
 -- Inserts a batch (one task is a batch of one): one round trip, and one
 -- notification per queue from the statement trigger. A run_at of the epoch
 -- means "now() + delay_ms" on the database's clock, so that a producer's
--- clock skew never delays a task.
-INSERT INTO skiplock_tasks (queue, name, payload, metadata, priority, run_at, max_attempts, timeout_ms)
+-- clock skew never delays a task. Empty keys mean none. A task whose unique
+-- key is taken is skipped (ON CONFLICT DO NOTHING): rows come back in input
+-- order, with their keys, so the caller can tell which were skipped.
+INSERT INTO skiplock_tasks (queue, name, payload, metadata, priority, run_at, max_attempts, timeout_ms,
+                            unique_key, unique_window_key, exclusive_key)
 SELECT u.queue, u.name, u.payload, u.metadata, u.priority,
        CASE WHEN u.run_at = 'epoch' THEN now() + u.delay_ms * interval '1 millisecond' ELSE u.run_at END,
-       u.max_attempts, nullif(u.timeout_ms, 0)
+       u.max_attempts, nullif(u.timeout_ms, 0),
+       nullif(u.unique_key, ''), nullif(u.unique_window_key, ''), nullif(u.exclusive_key, '')
 FROM (
-    SELECT unnest(@queues::text[])          AS queue,
-           unnest(@names::text[])           AS name,
-           unnest(@payloads::jsonb[])       AS payload,
-           unnest(@metadatas::jsonb[])      AS metadata,
-           unnest(@priorities::smallint[])  AS priority,
-           unnest(@run_ats::timestamptz[])  AS run_at,
-           unnest(@delay_ms::bigint[])      AS delay_ms,
-           unnest(@max_attempts::integer[]) AS max_attempts,
-           unnest(@timeout_ms::bigint[])    AS timeout_ms
+    SELECT unnest(@queues::text[])             AS queue,
+           unnest(@names::text[])              AS name,
+           unnest(@payloads::jsonb[])          AS payload,
+           unnest(@metadatas::jsonb[])         AS metadata,
+           unnest(@priorities::smallint[])     AS priority,
+           unnest(@run_ats::timestamptz[])     AS run_at,
+           unnest(@delay_ms::bigint[])         AS delay_ms,
+           unnest(@max_attempts::integer[])    AS max_attempts,
+           unnest(@timeout_ms::bigint[])       AS timeout_ms,
+           unnest(@unique_keys::text[])        AS unique_key,
+           unnest(@unique_window_keys::text[]) AS unique_window_key,
+           unnest(@exclusive_keys::text[])     AS exclusive_key
 ) AS u
-RETURNING id;
+ON CONFLICT DO NOTHING
+RETURNING id, coalesce(unique_key, '')::text AS unique_key, coalesce(unique_window_key, '')::text AS unique_window_key;
+
+-- name: TaskUniqueHolders :many
+-- The tasks that hold unique keys, for reporting duplicates.
+SELECT id, coalesce(unique_key, '')::text AS unique_key, coalesce(unique_window_key, '')::text AS unique_window_key
+FROM skiplock_tasks
+WHERE (unique_key = ANY(@unique_keys::text[]) AND status IN ('pending', 'running'))
+   OR unique_window_key = ANY(@unique_window_keys::text[]);
 
 -- name: TaskClaim :many
 -- Advisory lock keys use the two-int form (lock_class, low 32 bits of the
@@ -31,19 +46,43 @@ RETURNING id;
 -- down into a scan of the table and take locks on rows it then discards. A
 -- row whose advisory lock is still held (its previous run is finishing) is
 -- skipped and stays pending.
-WITH picked AS MATERIALIZED (
-    SELECT id
-    FROM skiplock_tasks
-    WHERE status = 'pending'
-      AND queue = @queue::text
-      AND run_at <= now()
-    ORDER BY priority, run_at, id
+--
+-- Flow control rides along: a paused queue yields nothing; only_names and
+-- skip_names split a queue for rate-limited names; a task with an exclusive
+-- key is picked only while no task of its key runs, at most one per key per
+-- claim, and under a transaction-level lock on the key so that two claimers
+-- cannot both take one (a unique index on running exclusive keys backs this).
+WITH open AS MATERIALIZED (
+    SELECT NOT EXISTS (
+        SELECT 1 FROM skiplock_queues AS q WHERE q.name = @queue::text AND q.paused_at IS NOT NULL
+    ) AS ok
+), picked AS MATERIALIZED (
+    SELECT p.id, p.exclusive_key
+    FROM skiplock_tasks AS p
+    WHERE p.status = 'pending'
+      AND p.queue = @queue::text
+      AND p.run_at <= now()
+      AND (SELECT ok FROM open)
+      AND (cardinality(@only_names::text[]) = 0 OR p.name = ANY(@only_names::text[]))
+      AND NOT (p.name = ANY(@skip_names::text[]))
+      AND (p.exclusive_key IS NULL OR NOT EXISTS (
+          SELECT 1 FROM skiplock_tasks AS r WHERE r.exclusive_key = p.exclusive_key AND r.status = 'running'))
+    ORDER BY p.priority, p.run_at, p.id
     LIMIT @max::integer
     FOR UPDATE SKIP LOCKED
+), one_per_key AS MATERIALIZED (
+    SELECT DISTINCT ON (coalesce(k.exclusive_key, k.id::text)) k.id, k.exclusive_key
+    FROM picked AS k
+    ORDER BY coalesce(k.exclusive_key, k.id::text), k.id
+), exclusive_ok AS MATERIALIZED (
+    SELECT e.id
+    FROM one_per_key AS e
+    WHERE e.exclusive_key IS NULL
+       OR pg_try_advisory_xact_lock(hashtextextended(e.exclusive_key, @exclusive_seed::bigint))
 ), locked AS MATERIALIZED (
-    SELECT id
-    FROM picked
-    WHERE pg_try_advisory_lock(@lock_class::integer, id::bit(32)::integer)
+    SELECT x.id
+    FROM exclusive_ok AS x
+    WHERE pg_try_advisory_lock(@lock_class::integer, x.id::bit(32)::integer)
 )
 UPDATE skiplock_tasks AS t
 SET status = 'running',
@@ -162,3 +201,9 @@ SELECT * FROM skiplock_tasks WHERE id = @id::bigint;
 -- new tasks; rescues and requeues call it).
 SELECT pg_notify(@channel::text, q)
 FROM unnest(@queues::text[]) AS q;
+
+-- name: TaskCancelRequested :many
+-- Which of a worker's running tasks have a cancellation request: the
+-- fallback for a missed NOTIFY.
+SELECT id FROM skiplock_tasks
+WHERE id = ANY(@ids::bigint[]) AND status = 'running' AND cancel_requested_at IS NOT NULL;

@@ -39,6 +39,15 @@ type Config struct {
 	// ["default"].
 	Queues []string
 
+	// QueueConcurrency caps how many tasks of a queue run at once in this
+	// process, within Concurrency. Queues not listed share Concurrency.
+	QueueConcurrency map[string]int
+
+	// RateLimits bound how many tasks start per window, across every worker
+	// that declares the same limit. Tasks over a limit stay pending until
+	// the next window; they are neither failed nor lost.
+	RateLimits []RateLimit
+
 	// ClaimBatch bounds how many tasks one claim takes; a claim never takes
 	// more than the free capacity. Defaults to Concurrency, at most
 	// MaxClaimBatch (1000).
@@ -88,6 +97,25 @@ type Config struct {
 	// Logger receives the worker's logs: lifecycle at info, trouble at warn
 	// and error. Defaults to slog.Default().
 	Logger *slog.Logger
+}
+
+// RateLimit allows at most Limit tasks to start per window of Per, counted
+// in one row of skiplock_rate_limits that every worker on every machine
+// shares. Set exactly one of Queue and Name. Windows are fixed and aligned
+// to the Unix epoch on the database clock; each attempt counts, retries
+// included, since each is a call to whatever the limit protects.
+type RateLimit struct {
+	Queue string // limit the tasks of this queue
+	Name  string // limit the tasks with this name, in any queue
+	Limit int
+	Per   time.Duration
+}
+
+func (r RateLimit) key() string {
+	if r.Queue != "" {
+		return "queue:" + r.Queue
+	}
+	return "name:" + r.Name
 }
 
 // DefaultRetryBackoff waits 1s after the first failed attempt and doubles
@@ -154,6 +182,17 @@ func (c Config) withDefaults() (Config, error) {
 	check(c.ShutdownGrace > 0, "ShutdownGrace must be positive, got %s", c.ShutdownGrace)
 	check(c.RescueInterval > 0, "RescueInterval must be positive, got %s", c.RescueInterval)
 	check(c.HealthInterval > 0, "HealthInterval must be positive, got %s", c.HealthInterval)
+	for q, n := range c.QueueConcurrency {
+		check(n > 0, "QueueConcurrency[%q] must be positive, got %d", q, n)
+	}
+	limited := map[string]bool{}
+	for i, r := range c.RateLimits {
+		check((r.Queue == "") != (r.Name == ""), "RateLimits[%d]: set exactly one of Queue and Name", i)
+		check(r.Limit > 0, "RateLimits[%d].Limit must be positive, got %d", i, r.Limit)
+		check(r.Per >= time.Second, "RateLimits[%d].Per must be at least 1s, got %s", i, r.Per)
+		check(!limited[r.key()], "RateLimits[%d]: %s is limited twice", i, r.key())
+		limited[r.key()] = true
+	}
 	seen := map[string]bool{}
 	for _, q := range c.Queues {
 		check(q != "" && len(q) <= queue.MaxNameLength, "Queues: queue name must be 1 to %d bytes, got %q", queue.MaxNameLength, q)

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sync/semaphore"
+
 	"github.com/skiplock/skiplock/db"
 	"github.com/skiplock/skiplock/queue"
 )
@@ -19,6 +21,9 @@ var (
 	errTimeout  = errors.New("skiplock: task timed out")
 	errShutdown = errors.New("skiplock: worker shutting down")
 	errLockLost = errors.New("skiplock: worker lost the lock session holding this task; it may run elsewhere")
+	// ErrCancelled is the cause (context.Cause) of a handler's context when
+	// its task was cancelled with queue.Client.CancelRunning.
+	ErrCancelled = errors.New("skiplock: task cancelled")
 )
 
 // Outcomes recorded in a task's error history.
@@ -30,12 +35,15 @@ const (
 	outcomeNoHandler = "no_handler"
 	outcomeShutdown  = "shutdown"
 	outcomeLockLost  = "lock_lost"
+	outcomeCancelled = "cancelled"
+	outcomeSnoozed   = "snoozed"
 )
 
 // execution is one attempt of one claimed task in this process.
 type execution struct {
 	task    *Task
-	gen     uint64 // lock session generation holding the task's lock
+	slots   *semaphore.Weighted // the queue's own slots, if it has a cap
+	gen     uint64              // lock session generation holding the task's lock
 	timeout time.Duration
 	ctx     context.Context // the handler's; cancelled by timeout or cancel
 	cancel  context.CancelCauseFunc
@@ -50,10 +58,11 @@ type execution struct {
 type result struct {
 	outcome   string // "" for success
 	err       string
-	permanent bool // fail now, whatever attempts are left
+	permanent bool          // fail now, whatever attempts are left
+	snooze    time.Duration // with outcomeSnoozed: run again after this
 }
 
-func (w *Worker) launch(r db.TaskClaimRow, gen uint64) {
+func (w *Worker) launch(r db.TaskClaimRow, gen uint64, queueSlots *semaphore.Weighted) {
 	timeout := w.cfg.TaskTimeout
 	if r.TimeoutMs != nil {
 		timeout = time.Duration(*r.TimeoutMs) * time.Millisecond
@@ -63,7 +72,7 @@ func (w *Worker) launch(r db.TaskClaimRow, gen uint64) {
 	if timeout > 0 {
 		ctx, stop = context.WithTimeoutCause(base, timeout, errTimeout)
 	}
-	e := &execution{task: queueTask(r), gen: gen, timeout: timeout, ctx: ctx, cancel: cancel, stopCtx: stop}
+	e := &execution{task: queueTask(r), slots: queueSlots, gen: gen, timeout: timeout, ctx: ctx, cancel: cancel, stopCtx: stop}
 
 	w.settled.Add(1)
 	w.mu.Lock()
@@ -118,11 +127,16 @@ func (w *Worker) classify(e *execution, err error) result {
 		return result{}
 	}
 	var p *panicError
+	var snooze snoozeError
 	switch cause := context.Cause(e.ctx); {
+	case errors.As(err, &snooze):
+		return result{outcome: outcomeSnoozed, snooze: snooze.d}
 	case errors.As(err, &p):
 		return result{outcome: outcomePanic, err: err.Error()}
 	case errors.Is(cause, errShutdown):
 		return result{outcome: outcomeShutdown, err: err.Error()}
+	case errors.Is(cause, ErrCancelled):
+		return result{outcome: outcomeCancelled, err: err.Error()}
 	case errors.Is(cause, errLockLost):
 		return result{outcome: outcomeLockLost, err: err.Error()}
 	case errors.Is(cause, errTimeout):
@@ -173,6 +187,9 @@ func (w *Worker) settle(e *execution, res result) bool {
 
 	w.comp.add(w.finishFor(e, res))
 	w.slots.Release(1)
+	if e.slots != nil {
+		e.slots.Release(1)
+	}
 	w.settled.Done()
 	return true
 }
@@ -185,10 +202,15 @@ func (w *Worker) finishFor(e *execution, res result) finish {
 	case res.outcome == "":
 		f.status = queue.StatusCompleted
 		return f
+	case res.outcome == outcomeSnoozed:
+		f.status, f.refund, f.delayMs = queue.StatusPending, 1, res.snooze.Milliseconds()
+		return f
 	case res.outcome == outcomeShutdown:
 		// Not the task's fault: back to the front of the line, attempt
 		// given back.
 		f.status, f.refund = queue.StatusPending, 1
+	case res.outcome == outcomeCancelled:
+		f.status = queue.StatusCancelled
 	case res.permanent || t.Attempt >= t.MaxAttempts:
 		f.status = queue.StatusFailed
 	default:

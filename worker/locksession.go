@@ -186,13 +186,12 @@ func (s *lockSession) reconnect() {
 	}
 }
 
-// claim takes up to max tasks of queue for workerID and locks each one.
-func (s *lockSession) claim(queue string, max int, workerID string) (rows []db.TaskClaimRow, gen uint64, err error) {
+// claim takes tasks as p says and locks each one.
+func (s *lockSession) claim(p db.TaskClaimParams) (rows []db.TaskClaimRow, gen uint64, err error) {
+	p.LockClass = s.class
 	err = s.do(func(ctx context.Context, conn *pgx.Conn, g uint64) error {
 		gen = g
-		rows, err = s.queries.TaskClaim(ctx, conn, db.TaskClaimParams{
-			WorkerID: workerID, Queue: queue, Max: int32(max), LockClass: s.class,
-		})
+		rows, err = s.queries.TaskClaim(ctx, conn, p)
 		if err != nil {
 			return err
 		}

@@ -2,6 +2,9 @@ package worker
 
 import (
 	"context"
+	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -26,10 +29,13 @@ func (w *Worker) leaderKey(job uint32) int64 {
 	return int64(uint64(uint32(w.ls.classOID))<<32 | uint64(job))
 }
 
-// listen keeps a connection LISTENing on the schema's channel and wakes the
-// claim loop of each notified queue. Notifications only hasten claims; the
-// poll interval covers any that are missed while reconnecting.
-func (w *Worker) listen(ctx context.Context) {
+// listen keeps a connection LISTENing on the schema's channels: it wakes
+// the claim loop of each notified queue and carries commands to this
+// worker. Notifications only hasten things; polls cover any that are missed
+// while reconnecting. listening is closed once the first LISTEN holds.
+func (w *Worker) listen(ctx context.Context, listening chan<- struct{}) {
+	var once sync.Once
+	defer once.Do(func() { close(listening) })
 	config := w.pool.Config().ConnConfig.Copy()
 	if config.RuntimeParams == nil {
 		config.RuntimeParams = map[string]string{}
@@ -39,10 +45,14 @@ func (w *Worker) listen(ctx context.Context) {
 	for ctx.Err() == nil {
 		conn, err := pgx.ConnectConfig(ctx, config)
 		if err == nil {
-			// LISTEN takes no parameters, so the channel is quoted here.
+			// LISTEN takes no parameters, so the channels are quoted here.
 			_, err = conn.Exec(ctx, "LISTEN "+pgx.Identifier{w.channel}.Sanitize())
 			if err == nil {
+				_, err = conn.Exec(ctx, "LISTEN "+pgx.Identifier{w.control}.Sanitize())
+			}
+			if err == nil {
 				backoff = 100 * time.Millisecond
+				once.Do(func() { close(listening) })
 				w.wakeAll() // work may have arrived while no one listened
 				for {
 					n, werr := conn.WaitForNotification(ctx)
@@ -50,7 +60,11 @@ func (w *Worker) listen(ctx context.Context) {
 						err = werr
 						break
 					}
-					w.wake(n.Payload)
+					if n.Channel == w.control {
+						w.handleControl(n.Payload)
+					} else {
+						w.wake(n.Payload)
+					}
 				}
 			}
 			conn.Close(context.Background())
@@ -68,8 +82,32 @@ func (w *Worker) listen(ctx context.Context) {
 	}
 }
 
+// handleControl handles a command from the control channel.
+func (w *Worker) handleControl(payload string) {
+	if rest, ok := strings.CutPrefix(payload, "cancel:"); ok {
+		if id, err := strconv.ParseInt(rest, 10, 64); err == nil {
+			w.cancelTasks([]int64{id})
+		}
+	}
+}
+
+// cancelTasks cancels the handlers of the given tasks, if they run here.
+func (w *Worker) cancelTasks(ids []int64) {
+	want := make(map[int64]bool, len(ids))
+	for _, id := range ids {
+		want[id] = true
+	}
+	for _, e := range w.inflightSnapshot() {
+		if want[e.task.ID] && context.Cause(e.ctx) == nil {
+			w.log.Info("skiplock: cancelling task on request", "task_id", e.task.ID, "name", e.task.Name)
+			w.cancelExecution(e, ErrCancelled)
+		}
+	}
+}
+
 // health pings the lock session when it is idle, so that its loss is
-// noticed, and its tasks' handlers cancelled, within HealthInterval.
+// noticed, and its tasks' handlers cancelled, within HealthInterval. It also
+// looks for cancellation requests whose NOTIFY was missed.
 func (w *Worker) health(ctx context.Context) {
 	tick := time.NewTicker(w.cfg.HealthInterval)
 	defer tick.Stop()
@@ -79,6 +117,18 @@ func (w *Worker) health(ctx context.Context) {
 			return
 		case <-tick.C:
 			_ = w.ls.pingIfIdle(w.cfg.HealthInterval)
+			running := w.inflightSnapshot()
+			if len(running) == 0 {
+				continue
+			}
+			ids := make([]int64, len(running))
+			for i, e := range running {
+				ids[i] = e.task.ID
+			}
+			cancelled, err := w.queries.TaskCancelRequested(ctx, w.pool, ids)
+			if err == nil && len(cancelled) > 0 {
+				w.cancelTasks(cancelled)
+			}
 		}
 	}
 }

@@ -52,6 +52,15 @@ type Handler func(ctx context.Context, t *Task) error
 // Handlers maps task names to their handlers.
 type Handlers map[string]Handler
 
+type snoozeError struct{ d time.Duration }
+
+func (e snoozeError) Error() string { return fmt.Sprintf("snoozed for %s", e.d) }
+
+// Snooze returns an error that puts the task back to pending to run again
+// after d, without spending an attempt or recording a failure: for work
+// that is not ready yet.
+func Snooze(d time.Duration) error { return snoozeError{max(d, 0)} }
+
 type permanentError struct{ err error }
 
 func (e permanentError) Error() string { return e.err.Error() }

@@ -49,6 +49,11 @@ type Worker struct {
 	inflight map[*execution]struct{}
 	wakes    map[string]chan struct{}
 
+	queueSlots   map[string]*semaphore.Weighted // queues with their own cap
+	queueLimits  map[string]RateLimit           // rate limits by queue
+	nameLimits   []RateLimit                    // rate limits by task name
+	limitedNames []string
+
 	// Set by Run.
 	handlers Handlers
 	ls       *lockSession
@@ -56,7 +61,8 @@ type Worker struct {
 	settled  sync.WaitGroup
 	comp     *completer
 	schema   string
-	channel  string
+	channel  string // work notifications: queue names
+	control  string // commands to workers: "cancel:<id>"
 }
 
 // New returns a Worker that runs on pool. The pool's search_path must reach
@@ -112,9 +118,18 @@ func (w *Worker) Run(ctx context.Context, handlers Handlers) error {
 	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
 	background, bgCtx := errgroup.WithContext(bgCtx)
 	background.Go(func() error { w.comp.run(); return nil })
-	background.Go(func() error { w.listen(bgCtx); return nil })
+	listening := make(chan struct{})
+	background.Go(func() error { w.listen(bgCtx, listening); return nil })
 	background.Go(func() error { w.maintain(bgCtx); return nil })
 	background.Go(func() error { w.health(bgCtx); return nil })
+
+	// Claim only once notifications can arrive, so that none sent after Run
+	// starts is missed; if LISTEN cannot be had, polling still works.
+	select {
+	case <-listening:
+	case <-time.After(5 * time.Second):
+		w.log.Warn("skiplock: LISTEN not established after 5s; relying on polling until it is")
+	}
 
 	var claimers sync.WaitGroup
 	for _, q := range w.cfg.Queues {
@@ -154,9 +169,22 @@ func (w *Worker) start(ctx context.Context) error {
 			version.Version, map[bool]string{true: ", dirty", false: ""}[version.Dirty], migrations.Latest)
 	}
 	w.schema = table.Schema
-	w.channel = notifyChannel(table.Schema)
+	w.channel, w.control = queue.Channels(table.Schema)
+	w.queueSlots = map[string]*semaphore.Weighted{}
+	w.queueLimits = map[string]RateLimit{}
 	for _, q := range w.cfg.Queues {
 		w.wakes[q] = make(chan struct{}, 1)
+		if n, ok := w.cfg.QueueConcurrency[q]; ok {
+			w.queueSlots[q] = semaphore.NewWeighted(int64(n))
+		}
+	}
+	for _, r := range w.cfg.RateLimits {
+		if r.Queue != "" {
+			w.queueLimits[r.Queue] = r
+		} else {
+			w.nameLimits = append(w.nameLimits, r)
+			w.limitedNames = append(w.limitedNames, r.Name)
+		}
 	}
 
 	class := int32(uint32(table.Oid))
@@ -169,16 +197,6 @@ func (w *Worker) start(ctx context.Context) error {
 	w.slots = semaphore.NewWeighted(int64(w.cfg.Concurrency))
 	w.comp = newCompleter(w)
 	return nil
-}
-
-// notifyChannel is the NOTIFY channel of a schema, as the insert trigger
-// builds it: identifiers are cut at 63 bytes.
-func notifyChannel(schema string) string {
-	ch := "skiplock_" + schema
-	if len(ch) > 63 {
-		ch = ch[:63]
-	}
-	return ch
 }
 
 func (w *Worker) lockSessionUp(gen uint64, backendPID uint32) {
@@ -227,75 +245,6 @@ func (w *Worker) wake(queueName string) {
 func (w *Worker) wakeAll() {
 	for q := range w.wakes {
 		w.wake(q)
-	}
-}
-
-// claimLoop claims tasks of one queue while there is capacity, until ctx
-// ends. It sleeps when the queue is drained, until a notification, the poll
-// interval, or ctx.
-func (w *Worker) claimLoop(ctx context.Context, queueName string) {
-	poll := time.NewTicker(w.cfg.PollInterval)
-	defer poll.Stop()
-	errBackoff := 50 * time.Millisecond
-	for {
-		if err := w.slots.Acquire(ctx, 1); err != nil {
-			return
-		}
-		n := 1
-		for n < w.cfg.ClaimBatch && w.slots.TryAcquire(1) {
-			n++
-		}
-		rows, gen, err := w.ls.claim(queueName, n, w.cfg.WorkerID)
-		if err != nil {
-			w.slots.Release(int64(n))
-			w.claimFailed(queueName, err)
-			if errors.Is(err, errSessionDown) {
-				select {
-				case <-ctx.Done():
-					return
-				case <-w.ls.ready():
-				}
-				continue
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(errBackoff):
-			}
-			errBackoff = min(errBackoff*2, 5*time.Second)
-			continue
-		}
-		errBackoff = 50 * time.Millisecond
-		w.slots.Release(int64(n - len(rows)))
-		for _, r := range rows {
-			w.launch(r, gen)
-		}
-		if len(rows) == n {
-			continue // the queue may hold more
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-w.wakes[queueName]:
-		case <-poll.C:
-		}
-	}
-}
-
-func (w *Worker) claimFailed(queueName string, err error) {
-	switch {
-	case errors.Is(err, errSessionDown):
-		// Logged by the session.
-	case pgerr.IsLockTableFull(err):
-		w.log.Warn("skiplock: PostgreSQL's lock table is full (out of shared memory); claims back off until running tasks finish. "+
-			"Every running task holds one advisory lock; raise max_locks_per_transaction or lower Concurrency.", "queue", queueName)
-	default:
-		w.log.Error("skiplock: claiming tasks", "queue", queueName, "error", pgerr.Wrap(err))
-	}
-	if !errors.Is(err, errSessionDown) {
-		if rerr := w.ls.reconcile(); rerr != nil {
-			w.log.Warn("skiplock: reconciling advisory locks after a failed claim", "error", rerr)
-		}
 	}
 }
 
@@ -376,5 +325,3 @@ func derefTime(t *time.Time) time.Time {
 	}
 	return *t
 }
-
-var _ = queue.StatusPending // worker speaks the queue package's statuses

@@ -1,0 +1,305 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/skiplock/skiplock/internal/pgtest"
+	"github.com/skiplock/skiplock/queue"
+	"github.com/skiplock/skiplock/worker"
+)
+
+// startThree runs three workers on separate pools, as three processes would.
+func (b *bundle) startThree(t *testing.T, cfg worker.Config, handlers worker.Handlers) []*worker.Worker {
+	t.Helper()
+	var ws []*worker.Worker
+	for range 3 {
+		w, _ := start(t, pgtest.NewPool(t, b.schema), cfg, handlers)
+		ws = append(ws, w)
+	}
+	return ws
+}
+
+func TestUniqueKeysUnderConcurrentEnqueue(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	clients := []*queue.Client{
+		queue.New(pgtest.NewPool(t, b.schema)), queue.New(pgtest.NewPool(t, b.schema)), queue.New(pgtest.NewPool(t, b.schema)),
+	}
+	for _, tc := range []struct {
+		name string
+		opts []queue.Option
+	}{
+		{"key", []queue.Option{queue.WithUniqueKey("report:2026-11")}},
+		{"derived", []queue.Option{queue.WithUnique()}},
+		{"window", []queue.Option{queue.WithUniqueKey("digest"), queue.WithUniqueWindow(time.Hour)}},
+	} {
+		var wg sync.WaitGroup
+		var inserted, duplicates atomic.Int32
+		ids := make(chan int64, 60)
+		for i := range 60 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				id, err := clients[i%3].Enqueue(context.Background(), "unique."+tc.name, map[string]int{"n": 1}, tc.opts...)
+				var dup *queue.DuplicateError
+				switch {
+				case err == nil:
+					inserted.Add(1)
+				case errors.As(err, &dup) && errors.Is(err, queue.ErrDuplicate):
+					duplicates.Add(1)
+					if dup.ExistingID != id {
+						t.Errorf("duplicate reports %d, returns %d", dup.ExistingID, id)
+					}
+				default:
+					t.Errorf("Enqueue: %v", err)
+				}
+				ids <- id
+			}()
+		}
+		wg.Wait()
+		close(ids)
+		if inserted.Load() != 1 || duplicates.Load() != 59 {
+			t.Fatalf("%s: %d inserted, %d duplicates; want 1 and 59", tc.name, inserted.Load(), duplicates.Load())
+		}
+		var first int64
+		for id := range ids {
+			if first == 0 {
+				first = id
+			}
+			if id != first || id == 0 {
+				t.Fatalf("%s: producers were told of different tasks: %d and %d", tc.name, first, id)
+			}
+		}
+		if n := b.count(t, "name = $1", "unique."+tc.name); n != 1 {
+			t.Fatalf("%s: %d rows", tc.name, n)
+		}
+	}
+
+	// Once the task has finished, its key is free again; a windowed key is
+	// not, for the rest of its window.
+	b.pool.Exec(context.Background(), "UPDATE skiplock_tasks SET status = 'completed', finished_at = now()")
+	if _, err := b.client.Enqueue(context.Background(), "unique.key", nil, queue.WithUniqueKey("report:2026-11")); err != nil {
+		t.Fatalf("key of a finished task: %v", err)
+	}
+	_, err := b.client.Enqueue(context.Background(), "unique.window", nil, queue.WithUniqueKey("digest"), queue.WithUniqueWindow(time.Hour))
+	if !errors.Is(err, queue.ErrDuplicate) {
+		t.Fatalf("windowed key of a finished task: err = %v, want ErrDuplicate", err)
+	}
+
+	// In a batch, the new ones go in and the duplicates are reported.
+	ids, err := b.client.EnqueueMany(context.Background(), []queue.NewTask{
+		{Name: "batch", Options: []queue.Option{queue.WithUniqueKey("b1")}},
+		{Name: "batch", Options: []queue.Option{queue.WithUniqueKey("b1")}},
+		{Name: "batch"},
+		{Name: "batch", Options: []queue.Option{queue.WithUniqueKey("report:2026-11")}},
+	})
+	var dup *queue.DuplicateError
+	if !errors.As(err, &dup) || len(ids) != 4 || ids[1] != ids[0] || ids[3] == 0 || ids[2] == ids[0] {
+		t.Fatalf("batch: ids %v, err %v", ids, err)
+	}
+	if n := b.count(t, "name = 'batch'"); n != 2 {
+		t.Fatalf("batch inserted %d, want 2", n)
+	}
+}
+
+func TestExclusiveKeyNeverRunsTwice(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const keys, perKey = 4, 15
+	var tasks []queue.NewTask
+	for i := range keys * perKey {
+		tasks = append(tasks, queue.NewTask{Name: "sync", Payload: i % keys,
+			Options: []queue.Option{queue.WithExclusiveKey(fmt.Sprintf("account:%d", i%keys))}})
+	}
+	if _, err := b.client.EnqueueMany(context.Background(), tasks); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	runningByKey := map[int]int{}
+	maxByKey, maxTotal, total := 0, 0, 0
+	b.startThree(t, worker.Config{Concurrency: 8}, worker.Handlers{"sync": func(ctx context.Context, task *worker.Task) error {
+		key, err := worker.Decode[int](task)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		runningByKey[key]++
+		total++
+		maxByKey = max(maxByKey, runningByKey[key])
+		maxTotal = max(maxTotal, total)
+		mu.Unlock()
+		time.Sleep(15 * time.Millisecond)
+		mu.Lock()
+		runningByKey[key]--
+		total--
+		mu.Unlock()
+		return nil
+	}})
+	waitFor(t, 60*time.Second, "all done", func() bool { return b.count(t, "status = 'completed'") == keys*perKey })
+	mu.Lock()
+	defer mu.Unlock()
+	if maxByKey != 1 {
+		t.Fatalf("%d tasks of one exclusive key ran at once", maxByKey)
+	}
+	if maxTotal < 2 {
+		t.Fatalf("different keys never ran in parallel (max %d at once)", maxTotal)
+	}
+	t.Logf("at most %d tasks ran at once, never two of one key", maxTotal)
+}
+
+func TestRateLimitNeverExceeded(t *testing.T) {
+	t.Parallel()
+	// An hour-long window makes the count exact: wait out a boundary that is
+	// about to pass rather than straddle it.
+	if rem := time.Hour - time.Duration(time.Now().UnixNano())%time.Hour; rem < 30*time.Second {
+		time.Sleep(rem + time.Second)
+	}
+	b := setup(t)
+	for i := range 20 {
+		b.enqueue(t, "api.call", i)
+		b.enqueue(t, "free", i)
+	}
+	var calls atomic.Int32
+	b.startThree(t, worker.Config{RateLimits: []worker.RateLimit{{Name: "api.call", Limit: 5, Per: time.Hour}}},
+		worker.Handlers{
+			"api.call": func(context.Context, *worker.Task) error { calls.Add(1); return nil },
+			"free":     func(context.Context, *worker.Task) error { return nil },
+		})
+	waitFor(t, 10*time.Second, "unlimited tasks done", func() bool { return b.count(t, "name = 'free' AND status = 'completed'") == 20 })
+	time.Sleep(500 * time.Millisecond) // ten poll intervals of three workers
+	if c := calls.Load(); c != 5 {
+		t.Fatalf("%d calls in the window, limit 5", c)
+	}
+	if n := b.count(t, "name = 'api.call' AND status = 'pending' AND attempt = 0"); n != 15 {
+		t.Fatalf("%d tasks over the limit wait pending, want 15", n)
+	}
+}
+
+func TestRateLimitNextWindow(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for i := range 6 {
+		b.enqueue(t, "job", i, queue.WithQueue("limited"))
+	}
+	began := time.Now()
+	b.startThree(t, worker.Config{Queues: []string{"limited"}, RateLimits: []worker.RateLimit{{Queue: "limited", Limit: 2, Per: time.Second}}},
+		worker.Handlers{"job": func(context.Context, *worker.Task) error { return nil }})
+	waitFor(t, 15*time.Second, "all done", func() bool { return b.count(t, "status = 'completed'") == 6 })
+	// 2 per window: 6 tasks need three fixed windows, so at least the whole
+	// middle one passes.
+	if d := time.Since(began); d < time.Second {
+		t.Fatalf("6 tasks at 2 per second finished in %s", d)
+	}
+	if n := b.count(t, "attempt <> 1"); n != 0 {
+		t.Fatalf("%d tasks were retried or failed by the limit", n)
+	}
+}
+
+func TestPauseAndResume(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if err := b.client.PauseQueue(context.Background(), "default"); err != nil {
+		t.Fatal(err)
+	}
+	b.startThree(t, worker.Config{}, worker.Handlers{"job": func(context.Context, *worker.Task) error { return nil }})
+	for i := range 10 {
+		b.enqueue(t, "job", i)
+	}
+	other := b.enqueue(t, "job", nil, queue.WithQueue("other"))
+	time.Sleep(500 * time.Millisecond) // ten poll intervals
+	if n := b.count(t, "status = 'pending' AND queue = 'default'"); n != 10 {
+		t.Fatalf("paused queue: %d of 10 pending", n)
+	}
+	paused, err := b.client.PausedQueues(context.Background())
+	if err != nil || len(paused) != 1 || paused[0].Name != "default" {
+		t.Fatalf("PausedQueues = %v, %v", paused, err)
+	}
+	if err := b.client.ResumeQueue(context.Background(), "default"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 2*time.Second, "resumed queue drained", func() bool { return b.count(t, "status = 'completed'") == 10 })
+	if s := b.get(t, other).Status; s != queue.StatusPending {
+		t.Fatalf("task of a queue no worker serves is %s", s)
+	}
+}
+
+func TestCancelRunningTask(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	causes := make(chan error, 1)
+	b.startThree(t, worker.Config{PollInterval: time.Hour, HealthInterval: time.Hour}, worker.Handlers{
+		"long": func(ctx context.Context, task *worker.Task) error {
+			<-ctx.Done()
+			causes <- context.Cause(ctx)
+			return ctx.Err()
+		},
+	})
+	id := b.enqueue(t, "long", nil)
+	waitFor(t, 10*time.Second, "running", func() bool { return b.get(t, id).Status == queue.StatusRunning })
+	requested := time.Now()
+	running, err := b.client.CancelRunning(context.Background(), []int64{id, 987654})
+	if err != nil || len(running) != 1 || running[0] != id {
+		t.Fatalf("CancelRunning = %v, %v", running, err)
+	}
+	select {
+	case cause := <-causes:
+		if !errors.Is(cause, worker.ErrCancelled) {
+			t.Fatalf("cause = %v", cause)
+		}
+		// NOTIFY, not the (hour-long) poll, delivered it.
+		t.Logf("handler cancelled %s after the request", time.Since(requested))
+	case <-time.After(5 * time.Second):
+		t.Fatal("handler not cancelled")
+	}
+	waitFor(t, 5*time.Second, "cancelled", func() bool { return b.get(t, id).Status == queue.StatusCancelled })
+	if task := b.get(t, id); task.FinishedAt == nil || task.Errors[0].Outcome != "cancelled" {
+		t.Fatalf("task = %+v", task)
+	}
+}
+
+func TestCancelRequestFallbackPoll(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cancelled := make(chan struct{})
+	start(t, b.pool, worker.Config{}, worker.Handlers{"long": func(ctx context.Context, task *worker.Task) error {
+		<-ctx.Done()
+		close(cancelled)
+		return ctx.Err()
+	}})
+	id := b.enqueue(t, "long", nil)
+	waitFor(t, 10*time.Second, "running", func() bool { return b.get(t, id).Status == queue.StatusRunning })
+	// A request whose NOTIFY never came: only the row says so.
+	if _, err := b.pool.Exec(context.Background(), "UPDATE skiplock_tasks SET cancel_requested_at = now() WHERE id = $1", id); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-cancelled:
+	case <-time.After(5 * time.Second):
+		t.Fatal("request without NOTIFY never reached the handler")
+	}
+}
+
+func TestSnooze(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.enqueue(t, "later", nil, queue.WithMaxAttempts(1))
+	var calls atomic.Int32
+	start(t, b.pool, worker.Config{}, worker.Handlers{"later": func(ctx context.Context, task *worker.Task) error {
+		if calls.Add(1) < 3 {
+			return worker.Snooze(50 * time.Millisecond)
+		}
+		return nil
+	}})
+	waitFor(t, 10*time.Second, "completion", func() bool { return b.get(t, id).Status == queue.StatusCompleted })
+	// Snoozes spend no attempt and record no failure: with max attempts 1
+	// the third run still happened.
+	if task := b.get(t, id); task.Attempt != 1 || len(task.Errors) != 0 || calls.Load() != 3 {
+		t.Fatalf("task = %+v after %d calls", task, calls.Load())
+	}
+}
