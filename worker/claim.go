@@ -151,6 +151,7 @@ func (w *Worker) claimAndStart(queueName string, max int, only, skip []string, q
 	if err != nil {
 		return 0, err
 	}
+	w.cfg.Observer.Claimed(queueName, max, len(rows))
 	for _, r := range rows {
 		w.launch(r, gen, qslots)
 	}

@@ -97,6 +97,13 @@ type Config struct {
 	// Logger receives the worker's logs: lifecycle at info, trouble at warn
 	// and error. Defaults to slog.Default().
 	Logger *slog.Logger
+
+	// Middleware wraps every handler, the first outermost.
+	Middleware []Middleware
+
+	// Observer receives the worker's events, for metrics. Defaults to
+	// NopObserver.
+	Observer Observer
 }
 
 // RateLimit allows at most Limit tasks to start per window of Per, counted
@@ -167,6 +174,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Observer == nil {
+		c.Observer = NopObserver{}
 	}
 
 	var errs []error

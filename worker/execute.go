@@ -28,15 +28,15 @@ var (
 
 // Outcomes recorded in a task's error history.
 const (
-	outcomeError     = "error"
-	outcomePanic     = "panic"
-	outcomeTimeout   = "timeout"
-	outcomeAbandoned = "abandoned"
-	outcomeNoHandler = "no_handler"
-	outcomeShutdown  = "shutdown"
-	outcomeLockLost  = "lock_lost"
-	outcomeCancelled = "cancelled"
-	outcomeSnoozed   = "snoozed"
+	outcomeError     = string(OutcomeError)
+	outcomePanic     = string(OutcomePanic)
+	outcomeTimeout   = string(OutcomeTimeout)
+	outcomeAbandoned = string(OutcomeAbandoned)
+	outcomeNoHandler = string(OutcomeNoHandler)
+	outcomeShutdown  = string(OutcomeShutdown)
+	outcomeLockLost  = string(OutcomeLockLost)
+	outcomeCancelled = string(OutcomeCancelled)
+	outcomeSnoozed   = string(OutcomeSnoozed)
 )
 
 // execution is one attempt of one claimed task in this process.
@@ -185,7 +185,9 @@ func (w *Worker) settle(e *execution, res result) bool {
 	delete(w.inflight, e)
 	w.mu.Unlock()
 
-	w.comp.add(w.finishFor(e, res))
+	f := w.finishFor(e, res)
+	w.cfg.Observer.Finished(e.task, Outcome(res.outcome), f.status, time.Since(e.task.StartedAt))
+	w.comp.add(f)
 	w.slots.Release(1)
 	if e.slots != nil {
 		e.slots.Release(1)

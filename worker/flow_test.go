@@ -303,3 +303,54 @@ func TestSnooze(t *testing.T) {
 		t.Fatalf("task = %+v after %d calls", task, calls.Load())
 	}
 }
+
+type countingObserver struct {
+	worker.NopObserver
+	claimed, finished atomic.Int32
+	outcomes          sync.Map
+}
+
+func (o *countingObserver) Claimed(_ string, _, got int) { o.claimed.Add(int32(got)) }
+func (o *countingObserver) Finished(t *worker.Task, out worker.Outcome, next queue.Status, _ time.Duration) {
+	o.finished.Add(1)
+	o.outcomes.Store(t.ID, string(out)+"->"+string(next))
+}
+
+func TestMiddlewareAndObserver(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var order []string
+	var mu sync.Mutex
+	mw := func(tag string) worker.Middleware {
+		return func(next worker.Handler) worker.Handler {
+			return func(ctx context.Context, task *worker.Task) error {
+				mu.Lock()
+				order = append(order, tag)
+				mu.Unlock()
+				return next(ctx, task)
+			}
+		}
+	}
+	obs := &countingObserver{}
+	ok := b.enqueue(t, "ok", nil)
+	bad := b.enqueue(t, "bad", nil, queue.WithMaxAttempts(1))
+	start(t, b.pool, worker.Config{Middleware: []worker.Middleware{mw("outer"), mw("inner")}, Observer: obs}, worker.Handlers{
+		"ok":  func(context.Context, *worker.Task) error { return nil },
+		"bad": func(context.Context, *worker.Task) error { return errors.New("no") },
+	})
+	waitFor(t, 10*time.Second, "both finished", func() bool { return b.count(t, "status IN ('completed', 'failed')") == 2 })
+	if obs.claimed.Load() != 2 || obs.finished.Load() != 2 {
+		t.Fatalf("observer saw %d claimed, %d finished", obs.claimed.Load(), obs.finished.Load())
+	}
+	if o, _ := obs.outcomes.Load(ok); o != "->completed" {
+		t.Fatalf("ok: %v", o)
+	}
+	if o, _ := obs.outcomes.Load(bad); o != "error->failed" {
+		t.Fatalf("bad: %v", o)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(order) != 4 || order[0] != "outer" || order[1] != "inner" {
+		t.Fatalf("middleware order %v", order)
+	}
+}

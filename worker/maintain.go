@@ -188,6 +188,7 @@ func (w *Worker) rescue(ctx context.Context) {
 	if len(rows) == 0 {
 		return
 	}
+	w.cfg.Observer.Rescued(len(rows))
 	queues := map[string]bool{}
 	for _, r := range rows {
 		w.log.Warn("skiplock: rescued task whose worker is gone", "task_id", r.ID, "name", r.Name,

@@ -106,7 +106,7 @@ func (w *Worker) Run(ctx context.Context, handlers Handlers) error {
 	}
 	w.started = true
 	w.mu.Unlock()
-	w.handlers = handlers
+	w.handlers = wrap(handlers, w.cfg.Middleware)
 
 	if err := w.start(ctx); err != nil {
 		return err
@@ -209,6 +209,7 @@ func (w *Worker) lockSessionUp(gen uint64, backendPID uint32) {
 		w.log.Warn("skiplock: registering worker", "error", err)
 	}
 	if gen > 1 {
+		w.cfg.Observer.LockSessionReconnected()
 		w.wakeAll()
 	}
 }
@@ -216,11 +217,14 @@ func (w *Worker) lockSessionUp(gen uint64, backendPID uint32) {
 // lockSessionLost cancels the handlers whose locks died with the session:
 // their tasks are now free for the rescuer and other workers.
 func (w *Worker) lockSessionLost(gen uint64) {
+	cancelled := 0
 	for _, e := range w.inflightSnapshot() {
 		if e.gen == gen {
 			w.cancelExecution(e, errLockLost)
+			cancelled++
 		}
 	}
+	w.cfg.Observer.LockSessionLost(cancelled)
 }
 
 func (w *Worker) inflightSnapshot() []*execution {
