@@ -98,12 +98,18 @@ type Config struct {
 	// and error. Defaults to slog.Default().
 	Logger *slog.Logger
 
+	// Periodic tasks are enqueued on their schedules by one elected worker
+	// among all that declare them; see PeriodicTask.
+	Periodic []PeriodicTask
+
 	// Middleware wraps every handler, the first outermost.
 	Middleware []Middleware
 
 	// Observer receives the worker's events, for metrics. Defaults to
 	// NopObserver.
 	Observer Observer
+
+	now func() time.Time // the scheduler's clock; tests move it
 }
 
 // RateLimit allows at most Limit tasks to start per window of Per, counted
@@ -177,6 +183,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Observer == nil {
 		c.Observer = NopObserver{}
+	}
+	if c.now == nil {
+		c.now = time.Now
 	}
 
 	var errs []error

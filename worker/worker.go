@@ -49,6 +49,8 @@ type Worker struct {
 	inflight map[*execution]struct{}
 	wakes    map[string]chan struct{}
 
+	schedules    []schedule
+	producer     *queue.Client
 	queueSlots   map[string]*semaphore.Weighted // queues with their own cap
 	queueLimits  map[string]RateLimit           // rate limits by queue
 	nameLimits   []RateLimit                    // rate limits by task name
@@ -69,19 +71,24 @@ type Worker struct {
 // the schema skiplock was migrated into. An invalid cfg is reported by Run.
 func New(pool *pgxpool.Pool, cfg Config) *Worker {
 	cfg, err := cfg.withDefaults()
+	schedules, serr := parseSchedules(cfg.Periodic)
 	host, _ := os.Hostname()
 	return &Worker{
-		pool:     pool,
-		cfg:      cfg,
-		cfgErr:   err,
-		queries:  db.New(),
-		log:      cfg.Logger,
-		host:     host,
-		pid:      os.Getpid(),
-		inflight: map[*execution]struct{}{},
-		wakes:    map[string]chan struct{}{},
+		schedules: schedules,
+		producer:  queue.New(pool),
+		pool:      pool,
+		cfg:       cfg,
+		cfgErr:    errors.Join(err, serr),
+		queries:   db.New(),
+		log:       cfg.Logger,
+		host:      host,
+		pid:       os.Getpid(),
+		inflight:  map[*execution]struct{}{},
+		wakes:     map[string]chan struct{}{},
 	}
 }
+
+func (w *Worker) now() time.Time { return w.cfg.now() }
 
 // ID returns the worker's ID, as recorded in the tasks it runs.
 func (w *Worker) ID() string { return w.cfg.WorkerID }
@@ -122,6 +129,7 @@ func (w *Worker) Run(ctx context.Context, handlers Handlers) error {
 	background.Go(func() error { w.listen(bgCtx, listening); return nil })
 	background.Go(func() error { w.maintain(bgCtx); return nil })
 	background.Go(func() error { w.health(bgCtx); return nil })
+	background.Go(func() error { w.schedulePeriodic(ctx); return nil })
 
 	// Claim only once notifications can arrive, so that none sent after Run
 	// starts is missed; if LISTEN cannot be had, polling still works.

@@ -16,7 +16,10 @@ import (
 const requeueReason = "requeued by skiplock requeue"
 
 // runningNotCancelled is said of a running task that cancel leaves alone.
-const runningNotCancelled = "running, not cancelled (cancelling running tasks arrives with issue 5)"
+const (
+	runningNotCancelled    = "running, not cancelled (add --status running to stop running tasks too)"
+	runningCancelRequested = "running: cancellation requested; its worker stops the handler"
+)
 
 // changeJSON is what requeue, cancel and purge print with --json.
 type changeJSON struct {
@@ -47,6 +50,7 @@ type byIDs struct {
 	ids      []int64
 	statuses []queue.Status // the statuses the change applies to
 	target   queue.Status   // a task already here is fine
+	alsoOK   queue.Status   // a task skipped in this status is fine too
 	dryRun   bool
 	why      func(queue.Status) string
 	run      func(ctx context.Context) (changed []int64, skipped []queue.SkippedTask, err error)
@@ -89,7 +93,7 @@ func (a *app) changeByIDs(ctx context.Context, client *queue.Client, c byIDs) er
 		if s.Status != "" {
 			reason = c.why(s.Status)
 		}
-		ok := s.Status == c.target
+		ok := s.Status == c.target || (c.alsoOK != "" && s.Status == c.alsoOK)
 		out.Skipped = append(out.Skipped, skipJSON{ID: s.ID, Status: s.Status, Reason: reason, OK: ok})
 		if !ok {
 			failed = append(failed, fmt.Sprintf("%d %s", s.ID, reason))
@@ -332,8 +336,33 @@ not found); a task already pending is fine.`,
 	return c
 }
 
+// requestCancelRunning asks for the cancellation of the running tasks that
+// match f. Running tasks are bounded by the lock table: a few pages.
+func requestCancelRunning(ctx context.Context, client *queue.Client, f queue.Filter) (int64, error) {
+	f.Statuses = []queue.Status{queue.StatusRunning}
+	var requested int64
+	var before int64
+	for {
+		tasks, err := client.List(ctx, queue.ListFilter{Filter: f, Limit: queue.MaxListLimit, BeforeID: before})
+		if err != nil || len(tasks) == 0 {
+			return requested, err
+		}
+		ids := make([]int64, len(tasks))
+		for i, t := range tasks {
+			ids[i] = t.ID
+		}
+		got, err := client.CancelRunning(ctx, ids)
+		requested += int64(len(got))
+		if err != nil {
+			return requested, err
+		}
+		before = ids[len(ids)-1]
+	}
+}
+
 func (a *app) cancelCommand() *cobra.Command {
 	var (
+		requested   int64
 		ff          filterFlags
 		statuses    []string
 		dryRun, yes bool
@@ -342,19 +371,24 @@ func (a *app) cancelCommand() *cobra.Command {
 	)
 	c := newCommand(&cobra.Command{
 		Use:   "cancel [ID...]",
-		Short: "Cancel pending or failed tasks",
-		Long: `Cancel pending and failed tasks: they become cancelled and are not run
-again unless requeued (skiplock requeue --cancelled).
+		Short: "Cancel pending, failed or running tasks",
+		Long: `Cancel tasks. Pending and failed tasks become cancelled at once and are
+not run again unless requeued (skiplock requeue --cancelled). For a running
+task, cancellation is requested: the worker running it, on whichever
+machine, cancels its handler's context at once (NOTIFY, with a poll as
+fallback); if the handler then returns an error the task ends cancelled,
+if it returns nil it ends completed.
 
-Name the tasks by ID, or select them with filters (--status, --queue,
---name, --since, --error-contains); a selection asks for confirmation
-(--yes skips it; without a terminal it is required).
+Name the tasks by ID (running ones included), or select them with filters
+(--status, --queue, --name, --since, --error-contains); a selection covers
+pending and failed tasks unless --status running is given, and asks for
+confirmation (--yes skips it; without a terminal it is required).
 
-Running tasks are not changed by this command yet: cancelling running tasks
-arrives with issue 5. A named task that is running, completed or not found
-is reported, and the exit code is 3; a task already cancelled is fine.`,
+A named task that is completed or not found is reported, and the exit code
+is 3; a task already cancelled is fine.`,
 		Example: `  skiplock cancel 42 43
   skiplock cancel --status pending --queue reports --name report.build --dry-run
+  skiplock cancel --status running --name video.encode --yes
   skiplock cancel --status failed --since 7d --yes`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -362,8 +396,7 @@ is reported, and the exit code is 3; a task already cancelled is fine.`,
 			if err != nil {
 				return err
 			}
-			sts, err := parseStatuses(statuses, []queue.Status{queue.StatusPending, queue.StatusFailed}, map[queue.Status]string{
-				queue.StatusRunning:   "running tasks cannot be cancelled yet (cancelling running tasks arrives with issue 5)",
+			sts, err := parseStatuses(statuses, []queue.Status{queue.StatusPending, queue.StatusFailed, queue.StatusRunning}, map[queue.Status]string{
 				queue.StatusCompleted: "completed tasks cannot be cancelled (purge them with skiplock purge)",
 				queue.StatusCancelled: "these tasks are already cancelled",
 			})
@@ -379,7 +412,14 @@ is reported, and the exit code is 3; a task already cancelled is fine.`,
 			if len(sts) == 0 {
 				sts = []queue.Status{queue.StatusPending, queue.StatusFailed}
 			}
-			f, err := ff.filter(sts)
+			withRunning := slices.Contains(sts, queue.StatusRunning)
+			f, err := ff.filter(sts) // what the command selects, running included
+			if err != nil {
+				return err
+			}
+			// What Cancel itself changes: running tasks get a request instead.
+			sts = slices.DeleteFunc(slices.Clone(sts), func(s queue.Status) bool { return s == queue.StatusRunning })
+			cancelFilter, err := ff.filter(sts)
 			if err != nil {
 				return err
 			}
@@ -394,36 +434,73 @@ is reported, and the exit code is 3; a task already cancelled is fine.`,
 				return err
 			}
 			defer done()
-			req := queue.CancelRequest{Filter: f, BatchSize: batch}
+			req := queue.CancelRequest{Filter: cancelFilter, BatchSize: batch}
 
 			if len(ids) > 0 {
 				req.IDs = ids
 				req.Filter = queue.Filter{}
 				return a.changeByIDs(cmd.Context(), client, byIDs{
-					action: "cancel", past: "cancelled", ids: ids, statuses: sts, target: queue.StatusCancelled, dryRun: dryRun,
+					action: "cancel", past: "cancelled", ids: ids, statuses: sts, target: queue.StatusCancelled,
+					alsoOK: queue.StatusRunning, dryRun: dryRun,
 					why: func(s queue.Status) string {
 						switch s {
 						case queue.StatusCancelled:
 							return "already cancelled"
 						case queue.StatusRunning:
-							return runningNotCancelled
+							if dryRun {
+								return "running: cancellation would be requested"
+							}
+							return runningCancelRequested
 						}
 						return string(s) + ", not cancelled"
 					},
 					run: func(ctx context.Context) ([]int64, []queue.SkippedTask, error) {
 						res, err := client.Cancel(ctx, req)
-						return res.IDs, res.Skipped, err
+						if err != nil {
+							return nil, nil, err
+						}
+						var running []int64
+						for _, s := range res.Skipped {
+							if s.Status == queue.StatusRunning {
+								running = append(running, s.ID)
+							}
+						}
+						if len(running) > 0 {
+							if _, err := client.CancelRunning(ctx, running); err != nil {
+								return nil, nil, err
+							}
+						}
+						return res.IDs, res.Skipped, nil
 					},
 				})
 			}
 			return a.changeBulk(cmd.Context(), client, bulk{
 				action: "cancel", past: "cancelled", filter: f, dryRun: dryRun, yes: yes, limit: limit,
 				run: func(ctx context.Context, progress func(int64)) (int64, error) {
-					req.Progress = progress
-					res, err := client.Cancel(ctx, req)
-					return res.Cancelled, err
+					var cancelled int64
+					if len(sts) > 0 {
+						req.Progress = progress
+						res, err := client.Cancel(ctx, req)
+						if err != nil {
+							return res.Cancelled, err
+						}
+						cancelled = res.Cancelled
+					}
+					if withRunning {
+						n, err := requestCancelRunning(ctx, client, f)
+						requested = n
+						return cancelled + n, err
+					}
+					return cancelled, nil
 				},
 				after: func(ctx context.Context) (string, error) {
+					if withRunning {
+						if requested == 0 {
+							return "", nil
+						}
+						return fmt.Sprintf("Of these, %s: cancellation requested; their workers stop the handlers.",
+							plural(requested, "was running", "were running")), nil
+					}
 					running := f
 					running.Statuses = []queue.Status{queue.StatusRunning}
 					n, err := client.Count(ctx, queue.ListFilter{Filter: running})
@@ -437,7 +514,7 @@ is reported, and the exit code is 3; a task already cancelled is fine.`,
 	})
 	ff.register(c, true)
 	fl := c.Flags()
-	fl.StringSliceVar(&statuses, "status", nil, "select tasks in this status: pending, failed (default both)")
+	fl.StringSliceVar(&statuses, "status", nil, "select tasks in this status: pending, failed, running (default pending and failed)")
 	fl.BoolVar(&dryRun, "dry-run", false, "show how many and which tasks would be cancelled; change nothing")
 	fl.BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation")
 	fl.IntVar(&batch, "batch-size", queue.DefaultCancelBatch, "tasks per transaction")

@@ -1,0 +1,142 @@
+package worker_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/skiplock/skiplock/internal/pgtest"
+	"github.com/skiplock/skiplock/queue"
+	"github.com/skiplock/skiplock/worker"
+)
+
+// TestPeriodicEachTickOnce: three workers with clocks 300 ms apart, started
+// at different times, declare the same schedule; the scheduler's session is
+// terminated mid-run. Every tick is enqueued, and run, exactly once.
+func TestPeriodicEachTickOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var mu sync.Mutex
+	runs := map[time.Time]int{}
+	handlers := worker.Handlers{"tick": func(ctx context.Context, task *worker.Task) error {
+		mu.Lock()
+		runs[task.RunAt.UTC()]++
+		mu.Unlock()
+		return nil
+	}}
+	var ws []*worker.Worker
+	for i, skew := range []time.Duration{0, 300 * time.Millisecond, -300 * time.Millisecond} {
+		cfg := worker.Config{
+			PollInterval: 100 * time.Millisecond,
+			Periodic: []worker.PeriodicTask{
+				{Every: time.Second, Name: "tick"},
+				{Cron: "*/1 * * * * *", Name: "tick", ID: "cron-every-second", Options: []queue.Option{queue.WithQueue("cron")}},
+			},
+			Queues: []string{"default", "cron"},
+		}
+		worker.SetClock(&cfg, func() time.Time { return time.Now().Add(skew) })
+		w, _ := start(t, pgtest.NewPool(t, b.schema), cfg, handlers)
+		ws = append(ws, w)
+		if i == 0 {
+			time.Sleep(700 * time.Millisecond)
+		}
+	}
+	time.Sleep(1500 * time.Millisecond)
+	// Take the scheduler's session away: another worker (or the same,
+	// reconnected) must go on without losing or repeating a tick.
+	var pid int32
+	err := b.pool.QueryRow(context.Background(), `SELECT pid FROM pg_locks WHERE locktype = 'advisory'
+		AND objsubid = 1 AND objid = 2 AND classid = 'skiplock_tasks'::regclass::oid`).Scan(&pid)
+	if err != nil {
+		t.Fatalf("no elected scheduler: %v", err)
+	}
+	b.pool.Exec(context.Background(), "SELECT pg_terminate_backend($1)", pid)
+	time.Sleep(2500 * time.Millisecond)
+
+	for _, q := range []string{"default", "cron"} {
+		rows, err := b.pool.Query(context.Background(), `SELECT run_at FROM skiplock_tasks WHERE queue = $1 ORDER BY run_at`, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ticks []time.Time
+		for rows.Next() {
+			var at time.Time
+			rows.Scan(&at)
+			ticks = append(ticks, at.UTC())
+		}
+		rows.Close()
+		if len(ticks) < 3 {
+			t.Fatalf("%s: only %d ticks enqueued in about 4.7s", q, len(ticks))
+		}
+		for i, at := range ticks {
+			if at.Nanosecond() != 0 {
+				t.Fatalf("%s: tick %s is not on a whole second", q, at)
+			}
+			if i > 0 && at.Sub(ticks[i-1]) != time.Second {
+				t.Fatalf("%s: ticks %s and %s: a tick was lost or repeated", q, ticks[i-1], at)
+			}
+		}
+		t.Logf("%s: %d ticks, each enqueued once, none lost across a scheduler handover", q, len(ticks))
+	}
+	waitFor(t, 5*time.Second, "ticks run", func() bool { return b.count(t, "status <> 'completed'") == 0 })
+	mu.Lock()
+	defer mu.Unlock()
+	for at, n := range runs {
+		if n != 2 { // one per schedule
+			t.Fatalf("tick %s ran %d times, want once per schedule", at, n)
+		}
+	}
+}
+
+func TestPeriodicMissedTicks(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	// Ten-minute ticks; the last enqueued an hour before a clock stopped at
+	// 12:05, so the 11:10 to 12:00 ticks were missed.
+	now := time.Date(2026, 11, 21, 12, 5, 0, 0, time.UTC)
+	for _, id := range []string{"skip", "catchup"} {
+		_, err := b.pool.Exec(context.Background(), "INSERT INTO skiplock_periodic (schedule, last_tick) VALUES ($1, $2)", id, now.Add(-65*time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := worker.Config{Queues: []string{"none"}, Periodic: []worker.PeriodicTask{
+		{ID: "skip", Every: 10 * time.Minute, Name: "report"},
+		{ID: "catchup", Every: 10 * time.Minute, Name: "report", Payload: "catchup", Missed: worker.CatchUpOnce},
+	}}
+	worker.SetClock(&cfg, func() time.Time { return now })
+	start(t, b.pool, cfg, worker.Handlers{"report": func(context.Context, *worker.Task) error { return nil }})
+	waitFor(t, 5*time.Second, "catch-up tick", func() bool { return b.count(t, "true") == 1 })
+	time.Sleep(300 * time.Millisecond) // more scheduler passes change nothing
+	var payload string
+	var runAt time.Time
+	if err := b.pool.QueryRow(context.Background(), "SELECT payload::text, run_at FROM skiplock_tasks").Scan(&payload, &runAt); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.count(t, "true"); n != 1 || payload != `"catchup"` || !runAt.Equal(now.Add(-5*time.Minute)) {
+		t.Fatalf("%d tasks; payload %s at %s; want one catch-up of the 12:00 tick", n, payload, runAt)
+	}
+}
+
+func TestPeriodicInvalid(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	noop := worker.Handlers{"x": func(context.Context, *worker.Task) error { return nil }}
+	for _, tc := range []struct {
+		p    worker.PeriodicTask
+		want string
+	}{
+		{worker.PeriodicTask{Name: "x", Cron: "61 * * * *"}, "cron \"61 * * * *\""},
+		{worker.PeriodicTask{Name: "x", Cron: "@every 5m"}, "use Every"},
+		{worker.PeriodicTask{Name: "x"}, "set exactly one of Cron and Every"},
+		{worker.PeriodicTask{Name: "x", Every: time.Millisecond}, "at least 1s"},
+		{worker.PeriodicTask{Name: "x", Every: time.Minute, Payload: make(chan int)}, "cannot be encoded"},
+	} {
+		err := worker.New(pool, worker.Config{Periodic: []worker.PeriodicTask{tc.p}}).Run(context.Background(), noop)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: err = %v, want %q", tc.p, err, tc.want)
+		}
+	}
+}
