@@ -56,12 +56,17 @@ type Client struct {
 	pool    *pgxpool.Pool
 	queries *db.Queries
 	schema  schemaCache
+	hooks   []EnqueueHook
 }
 
 // New returns a Client on pool. The pool's search_path must reach the schema
 // skiplock was migrated into.
-func New(pool *pgxpool.Pool) *Client {
-	return &Client{pool: pool, queries: db.New()}
+func New(pool *pgxpool.Pool, opts ...ClientOption) *Client {
+	c := &Client{pool: pool, queries: db.New()}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
 }
 
 // NewTask is one task for EnqueueMany.
@@ -202,6 +207,10 @@ func (c *Client) insert(ctx context.Context, tx Executor, tasks []NewTask) ([]in
 			p.UniqueKeys[i] = key
 		}
 	}
+	hooked, err := c.beforeEnqueue(ctx, &p)
+	if err != nil {
+		return nil, fmt.Errorf("%w: metadata from an enqueue hook: %v", ErrInvalidTask, err)
+	}
 	rows, err := c.queries.TaskInsertMany(ctx, tx, p)
 	if err != nil {
 		return nil, fmt.Errorf("enqueueing: %w", pgerr.Wrap(err))
@@ -223,6 +232,7 @@ func (c *Client) insert(ctx context.Context, tx Executor, tasks []NewTask) ([]in
 		}
 		dups = append(dups, &DuplicateError{Index: i, Key: key})
 	}
+	c.afterEnqueue(ctx, hooked, ids)
 	if len(dups) == 0 {
 		return ids, nil
 	}
