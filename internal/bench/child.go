@@ -1,0 +1,374 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"runtime/metrics"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/skiplock/skiplock/worker"
+)
+
+// Worker processes are the bench binary itself, started again with
+// WorkerProcessFlag and a workerSpec in the environment, so that scaling and
+// memory are measured on real processes. The protocol on their stdin and
+// stdout is line based:
+//
+//	child:  ready               pool connected; waiting for go
+//	parent: go                  start the worker (the parent's clock starts)
+//	child:  done <n> <heap>     every 50ms: handlers run, live heap bytes
+//	parent: (closes stdin)      shut down gracefully
+//	child:  stat <query> <calls> <rows> <total ns> <max ns>
+//	                            with tracing on, after worker.Run returned
+//	child:  exit <n>            after worker.Run returned
+
+// WorkerProcessFlag, as the first argument after Options.Self, runs the
+// hidden worker mode instead of the bench.
+const WorkerProcessFlag = "--worker-process"
+
+// workerEnv carries the workerSpec as JSON, keeping the database URL (and
+// any password in it) off the command line.
+const workerEnv = "SKIPLOCK_BENCH_WORKER"
+
+// noopTask is the name of the bench's tasks; its handler does nothing.
+const noopTask = "noop"
+
+type workerSpec struct {
+	URL         string `json:"url"`
+	Schema      string `json:"schema"`
+	Concurrency int    `json:"concurrency,omitempty"`
+	CPUProfile  string `json:"cpu_profile,omitempty"`
+	Trace       bool   `json:"trace,omitempty"`
+	// Settings are SET on every connection of the worker, LockSettings on
+	// its lock session only: experiments such as synchronous_commit=off.
+	Settings     []string `json:"settings,omitempty"`
+	LockSettings []string `json:"lock_settings,omitempty"`
+}
+
+// workerProcess is the child's side: a worker with default settings (but
+// for Concurrency when the parent sets it) and a no-op handler.
+func workerProcess(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) error {
+	var spec workerSpec
+	if err := json.Unmarshal([]byte(os.Getenv(workerEnv)), &spec); err != nil {
+		return fmt.Errorf("worker process: %s: %w", workerEnv, err)
+	}
+	cfg, err := pgxpool.ParseConfig(spec.URL)
+	if err != nil {
+		return err
+	}
+	cfg.ConnConfig.RuntimeParams["search_path"] = spec.Schema
+	if len(spec.Settings)+len(spec.LockSettings) > 0 {
+		cfg.ConnConfig.AfterConnect = applySettings(spec.Settings, spec.LockSettings)
+	}
+	var stats *queryStats
+	if spec.Trace {
+		stats = newQueryStats()
+		cfg.ConnConfig.Tracer = stats
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := pool.Ping(ctx); err != nil {
+		return err
+	}
+
+	var done atomic.Int64
+	handlers := worker.Handlers{noopTask: func(context.Context, *worker.Task) error {
+		done.Add(1)
+		return nil
+	}}
+	w := worker.New(pool, worker.Config{
+		Concurrency: spec.Concurrency,
+		Logger:      slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+
+	var outMu sync.Mutex
+	say := func(format string, args ...any) {
+		outMu.Lock()
+		defer outMu.Unlock()
+		fmt.Fprintf(stdout, format+"\n", args...)
+	}
+	say("ready")
+	in := bufio.NewScanner(stdin)
+	if !in.Scan() || in.Text() != "go" {
+		return nil // the parent gave up before starting
+	}
+	if spec.CPUProfile != "" {
+		f, err := os.Create(spec.CPUProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() {
+		for in.Scan() {
+		}
+		stop() // stdin closed: shut down
+	}()
+	reportDone := make(chan struct{})
+	go func() {
+		heap := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-reportDone:
+				return
+			case <-t.C:
+				metrics.Read(heap)
+				say("done %d %d", done.Load(), heap[0].Value.Uint64())
+			}
+		}
+	}()
+	err = w.Run(runCtx, handlers)
+	close(reportDone)
+	if stats != nil {
+		outMu.Lock()
+		stats.write(stdout)
+		outMu.Unlock()
+	}
+	say("exit %d", done.Load())
+	return err
+}
+
+// applySettings returns a pgconn AfterConnect hook that SETs settings on
+// every connection, and lockSettings too on the lock session, which the
+// worker names in application_name. The lock session copies the pool's
+// connection config, hook included.
+func applySettings(settings, lockSettings []string) func(context.Context, *pgconn.PgConn) error {
+	return func(ctx context.Context, c *pgconn.PgConn) error {
+		all := settings
+		if c.ParameterStatus("application_name") == "skiplock lock session" {
+			all = append(slices.Clone(settings), lockSettings...)
+		}
+		for _, s := range all {
+			name, value, _ := strings.Cut(s, "=")
+			sql := "SELECT set_config('" + strings.ReplaceAll(name, "'", "''") + "', '" + strings.ReplaceAll(value, "'", "''") + "', false)"
+			if err := c.Exec(ctx, sql).Close(); err != nil {
+				return fmt.Errorf("setting %s: %w", s, err)
+			}
+		}
+		return nil
+	}
+}
+
+// workerProc is the parent's handle on a worker process.
+type workerProc struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	done   atomic.Int64
+	heap   atomic.Int64
+	stats  map[string]queryStat // from stat lines; read after exited
+	ready  chan struct{}
+	exited chan struct{}
+	err    error // set before exited is closed
+}
+
+func startWorkerProc(self []string, spec workerSpec, stderr io.Writer) (*workerProc, error) {
+	env, err := json.Marshal(spec)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(self[0], append(append([]string{}, self[1:]...), WorkerProcessFlag)...)
+	cmd.Env = append(os.Environ(), workerEnv+"="+string(env))
+	cmd.Stderr = stderr
+	p := &workerProc{cmd: cmd, stats: map[string]queryStat{}, ready: make(chan struct{}), exited: make(chan struct{})}
+	if p.stdin, err = cmd.StdinPipe(); err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting worker process %s: %w", self[0], err)
+	}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		readyOnce := sync.OnceFunc(func() { close(p.ready) })
+		for sc.Scan() {
+			f := strings.Fields(sc.Text())
+			switch {
+			case len(f) == 1 && f[0] == "ready":
+				readyOnce()
+			case len(f) == 3 && f[0] == "done":
+				n, _ := strconv.ParseInt(f[1], 10, 64)
+				h, _ := strconv.ParseInt(f[2], 10, 64)
+				p.done.Store(n)
+				p.heap.Store(h)
+			case len(f) == 6 && f[0] == "stat":
+				var n [4]int64
+				for i := range n {
+					n[i], _ = strconv.ParseInt(f[i+2], 10, 64)
+				}
+				p.stats[f[1]] = queryStat{Calls: n[0], Rows: n[1], Total: time.Duration(n[2]), Max: time.Duration(n[3])}
+			case len(f) == 2 && f[0] == "exit":
+				n, _ := strconv.ParseInt(f[1], 10, 64)
+				p.done.Store(n)
+			}
+		}
+		err := cmd.Wait()
+		if err != nil {
+			err = fmt.Errorf("worker process %d: %w", cmd.Process.Pid, err)
+		}
+		p.err = err
+		close(p.exited)
+	}()
+	return p, nil
+}
+
+func (p *workerProc) pid() int { return p.cmd.Process.Pid }
+
+// waitReady waits until the process has connected.
+func (p *workerProc) waitReady(ctx context.Context) error {
+	select {
+	case <-p.ready:
+		return nil
+	case <-p.exited:
+		if p.err == nil {
+			return errors.New("worker process exited before it was ready")
+		}
+		return p.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (p *workerProc) start() error {
+	_, err := io.WriteString(p.stdin, "go\n")
+	return err
+}
+
+// failed returns the process's error if it has exited.
+func (p *workerProc) failed() error {
+	select {
+	case <-p.exited:
+		if p.err == nil {
+			return errors.New("worker process exited early")
+		}
+		return p.err
+	default:
+		return nil
+	}
+}
+
+// stop shuts the process down gracefully, and kills it after timeout.
+func (p *workerProc) stop(timeout time.Duration) error {
+	_ = p.stdin.Close()
+	select {
+	case <-p.exited:
+		return p.err
+	case <-time.After(timeout):
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+		return fmt.Errorf("worker process %d did not stop within %s; killed", p.pid(), timeout)
+	}
+}
+
+// procs is a set of worker processes working one schema.
+type procs []*workerProc
+
+func startProcs(ctx context.Context, self []string, n int, spec workerSpec, stderr io.Writer) (procs, error) {
+	var ps procs
+	for i := range n {
+		s := spec
+		if s.CPUProfile != "" && n > 1 {
+			s.CPUProfile = fmt.Sprintf("%s.%d", s.CPUProfile, i)
+		}
+		p, err := startWorkerProc(self, s, stderr)
+		if err != nil {
+			ps.stop()
+			return nil, err
+		}
+		ps = append(ps, p)
+	}
+	for _, p := range ps {
+		if err := p.waitReady(ctx); err != nil {
+			ps.stop()
+			return nil, err
+		}
+	}
+	return ps, nil
+}
+
+func (ps procs) start() error {
+	for _, p := range ps {
+		if err := p.start(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (ps procs) done() (n int64) {
+	for _, p := range ps {
+		n += p.done.Load()
+	}
+	return n
+}
+
+func (ps procs) failed() error {
+	for _, p := range ps {
+		if err := p.failed(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (ps procs) cpu() (d time.Duration) {
+	for _, p := range ps {
+		d += cpuTime(p.pid())
+	}
+	return d
+}
+
+func (ps procs) rss() (n int64) {
+	for _, p := range ps {
+		n += rssBytes(p.pid())
+	}
+	return n
+}
+
+func (ps procs) heap() (n int64) {
+	for _, p := range ps {
+		n += p.heap.Load()
+	}
+	return n
+}
+
+func (ps procs) stop() error {
+	var errs []error
+	for _, p := range ps {
+		_ = p.stdin.Close()
+	}
+	for _, p := range ps {
+		errs = append(errs, p.stop(90*time.Second))
+	}
+	return errors.Join(errs...)
+}
