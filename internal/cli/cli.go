@@ -207,6 +207,7 @@ be changed (the output lists them).`,
 		a.locksCommand(),
 		a.queueCommand(),
 		a.enqueueCommand(),
+		a.uiCommand(),
 		a.migrateCommand(),
 		a.versionCommand(),
 	)

@@ -1,0 +1,452 @@
+package ui
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"math"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/skiplock/skiplock/db"
+	"github.com/skiplock/skiplock/queue"
+)
+
+// page is what every template gets: the shell's fields and the page's own
+// Data.
+type page struct {
+	Title   string
+	Nav     string
+	CSRF    string
+	Refresh int // seconds; 0 for none
+	Flash   string
+	Path    string // the request's path and query, to come back to after a POST
+	Data    any
+}
+
+var funcs = template.FuncMap{
+	"ago": func(t any) string {
+		var at time.Time
+		switch v := t.(type) {
+		case time.Time:
+			at = v
+		case *time.Time:
+			if v == nil {
+				return "-"
+			}
+			at = *v
+		}
+		if at.IsZero() {
+			return "-"
+		}
+		d := time.Since(at)
+		if d < 0 {
+			return "in " + short(-d)
+		}
+		return short(d) + " ago"
+	},
+	"short": short,
+	"when": func(t any) string {
+		switch v := t.(type) {
+		case time.Time:
+			if v.IsZero() {
+				return "-"
+			}
+			return v.Local().Format("2006-01-02 15:04:05")
+		case *time.Time:
+			if v == nil || v.IsZero() {
+				return "-"
+			}
+			return v.Local().Format("2006-01-02 15:04:05")
+		}
+		return "-"
+	},
+	"iso":  func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
+	"clip": clip,
+	"pretty": func(raw json.RawMessage) string {
+		var b bytes.Buffer
+		if json.Indent(&b, raw, "", "  ") != nil {
+			return string(raw)
+		}
+		return b.String()
+	},
+	"count": func(n int64) string {
+		s := strconv.FormatInt(n, 10)
+		for i := len(s) - 3; i > 0 && s[i-1] != '-'; i -= 3 {
+			s = s[:i] + "," + s[i:]
+		}
+		return s
+	},
+	"pct": func(f float64) string {
+		if math.IsNaN(f) {
+			return "-"
+		}
+		return fmt.Sprintf("%.0f%%", 100*f)
+	},
+	"rate": func(f float64) string {
+		switch {
+		case f == 0:
+			return "0"
+		case f < 10:
+			return fmt.Sprintf("%.1f", f)
+		}
+		return fmt.Sprintf("%.0f", f)
+	},
+	"statuses": func() []queue.Status { return queue.Statuses },
+	"join":     strings.Join,
+	"firstLine": func(s string) string {
+		line, _, _ := strings.Cut(s, "\n")
+		return line
+	},
+}
+
+func short(d time.Duration) string {
+	switch {
+	case d < time.Second:
+		return fmt.Sprintf("%dms", d.Milliseconds())
+	case d < time.Minute:
+		return fmt.Sprintf("%.1fs", d.Seconds())
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+	}
+	return fmt.Sprintf("%dd", int(d.Hours()/24))
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	i := n
+	for i > 0 && s[i]&0xc0 == 0x80 {
+		i--
+	}
+	return s[:i] + "…"
+}
+
+var pageNames = []string{"queues", "tasks", "task", "failed", "locks", "error"}
+
+func parsePages() (map[string]*template.Template, error) {
+	out := map[string]*template.Template{}
+	for _, name := range pageNames {
+		t, err := template.New("layout.html").Funcs(funcs).ParseFS(assets, "templates/layout.html", "templates/"+name+".html")
+		if err != nil {
+			return nil, fmt.Errorf("ui: parsing template %s: %w", name, err)
+		}
+		out[name] = t
+	}
+	return out, nil
+}
+
+const flashCookie = "skiplock_flash"
+
+func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, name, title, nav string, data any) {
+	p := page{Title: title, Nav: nav, CSRF: s.csrf, Data: data, Path: r.URL.RequestURI()}
+	if s.cfg.Refresh > 0 && name != "error" {
+		p.Refresh = max(int(s.cfg.Refresh.Seconds()), 1)
+	}
+	if c, err := r.Cookie(flashCookie); err == nil {
+		p.Flash, _ = url.QueryUnescape(c.Value)
+		http.SetCookie(w, &http.Cookie{Name: flashCookie, Path: "/", MaxAge: -1})
+	}
+	var buf bytes.Buffer
+	if err := s.pages[name].Execute(&buf, p); err != nil {
+		s.cfg.Logger.Error("skiplock ui: rendering", "page", name, "error", err)
+		http.Error(w, "500 internal error rendering the page", http.StatusInternalServerError)
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: csrfCookie, Value: s.csrf, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+// fail renders an error page; err's text is shown as it is (escaped).
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, status int, err error) {
+	if status >= 500 {
+		s.cfg.Logger.Error("skiplock ui", "path", r.URL.Path, "error", err)
+	}
+	s.render(w, r, status, "error", http.StatusText(status), "", struct {
+		Status  int
+		Message string
+	}{status, strings.ReplaceAll(err.Error(), "skiplock: ", "")})
+}
+
+// queueView is one row of the queues page.
+type queueView struct {
+	db.QueueDepthRow
+	OldestDue   time.Duration
+	DonePerMin  float64 // over the last 15 minutes
+	FailureRate float64 // over the last 15 minutes; NaN when nothing finished
+	DepthChart  template.HTML
+	DoneChart   template.HTML
+	FailChart   template.HTML
+}
+
+func (s *Server) queuesPage(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	rows, err := s.queueDepth(ctx)
+	if err != nil {
+		s.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
+	tp, err := s.readThroughput(ctx)
+	if err != nil {
+		s.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
+	byName := map[string]db.QueueDepthRow{}
+	for _, row := range rows {
+		byName[row.Queue] = row
+	}
+	for q := range tp.completed {
+		if _, ok := byName[q]; !ok {
+			byName[q] = db.QueueDepthRow{Queue: q}
+		}
+	}
+	for q := range tp.failed {
+		if _, ok := byName[q]; !ok {
+			byName[q] = db.QueueDepthRow{Queue: q}
+		}
+	}
+	names := make([]string, 0, len(byName))
+	for q := range byName {
+		names = append(names, q)
+	}
+	slices.Sort(names)
+
+	now := time.Now()
+	views := make([]queueView, 0, len(names))
+	for _, q := range names {
+		row := byName[q]
+		done, failed := tp.completed[q], tp.failed[q]
+		if done == nil {
+			done = make([]float64, chartBuckets)
+		}
+		if failed == nil {
+			failed = make([]float64, chartBuckets)
+		}
+		rates := make([]float64, chartBuckets)
+		var done15, failed15 float64
+		for i := range rates {
+			rates[i] = math.NaN()
+			if n := done[i] + failed[i]; n > 0 {
+				rates[i] = failed[i] / n
+			}
+			if i >= chartBuckets-15 {
+				done15 += done[i]
+				failed15 += failed[i]
+			}
+		}
+		v := queueView{
+			QueueDepthRow: row,
+			OldestDue:     time.Duration(row.OldestDueSeconds * float64(time.Second)),
+			DonePerMin:    done15 / 15,
+			FailureRate:   math.NaN(),
+			DepthChart:    sparkline(s.history.series(q, now), 0, "depth", "due tasks over the last hour"),
+			DoneChart:     sparkline(done, 0, "done", "tasks completed per minute over the last hour"),
+			FailChart:     sparkline(rates, 1, "fail", "failure rate per minute over the last hour"),
+		}
+		if done15+failed15 > 0 {
+			v.FailureRate = failed15 / (done15 + failed15)
+		}
+		views = append(views, v)
+	}
+	s.render(w, r, http.StatusOK, "queues", "Queues", "queues", struct{ Queues []queueView }{views})
+}
+
+// taskRow is a task in a list.
+type taskRow struct {
+	*queue.Task
+	LastError string
+}
+
+func rowsOf(tasks []*queue.Task) []taskRow {
+	out := make([]taskRow, len(tasks))
+	for i, t := range tasks {
+		out[i] = taskRow{Task: t}
+		for j := len(t.Errors) - 1; j >= 0; j-- {
+			if e := t.Errors[j]; e.Outcome != "requeued" {
+				out[i].LastError = e.Error
+				break
+			}
+		}
+	}
+	return out
+}
+
+// listView is the tasks and failed pages' data.
+type listView struct {
+	Status   string
+	Queue    string
+	Name     string
+	Search   string
+	Before   int64
+	Tasks    []taskRow
+	Select   bool // rows have checkboxes for the bulk forms
+	NextURL  string
+	FirstURL string
+}
+
+// listTasks reads one page of tasks for the filter in r's query; status,
+// when not empty, is fixed.
+func (s *Server) listTasks(r *http.Request, status string) (*listView, error) {
+	q := r.URL.Query()
+	v := &listView{Status: status, Queue: strings.TrimSpace(q.Get("queue")), Name: strings.TrimSpace(q.Get("name")),
+		Search: strings.TrimSpace(q.Get("q"))}
+	if v.Status == "" {
+		v.Status = q.Get("status")
+	}
+	f := queue.ListFilter{Limit: PageSize + 1}
+	if v.Status != "" {
+		f.Statuses = []queue.Status{queue.Status(v.Status)}
+	}
+	if v.Queue != "" {
+		f.Queues = []string{v.Queue}
+	}
+	if v.Name != "" {
+		f.Names = []string{v.Name}
+	}
+	if v.Search != "" {
+		if id, err := strconv.ParseInt(strings.TrimPrefix(v.Search, "#"), 10, 64); err == nil && id > 0 {
+			f.IDs = []int64{id}
+		} else {
+			f.ErrorContains = v.Search
+		}
+	}
+	if b := q.Get("before"); b != "" {
+		id, err := strconv.ParseInt(b, 10, 64)
+		if err != nil || id <= 0 {
+			return nil, fmt.Errorf("%w: before must be a task ID, got %q", queue.ErrInvalidRequest, b)
+		}
+		f.BeforeID, v.Before = id, id
+	}
+	tasks, err := s.client.List(r.Context(), f)
+	if err != nil {
+		return nil, err
+	}
+	if len(tasks) > PageSize {
+		tasks = tasks[:PageSize]
+		next := r.URL.Query()
+		next.Set("before", strconv.FormatInt(tasks[len(tasks)-1].ID, 10))
+		v.NextURL = r.URL.Path + "?" + next.Encode()
+	}
+	if v.Before != 0 {
+		first := r.URL.Query()
+		first.Del("before")
+		v.FirstURL = r.URL.Path
+		if len(first) > 0 {
+			v.FirstURL += "?" + first.Encode()
+		}
+	}
+	v.Tasks = rowsOf(tasks)
+	return v, nil
+}
+
+func (s *Server) tasksPage(w http.ResponseWriter, r *http.Request) {
+	v, err := s.listTasks(r, "")
+	if err != nil {
+		s.failList(w, r, err)
+		return
+	}
+	s.render(w, r, http.StatusOK, "tasks", "Tasks", "tasks", v)
+}
+
+func (s *Server) failedPage(w http.ResponseWriter, r *http.Request) {
+	v, err := s.listTasks(r, string(queue.StatusFailed))
+	if err != nil {
+		s.failList(w, r, err)
+		return
+	}
+	v.Select = true
+	s.render(w, r, http.StatusOK, "failed", "Failed tasks", "failed", v)
+}
+
+func (s *Server) failList(w http.ResponseWriter, r *http.Request, err error) {
+	status := http.StatusInternalServerError
+	if errors.Is(err, queue.ErrInvalidRequest) {
+		status = http.StatusBadRequest
+	}
+	s.fail(w, r, status, err)
+}
+
+// attemptRow is one attempt on a task's page.
+type attemptRow struct {
+	queue.AttemptError
+	Current bool
+}
+
+func (s *Server) taskPage(w http.ResponseWriter, r *http.Request) {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || id <= 0 {
+		s.fail(w, r, http.StatusNotFound, fmt.Errorf("%q is not a task ID", r.PathValue("id")))
+		return
+	}
+	t, err := s.client.Get(r.Context(), id)
+	if errors.Is(err, queue.ErrNotFound) {
+		s.fail(w, r, http.StatusNotFound, fmt.Errorf("no task %d (purged, or never enqueued)", id))
+		return
+	}
+	if err != nil {
+		s.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
+	var holder *queue.TaskLock
+	if t.Status == queue.StatusRunning {
+		if holder, err = s.client.LockHolder(r.Context(), id); err != nil {
+			s.fail(w, r, http.StatusInternalServerError, err)
+			return
+		}
+	}
+	attempts := make([]attemptRow, 0, len(t.Errors)+1)
+	for _, e := range t.Errors {
+		attempts = append(attempts, attemptRow{AttemptError: e})
+	}
+	if t.Status == queue.StatusRunning || t.Status == queue.StatusCompleted {
+		cur := attemptRow{Current: true, AttemptError: queue.AttemptError{Attempt: t.Attempt, WorkerID: t.WorkerID, Outcome: string(t.Status)}}
+		if t.StartedAt != nil {
+			cur.StartedAt = *t.StartedAt
+		}
+		if t.FinishedAt != nil {
+			cur.FinishedAt = *t.FinishedAt
+		}
+		attempts = append(attempts, cur)
+	}
+	slices.Reverse(attempts) // latest first
+	s.render(w, r, http.StatusOK, "task", fmt.Sprintf("Task %d", id), "tasks", struct {
+		Task     *queue.Task
+		Holder   *queue.TaskLock
+		Attempts []attemptRow
+	}{t, holder, attempts})
+}
+
+func (s *Server) locksPage(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	workers, err := s.queries.WorkerList(ctx, s.client.Pool(), 500)
+	if err != nil {
+		s.fail(w, r, http.StatusInternalServerError, fmt.Errorf("listing workers: %w", err))
+		return
+	}
+	locks, err := s.client.Locks(ctx)
+	if err != nil {
+		s.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
+	waits, err := s.client.LockWaits(ctx)
+	if err != nil {
+		s.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
+	s.render(w, r, http.StatusOK, "locks", "Locks and workers", "locks", struct {
+		Workers []db.WorkerListRow
+		Locks   []queue.TaskLock
+		Waits   []queue.LockWait
+	}{workers, locks, waits})
+}
