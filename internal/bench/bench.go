@@ -101,6 +101,10 @@ type Options struct {
 	SustainedRate float64
 	// Duration is how long the sustained workload runs. Defaults to 2m.
 	Duration time.Duration
+	// Purge, when positive, makes the sustained workload purge completed
+	// tasks older than Purge every Purge, as an operator's scheduled
+	// `skiplock purge` would: skiplock keeps finished tasks until purged.
+	Purge time.Duration
 	// NoVacuum skips the VACUUM ANALYZE that follows the preloading of a
 	// backlog, so the run also pays for first-touch hint-bit writes and,
 	// with autovacuum off, plans the claim without statistics.
@@ -212,6 +216,7 @@ func (o Options) withDefaults() (Options, error) {
 	check(o.LatencyDuration > 0, "latency duration must be positive, got %s", o.LatencyDuration)
 	check(o.SustainedRate > 0, "sustained rate must be positive, got %g", o.SustainedRate)
 	check(o.Duration > 0, "duration must be positive, got %s", o.Duration)
+	check(o.Purge >= 0, "purge interval must not be negative, got %s", o.Purge)
 	for _, s := range append(slices.Clone(o.WorkerSettings), o.LockSessionSettings...) {
 		name, _, ok := strings.Cut(s, "=")
 		check(ok && name != "", "setting %q is not name=value", s)

@@ -59,9 +59,9 @@ func (r *Report) writeTable(w io.Writer) error {
 		fmt.Fprintln(w)
 		fmt.Fprintln(w, "sustained run, samples:")
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "t (s)\tin/s\tout/s\tbacklog\tworker RSS MiB\theap MiB\ttable MiB\tclaim idx MiB\tdead rows\t")
+		fmt.Fprintln(tw, "t (s)\tin/s\tout/s\tbacklog\ttask locks\tworker RSS MiB\theap MiB\ttable MiB\tclaim idx MiB\tdead rows\t")
 		for _, s := range r.Sustained {
-			fmt.Fprintf(tw, "%.0f\t%.0f\t%.0f\t%d\t%.1f\t%.1f\t%.1f\t%.2f\t%d\t\n", s.Elapsed, s.InRate, s.OutRate, s.Backlog,
+			fmt.Fprintf(tw, "%.0f\t%.0f\t%.0f\t%d\t%d\t%.1f\t%.1f\t%.1f\t%.2f\t%d\t\n", s.Elapsed, s.InRate, s.OutRate, s.Backlog, s.TaskLocks,
 				mib(s.WorkerRSS), mib(s.WorkerHeap), mib(s.TableBytes), mib(s.ClaimIndexBytes), s.DeadRows)
 		}
 		return tw.Flush()

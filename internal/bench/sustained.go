@@ -26,6 +26,8 @@ type SustainedSample struct {
 	TableBytes      int64 `json:"table_bytes"`
 	ClaimIndexBytes int64 `json:"claim_index_bytes"`
 	DeadRows        int64 `json:"dead_rows"`
+	// TaskLocks is the number of task advisory locks held at the time.
+	TaskLocks int64 `json:"task_locks"`
 }
 
 // sustained: a producer enqueues at SustainedRate for Duration while one
@@ -36,7 +38,10 @@ type SustainedSample struct {
 func (b *bencher) sustained(ctx context.Context) error {
 	o := b.opts
 	name := fmt.Sprintf("rate=%s/s duration=%s", formatNumber(o.SustainedRate), o.Duration)
-	params := map[string]float64{"rate": o.SustainedRate, "duration_s": o.Duration.Seconds()}
+	if o.Purge > 0 {
+		name += fmt.Sprintf(" purge=%s", o.Purge)
+	}
+	params := map[string]float64{"rate": o.SustainedRate, "duration_s": o.Duration.Seconds(), "purge_s": o.Purge.Seconds()}
 	return b.repeat(ctx, WorkloadSustained, name, params, func(ctx context.Context, run int) ([]measure, error) {
 		return b.sustainedRun(ctx, WorkloadSustained+" "+name+runLabel(run, o.Runs))
 	})
@@ -101,6 +106,33 @@ func (b *bencher) sustainedRun(ctx context.Context, label string) ([]measure, er
 		}
 	}()
 
+	var purged atomic.Int64
+	purgeErr := make(chan error, 1)
+	if o.Purge > 0 {
+		go func() {
+			tick := time.NewTicker(o.Purge)
+			defer tick.Stop()
+			for {
+				select {
+				case <-runCtx.Done():
+					purgeErr <- nil
+					return
+				case <-tick.C:
+				}
+				n, err := client.Purge(runCtx, queue.PurgeRequest{
+					Statuses: []queue.Status{queue.StatusCompleted}, FinishedBefore: time.Now().Add(-o.Purge),
+				})
+				purged.Add(n)
+				if err != nil && runCtx.Err() == nil {
+					purgeErr <- err
+					return
+				}
+			}
+		}()
+	} else {
+		purgeErr <- nil
+	}
+
 	interval := min(max(o.Duration/60, time.Second), 10*time.Second)
 	var samples []SustainedSample
 	last := SustainedSample{}
@@ -112,8 +144,9 @@ func (b *bencher) sustainedRun(ctx context.Context, label string) ([]measure, er
 		x.OutRate = float64(x.Completed-last.Completed) / dt
 		x.Backlog = x.Enqueued - x.Completed
 		err := s.pool.QueryRow(ctx, `SELECT pg_total_relation_size('skiplock_tasks'), pg_relation_size('skiplock_tasks_claim_idx'),
-			coalesce((SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = 'skiplock_tasks'::regclass), 0)`).
-			Scan(&x.TableBytes, &x.ClaimIndexBytes, &x.DeadRows)
+			coalesce((SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = 'skiplock_tasks'::regclass), 0),
+			(SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 AND classid = 'skiplock_tasks'::regclass::oid)`).
+			Scan(&x.TableBytes, &x.ClaimIndexBytes, &x.DeadRows, &x.TaskLocks)
 		if err != nil {
 			return err
 		}
@@ -143,6 +176,9 @@ func (b *bencher) sustainedRun(ctx context.Context, label string) ([]measure, er
 	}
 	if err := <-producerErr; err != nil {
 		return nil, fmt.Errorf("producer: %w", err)
+	}
+	if err := <-purgeErr; err != nil {
+		return nil, fmt.Errorf("purge: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -180,9 +216,9 @@ func (b *bencher) sustainedRun(ctx context.Context, label string) ([]measure, er
 		return sum / float64(len(xs))
 	}
 	first, lastQ := samples[1:1+quarter], samples[len(samples)-quarter:]
-	var maxBacklog, maxRSS int64
+	var maxBacklog, maxRSS, maxLocks int64
 	for _, x := range samples {
-		maxBacklog, maxRSS = max(maxBacklog, x.Backlog), max(maxRSS, x.WorkerRSS)
+		maxBacklog, maxRSS, maxLocks = max(maxBacklog, x.Backlog), max(maxRSS, x.WorkerRSS), max(maxLocks, x.TaskLocks)
 	}
 	end := samples[len(samples)-1]
 	return []measure{
@@ -191,6 +227,7 @@ func (b *bencher) sustainedRun(ctx context.Context, label string) ([]measure, er
 		{metric: "out rate, last quarter", unit: "tasks/s", value: meanOut(lastQ)},
 		{metric: "max backlog", unit: "tasks", value: float64(maxBacklog)},
 		{metric: "drain after stop", unit: "s", value: drain.Seconds()},
+		{metric: "max task locks held (samples)", unit: "locks", value: float64(maxLocks)},
 		{metric: "worker RSS, first quarter", unit: "MiB", value: mib(samples[quarter].WorkerRSS)},
 		{metric: "worker RSS, end", unit: "MiB", value: mib(end.WorkerRSS)},
 		{metric: "worker RSS, max", unit: "MiB", value: mib(maxRSS)},
@@ -199,5 +236,6 @@ func (b *bencher) sustainedRun(ctx context.Context, label string) ([]measure, er
 		{metric: "table growth", unit: "bytes/task", value: float64(end.TableBytes-samples[0].TableBytes) / float64(end.Completed-samples[0].Completed)},
 		{metric: "claim index, end", unit: "MiB", value: mib(end.ClaimIndexBytes)},
 		{metric: "dead rows, end", unit: "rows", value: float64(end.DeadRows)},
+		{metric: "purged", unit: "tasks", value: float64(purged.Load())},
 	}, nil
 }
