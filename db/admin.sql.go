@@ -396,7 +396,7 @@ func (q *Queries) TaskCount(ctx context.Context, db DBTX, arg TaskCountParams) (
 }
 
 const taskList = `-- name: TaskList :many
-SELECT t.id, t.queue, t.name, t.payload, t.metadata, t.status, t.priority, t.run_at, t.attempt, t.max_attempts, t.timeout_ms, t.errors, t.worker_id, t.created_at, t.started_at, t.finished_at, t.unique_key, t.unique_window_key, t.exclusive_key, t.cancel_requested_at
+SELECT t.id, t.queue, t.name, t.payload, t.metadata, t.status, t.priority, t.run_at, t.attempt, t.max_attempts, t.timeout_ms, t.errors, t.worker_id, t.created_at, t.started_at, t.finished_at, t.unique_key, t.unique_window_key, t.exclusive_key, t.cancel_requested_at, t.locked_until
 FROM skiplock_tasks AS t
 WHERE t.status = ANY($1::text[])
   AND (cardinality($2::bigint[]) = 0 OR t.id = ANY($2::bigint[]))
@@ -468,6 +468,7 @@ func (q *Queries) TaskList(ctx context.Context, db DBTX, arg TaskListParams) ([]
 			&i.UniqueWindowKey,
 			&i.ExclusiveKey,
 			&i.CancelRequestedAt,
+			&i.LockedUntil,
 		); err != nil {
 			return nil, err
 		}

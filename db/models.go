@@ -9,6 +9,12 @@ import (
 	"time"
 )
 
+type SkiplockLeader struct {
+	Job       string
+	Holder    string
+	ExpiresAt time.Time
+}
+
 type SkiplockPeriodic struct {
 	Schedule  string
 	LastTick  time.Time
@@ -54,6 +60,7 @@ type SkiplockTask struct {
 	UniqueWindowKey   *string
 	ExclusiveKey      *string
 	CancelRequestedAt *time.Time
+	LockedUntil       *time.Time
 }
 
 type SkiplockWorker struct {

@@ -40,3 +40,14 @@ func (q *Queries) SchemaVersion(ctx context.Context, db DBTX) (SkiplockSchemaMig
 	err := row.Scan(&i.Version, &i.Dirty)
 	return i, err
 }
+
+const sessionBackendPID = `-- name: SessionBackendPID :one
+SELECT pg_backend_pid()::integer AS pid
+`
+
+func (q *Queries) SessionBackendPID(ctx context.Context, db DBTX) (int32, error) {
+	row := db.QueryRow(ctx, sessionBackendPID)
+	var pid int32
+	err := row.Scan(&pid)
+	return pid, err
+}

@@ -71,21 +71,21 @@ func (q *Queries) TaskCancelRequested(ctx context.Context, db DBTX, ids []int64)
 const taskClaim = `-- name: TaskClaim :many
 WITH open AS MATERIALIZED (
     SELECT NOT EXISTS (
-        SELECT 1 FROM skiplock_queues AS q WHERE q.name = $2::text AND q.paused_at IS NOT NULL
+        SELECT 1 FROM skiplock_queues AS q WHERE q.name = $3::text AND q.paused_at IS NOT NULL
     ) AS ok
 ), picked AS MATERIALIZED (
     SELECT p.id, p.exclusive_key
     FROM skiplock_tasks AS p
     WHERE p.status = 'pending'
-      AND p.queue = $2::text
+      AND p.queue = $3::text
       AND p.run_at <= now()
       AND (SELECT ok FROM open)
-      AND (cardinality($3::text[]) = 0 OR p.name = ANY($3::text[]))
-      AND NOT (p.name = ANY($4::text[]))
+      AND (cardinality($4::text[]) = 0 OR p.name = ANY($4::text[]))
+      AND NOT (p.name = ANY($5::text[]))
       AND (p.exclusive_key IS NULL OR NOT EXISTS (
           SELECT 1 FROM skiplock_tasks AS r WHERE r.exclusive_key = p.exclusive_key AND r.status = 'running'))
     ORDER BY p.priority, p.run_at, p.id
-    LIMIT $5::integer
+    LIMIT $6::integer
     FOR UPDATE SKIP LOCKED
 ), one_per_key AS MATERIALIZED (
     SELECT DISTINCT ON (coalesce(k.exclusive_key, k.id::text)) k.id, k.exclusive_key
@@ -95,18 +95,22 @@ WITH open AS MATERIALIZED (
     SELECT e.id
     FROM one_per_key AS e
     WHERE e.exclusive_key IS NULL
-       OR pg_try_advisory_xact_lock(hashtextextended(e.exclusive_key, $6::bigint))
+       OR pg_try_advisory_xact_lock(hashtextextended(e.exclusive_key, $7::bigint))
 ), locked AS MATERIALIZED (
+    -- Lease mode (lease_ms > 0) guards tasks with locked_until instead of
+    -- an advisory lock. CASE, unlike OR, fixes the order of evaluation.
     SELECT x.id
     FROM exclusive_ok AS x
-    WHERE pg_try_advisory_lock($7::integer, x.id::bit(32)::integer)
+    WHERE CASE WHEN $2::bigint > 0 THEN true
+               ELSE pg_try_advisory_lock($8::integer, x.id::bit(32)::integer) END
 )
 UPDATE skiplock_tasks AS t
 SET status = 'running',
     attempt = t.attempt + 1,
     worker_id = $1::text,
     started_at = now(),
-    finished_at = NULL
+    finished_at = NULL,
+    locked_until = CASE WHEN $2::bigint > 0 THEN now() + interval '1 millisecond' * $2::bigint END
 FROM locked
 WHERE t.id = locked.id
 RETURNING t.id, t.queue, t.name, t.payload, t.metadata, t.priority, t.attempt,
@@ -115,6 +119,7 @@ RETURNING t.id, t.queue, t.name, t.payload, t.metadata, t.priority, t.attempt,
 
 type TaskClaimParams struct {
 	WorkerID      string
+	LeaseMs       int64
 	Queue         string
 	OnlyNames     []string
 	SkipNames     []string
@@ -157,6 +162,7 @@ type TaskClaimRow struct {
 func (q *Queries) TaskClaim(ctx context.Context, db DBTX, arg TaskClaimParams) ([]TaskClaimRow, error) {
 	rows, err := db.Query(ctx, taskClaim,
 		arg.WorkerID,
+		arg.LeaseMs,
 		arg.Queue,
 		arg.OnlyNames,
 		arg.SkipNames,
@@ -263,7 +269,7 @@ func (q *Queries) TaskFinishMany(ctx context.Context, db DBTX, arg TaskFinishMan
 }
 
 const taskGet = `-- name: TaskGet :one
-SELECT id, queue, name, payload, metadata, status, priority, run_at, attempt, max_attempts, timeout_ms, errors, worker_id, created_at, started_at, finished_at, unique_key, unique_window_key, exclusive_key, cancel_requested_at FROM skiplock_tasks WHERE id = $1::bigint
+SELECT id, queue, name, payload, metadata, status, priority, run_at, attempt, max_attempts, timeout_ms, errors, worker_id, created_at, started_at, finished_at, unique_key, unique_window_key, exclusive_key, cancel_requested_at, locked_until FROM skiplock_tasks WHERE id = $1::bigint
 `
 
 func (q *Queries) TaskGet(ctx context.Context, db DBTX, id int64) (SkiplockTask, error) {
@@ -290,6 +296,7 @@ func (q *Queries) TaskGet(ctx context.Context, db DBTX, id int64) (SkiplockTask,
 		&i.UniqueWindowKey,
 		&i.ExclusiveKey,
 		&i.CancelRequestedAt,
+		&i.LockedUntil,
 	)
 	return i, err
 }
@@ -420,24 +427,32 @@ WITH held AS MATERIALIZED (
       AND l.classid::bigint = $1::bigint
       AND l.database = (SELECT d.oid FROM pg_catalog.pg_database AS d WHERE d.datname = current_database())
 ), orphan_keys AS MATERIALIZED (
-    SELECT r.id % 4294967296 AS key FROM skiplock_tasks AS r WHERE r.status = 'running'
+    SELECT r.id % 4294967296 AS key FROM skiplock_tasks AS r WHERE r.status = 'running' AND r.locked_until IS NULL
     EXCEPT
     SELECT held.key FROM held
 ), victims AS MATERIALIZED (
-    SELECT v.id, v.attempt, v.worker_id, v.started_at, w.host, w.pid
+    SELECT v.id, v.attempt, v.worker_id, v.started_at, v.locked_until, w.host, w.pid
     FROM skiplock_tasks AS v
     JOIN orphan_keys AS o ON v.id % 4294967296 = o.key
     LEFT JOIN skiplock_workers AS w ON w.id = v.worker_id
-    WHERE v.status = 'running'
+    WHERE v.status = 'running' AND v.locked_until IS NULL
+    UNION ALL
+    SELECT v.id, v.attempt, v.worker_id, v.started_at, v.locked_until, w.host, w.pid
+    FROM skiplock_tasks AS v
+    LEFT JOIN skiplock_workers AS w ON w.id = v.worker_id
+    WHERE v.status = 'running' AND v.locked_until < now()
 )
 UPDATE skiplock_tasks AS t
 SET status = CASE WHEN t.attempt >= t.max_attempts THEN 'failed' ELSE 'pending' END,
     finished_at = CASE WHEN t.attempt >= t.max_attempts THEN now() END,
     worker_id = CASE WHEN t.attempt >= t.max_attempts THEN t.worker_id END,
+    locked_until = NULL,
     errors = t.errors || jsonb_build_array(jsonb_build_object(
         'attempt', t.attempt,
         'outcome', 'rescued',
-        'error', 'worker lost its database session (advisory lock released); task rescued',
+        'error', CASE WHEN victims.locked_until IS NULL
+                      THEN 'worker lost its database session (advisory lock released); task rescued'
+                      ELSE 'worker stopped renewing its lease (process died or lost the database); task rescued' END,
         'worker_id', victims.worker_id,
         'host', victims.host,
         'pid', victims.pid,
@@ -448,6 +463,7 @@ FROM victims
 WHERE t.id = victims.id
   AND t.status = 'running'
   AND t.attempt = victims.attempt
+  AND t.locked_until IS NOT DISTINCT FROM victims.locked_until
 RETURNING t.id, t.queue, t.name, t.status, t.attempt, victims.worker_id AS lost_worker_id
 `
 
@@ -460,15 +476,17 @@ type TaskRescueOrphansRow struct {
 	LostWorkerID *string
 }
 
-// Returns running tasks whose advisory lock nobody holds (their worker's
-// session ended) to pending, or to failed when out of attempts. The set
-// difference (EXCEPT) keeps this a hash operation: pg_locks has no
-// statistics, and an anti-join against it can be planned as a nested loop
-// that takes seconds with thousands of running tasks. A rescued task keeps
-// its run_at, so it goes back to the front of its queue, not the end.
-// The UPDATE re-checks status and attempt on the latest row version: a task
-// that finished, or was claimed again, between the snapshot and the read of
-// pg_locks is left alone.
+// Returns running tasks whose worker is gone to pending, or to failed when
+// out of attempts. A task guarded by an advisory lock (locked_until NULL) is
+// orphaned when nobody holds its lock: its worker's session ended. A task
+// guarded by a lease is orphaned when the lease expired: its worker stopped
+// renewing it. The set difference (EXCEPT) keeps the pg_locks side a hash
+// operation: pg_locks has no statistics, and an anti-join against it can be
+// planned as a nested loop that takes seconds with thousands of running
+// tasks. A rescued task keeps its run_at, so it goes back to the front of its
+// queue, not the end. The UPDATE re-checks status and attempt on the latest
+// row version: a task that finished, or was claimed again, between the
+// snapshot and the read of pg_locks is left alone.
 func (q *Queries) TaskRescueOrphans(ctx context.Context, db DBTX, lockClassOid int64) ([]TaskRescueOrphansRow, error) {
 	rows, err := db.Query(ctx, taskRescueOrphans, lockClassOid)
 	if err != nil {

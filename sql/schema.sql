@@ -8,3 +8,6 @@ WHERE c.oid = to_regclass('skiplock_tasks');
 
 -- name: SchemaVersion :one
 SELECT version, dirty FROM skiplock_schema_migrations LIMIT 1;
+
+-- name: SessionBackendPID :one
+SELECT pg_backend_pid()::integer AS pid;

@@ -80,16 +80,20 @@ WITH open AS MATERIALIZED (
     WHERE e.exclusive_key IS NULL
        OR pg_try_advisory_xact_lock(hashtextextended(e.exclusive_key, @exclusive_seed::bigint))
 ), locked AS MATERIALIZED (
+    -- Lease mode (lease_ms > 0) guards tasks with locked_until instead of
+    -- an advisory lock. CASE, unlike OR, fixes the order of evaluation.
     SELECT x.id
     FROM exclusive_ok AS x
-    WHERE pg_try_advisory_lock(@lock_class::integer, x.id::bit(32)::integer)
+    WHERE CASE WHEN @lease_ms::bigint > 0 THEN true
+               ELSE pg_try_advisory_lock(@lock_class::integer, x.id::bit(32)::integer) END
 )
 UPDATE skiplock_tasks AS t
 SET status = 'running',
     attempt = t.attempt + 1,
     worker_id = @worker_id::text,
     started_at = now(),
-    finished_at = NULL
+    finished_at = NULL,
+    locked_until = CASE WHEN @lease_ms::bigint > 0 THEN now() + interval '1 millisecond' * @lease_ms::bigint END
 FROM locked
 WHERE t.id = locked.id
 RETURNING t.id, t.queue, t.name, t.payload, t.metadata, t.priority, t.attempt,
@@ -130,15 +134,17 @@ WHERE t.id = u.id
 RETURNING t.id;
 
 -- name: TaskRescueOrphans :many
--- Returns running tasks whose advisory lock nobody holds (their worker's
--- session ended) to pending, or to failed when out of attempts. The set
--- difference (EXCEPT) keeps this a hash operation: pg_locks has no
--- statistics, and an anti-join against it can be planned as a nested loop
--- that takes seconds with thousands of running tasks. A rescued task keeps
--- its run_at, so it goes back to the front of its queue, not the end.
--- The UPDATE re-checks status and attempt on the latest row version: a task
--- that finished, or was claimed again, between the snapshot and the read of
--- pg_locks is left alone.
+-- Returns running tasks whose worker is gone to pending, or to failed when
+-- out of attempts. A task guarded by an advisory lock (locked_until NULL) is
+-- orphaned when nobody holds its lock: its worker's session ended. A task
+-- guarded by a lease is orphaned when the lease expired: its worker stopped
+-- renewing it. The set difference (EXCEPT) keeps the pg_locks side a hash
+-- operation: pg_locks has no statistics, and an anti-join against it can be
+-- planned as a nested loop that takes seconds with thousands of running
+-- tasks. A rescued task keeps its run_at, so it goes back to the front of its
+-- queue, not the end. The UPDATE re-checks status and attempt on the latest
+-- row version: a task that finished, or was claimed again, between the
+-- snapshot and the read of pg_locks is left alone.
 WITH held AS MATERIALIZED (
     SELECT l.objid::bigint AS key
     FROM pg_catalog.pg_locks AS l
@@ -148,24 +154,32 @@ WITH held AS MATERIALIZED (
       AND l.classid::bigint = @lock_class_oid::bigint
       AND l.database = (SELECT d.oid FROM pg_catalog.pg_database AS d WHERE d.datname = current_database())
 ), orphan_keys AS MATERIALIZED (
-    SELECT r.id % 4294967296 AS key FROM skiplock_tasks AS r WHERE r.status = 'running'
+    SELECT r.id % 4294967296 AS key FROM skiplock_tasks AS r WHERE r.status = 'running' AND r.locked_until IS NULL
     EXCEPT
     SELECT held.key FROM held
 ), victims AS MATERIALIZED (
-    SELECT v.id, v.attempt, v.worker_id, v.started_at, w.host, w.pid
+    SELECT v.id, v.attempt, v.worker_id, v.started_at, v.locked_until, w.host, w.pid
     FROM skiplock_tasks AS v
     JOIN orphan_keys AS o ON v.id % 4294967296 = o.key
     LEFT JOIN skiplock_workers AS w ON w.id = v.worker_id
-    WHERE v.status = 'running'
+    WHERE v.status = 'running' AND v.locked_until IS NULL
+    UNION ALL
+    SELECT v.id, v.attempt, v.worker_id, v.started_at, v.locked_until, w.host, w.pid
+    FROM skiplock_tasks AS v
+    LEFT JOIN skiplock_workers AS w ON w.id = v.worker_id
+    WHERE v.status = 'running' AND v.locked_until < now()
 )
 UPDATE skiplock_tasks AS t
 SET status = CASE WHEN t.attempt >= t.max_attempts THEN 'failed' ELSE 'pending' END,
     finished_at = CASE WHEN t.attempt >= t.max_attempts THEN now() END,
     worker_id = CASE WHEN t.attempt >= t.max_attempts THEN t.worker_id END,
+    locked_until = NULL,
     errors = t.errors || jsonb_build_array(jsonb_build_object(
         'attempt', t.attempt,
         'outcome', 'rescued',
-        'error', 'worker lost its database session (advisory lock released); task rescued',
+        'error', CASE WHEN victims.locked_until IS NULL
+                      THEN 'worker lost its database session (advisory lock released); task rescued'
+                      ELSE 'worker stopped renewing its lease (process died or lost the database); task rescued' END,
         'worker_id', victims.worker_id,
         'host', victims.host,
         'pid', victims.pid,
@@ -176,6 +190,7 @@ FROM victims
 WHERE t.id = victims.id
   AND t.status = 'running'
   AND t.attempt = victims.attempt
+  AND t.locked_until IS NOT DISTINCT FROM victims.locked_until
 RETURNING t.id, t.queue, t.name, t.status, t.attempt, victims.worker_id AS lost_worker_id;
 
 -- name: TaskLocksHeld :many

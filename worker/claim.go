@@ -140,14 +140,25 @@ func (w *Worker) claimRound(queueName string, n int, qslots *semaphore.Weighted)
 }
 
 func (w *Worker) claimAndStart(queueName string, max int, only, skip []string, qslots *semaphore.Weighted) (int, error) {
-	rows, gen, err := w.ls.claim(db.TaskClaimParams{
+	p := db.TaskClaimParams{
 		WorkerID:      w.cfg.WorkerID,
 		Queue:         queueName,
 		OnlyNames:     nonNil(only),
 		SkipNames:     nonNil(skip),
 		Max:           int32(max),
-		ExclusiveSeed: w.ls.classOID,
-	})
+		ExclusiveSeed: w.classOID,
+	}
+	var rows []db.TaskClaimRow
+	var gen uint64
+	var err error
+	if w.lease {
+		p.LeaseMs = w.cfg.LeaseDuration.Milliseconds()
+		ctx, cancel := context.WithTimeout(context.Background(), lockQueryTimeout)
+		rows, err = w.queries.TaskClaim(ctx, w.pool, p)
+		cancel()
+	} else {
+		rows, gen, err = w.ls.claim(p)
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -204,6 +215,9 @@ func (w *Worker) claimFailed(queueName string, err error) {
 		w.log.Debug("skiplock: exclusive key taken by a concurrent claim", "queue", queueName)
 	default:
 		w.log.Error("skiplock: claiming tasks", "queue", queueName, "error", pgerr.Wrap(err))
+	}
+	if w.lease {
+		return
 	}
 	if rerr := w.ls.reconcile(); rerr != nil {
 		w.log.Warn("skiplock: reconciling advisory locks after a failed claim", "error", rerr)

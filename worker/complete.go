@@ -134,6 +134,10 @@ func (c *completer) flush(batch []finish) {
 		}
 	}
 
+	if w.lease {
+		c.notifyRetries(batch) // a lease ends with the status change
+		return
+	}
 	byGen := map[uint64][]int64{}
 	for _, f := range batch {
 		byGen[f.gen] = append(byGen[f.gen], f.id)

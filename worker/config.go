@@ -22,12 +22,52 @@ const (
 	DefaultShutdownGrace  = 30 * time.Second
 	DefaultRescueInterval = time.Second
 	DefaultHealthInterval = time.Second
+	DefaultLeaseDuration  = 30 * time.Second
 	// MaxRetryBackoff caps DefaultRetryBackoff.
 	MaxRetryBackoff = time.Hour
 )
 
+// Mode is how a running task is guarded against a second claim, and how a
+// dead worker is told from a slow one.
+type Mode int
+
+const (
+	// ModeAdvisory guards each running task with a session-level advisory
+	// lock on the worker's lock session. A dead worker's tasks are rescued
+	// within about RescueInterval of its session ending. It needs real
+	// sessions: a direct connection, or a pooler in session mode.
+	ModeAdvisory Mode = iota
+	// ModeLease guards each running task with a lease (locked_until) that
+	// the worker's heartbeat renews every LeaseDuration/3. A dead worker's
+	// tasks are rescued within about LeaseDuration. It works through
+	// PgBouncer in transaction mode, where sessions do not exist.
+	ModeLease
+)
+
+func (m Mode) String() string {
+	if m == ModeLease {
+		return "lease"
+	}
+	return "advisory"
+}
+
 // Config tunes a Worker. The zero value is usable: every field has a default.
 type Config struct {
+	// Mode chooses advisory locks (the default) or leases. Advisory mode
+	// refuses to start where connections are pooled per transaction.
+	Mode Mode
+
+	// LeaseDuration is, in lease mode, how long a claim lasts without its
+	// worker's heartbeat: the time to detect a dead worker. Defaults to
+	// DefaultLeaseDuration (30s); at least 1s.
+	LeaseDuration time.Duration
+
+	// ListenURL is, in lease mode, a direct connection (not through the
+	// pooler) for LISTEN, which a transaction pooler cannot carry. Without
+	// it a lease-mode worker polls (PollInterval) and cancellation requests
+	// arrive by poll (HealthInterval).
+	ListenURL string
+
 	// Concurrency is how many handlers run at once in this process, across
 	// its queues. Each running task holds one advisory lock, and the
 	// server's lock table (max_locks_per_transaction × max_connections,
@@ -174,6 +214,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.HealthInterval == 0 {
 		c.HealthInterval = DefaultHealthInterval
 	}
+	if c.LeaseDuration == 0 {
+		c.LeaseDuration = DefaultLeaseDuration
+	}
 	if c.WorkerID == "" {
 		host, _ := os.Hostname()
 		c.WorkerID = host + "-" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatUint(rand.Uint64()&0xffffff, 36)
@@ -201,6 +244,8 @@ func (c Config) withDefaults() (Config, error) {
 	check(c.ShutdownGrace > 0, "ShutdownGrace must be positive, got %s", c.ShutdownGrace)
 	check(c.RescueInterval > 0, "RescueInterval must be positive, got %s", c.RescueInterval)
 	check(c.HealthInterval > 0, "HealthInterval must be positive, got %s", c.HealthInterval)
+	check(c.Mode == ModeAdvisory || c.Mode == ModeLease, "Mode %d is not ModeAdvisory or ModeLease", c.Mode)
+	check(c.LeaseDuration >= time.Second, "LeaseDuration must be at least 1s, got %s", c.LeaseDuration)
 	for q, n := range c.QueueConcurrency {
 		check(n > 0, "QueueConcurrency[%q] must be positive, got %d", q, n)
 	}

@@ -47,6 +47,7 @@ type lockSession struct {
 	gen      uint64
 	up       chan struct{} // closed while conn is usable
 	held     map[int64]int // task id -> locks taken in this generation
+	backend  int32         // the server process of this generation
 	lastUsed time.Time
 	closed   bool
 	stop     chan struct{} // closed by close(); ends reconnect attempts
@@ -92,12 +93,17 @@ func (s *lockSession) connect(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.installConn(conn)
-	return nil
+	return s.installConn(ctx, conn)
 }
 
-func (s *lockSession) installConn(conn *pgx.Conn) {
+func (s *lockSession) installConn(ctx context.Context, conn *pgx.Conn) error {
+	backend, err := s.queries.SessionBackendPID(ctx, conn)
+	if err != nil {
+		conn.Close(context.Background())
+		return err
+	}
 	s.mu.Lock()
+	s.backend = backend
 	s.conn = conn
 	s.gen++
 	gen := s.gen
@@ -107,8 +113,9 @@ func (s *lockSession) installConn(conn *pgx.Conn) {
 	onUp := s.onUp
 	s.mu.Unlock()
 	if onUp != nil {
-		onUp(gen, conn.PgConn().PID())
+		onUp(gen, uint32(backend))
 	}
+	return nil
 }
 
 // ready returns a channel that is closed while the session is up.
@@ -168,16 +175,19 @@ func (s *lockSession) reconnect() {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		conn, err := pgx.ConnectConfig(ctx, s.config)
-		cancel()
 		if err == nil {
 			s.mu.Lock()
 			closed := s.closed
 			s.mu.Unlock()
 			if closed {
+				cancel()
 				conn.Close(context.Background())
 				return
 			}
-			s.installConn(conn)
+			err = s.installConn(ctx, conn)
+		}
+		cancel()
+		if err == nil {
 			s.log.Info("skiplock: lock session reconnected")
 			return
 		}
@@ -271,7 +281,9 @@ func (s *lockSession) tryLeader(key int64) (acquired bool, gen uint64, err error
 }
 
 // pingIfIdle checks an idle session, so that a session the server ended (or
-// a network that died) is noticed even while no claim runs.
+// a network that died) is noticed even while no claim runs. It also checks
+// that the session is one: behind a transaction pooler the server process
+// changes, and with it the locks this session believes it holds.
 func (s *lockSession) pingIfIdle(idle time.Duration) error {
 	s.mu.Lock()
 	recent := time.Since(s.lastUsed) < idle
@@ -280,7 +292,12 @@ func (s *lockSession) pingIfIdle(idle time.Duration) error {
 		return nil
 	}
 	return s.do(func(ctx context.Context, conn *pgx.Conn, _ uint64) error {
-		return conn.Ping(ctx)
+		backend, err := s.queries.SessionBackendPID(ctx, conn)
+		if err == nil && backend != s.backend {
+			s.log.Error(ErrTransactionPooling.Error(), "was", s.backend, "now", backend)
+			s.backend = backend
+		}
+		return err
 	})
 }
 

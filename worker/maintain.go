@@ -26,7 +26,123 @@ const (
 // in the high half keeps two skiplock schemas apart, and the bigint form
 // (objsubid 1 in pg_locks) never collides with task locks (objsubid 2).
 func (w *Worker) leaderKey(job uint32) int64 {
-	return int64(uint64(uint32(w.ls.classOID))<<32 | uint64(job))
+	return int64(uint64(uint32(w.classOID))<<32 | uint64(job))
+}
+
+// leadership is this worker's standing in the election for one job.
+type leadership struct {
+	job     uint32
+	name    string // the job's row in skiplock_leaders (lease mode)
+	gen     uint64 // advisory mode: the lock session generation holding the lock
+	leading bool
+}
+
+var (
+	rescuerJob   = leadership{job: leaderJobRescuer, name: "rescuer"}
+	schedulerJob = leadership{job: leaderJobScheduler, name: "scheduler"}
+)
+
+// lead keeps or tries to take a job's leadership and reports whether this
+// worker leads. In advisory mode the leader holds a session lock, which
+// dies with its session; in lease mode it renews a row with an expiry,
+// which another worker may take once it expires.
+func (w *Worker) lead(ctx context.Context, l *leadership) bool {
+	was := l.leading
+	if w.lease {
+		n, err := w.queries.LeaderLeaseAcquire(ctx, w.pool, db.LeaderLeaseAcquireParams{
+			Job: l.name, Holder: w.cfg.WorkerID, TtlMs: w.leaderTTL().Milliseconds(),
+		})
+		l.leading = err == nil && n == 1
+	} else {
+		gen, up := w.ls.generation()
+		switch {
+		case !up:
+			l.gen = 0
+		case l.gen != gen:
+			acquired, g, err := w.ls.tryLeader(w.leaderKey(l.job))
+			l.gen = 0
+			if err == nil && acquired {
+				l.gen = g
+			}
+		}
+		l.leading = l.gen != 0
+	}
+	if l.leading && !was {
+		w.log.Info("skiplock: this worker now runs the "+l.name, "worker_id", w.cfg.WorkerID)
+	}
+	return l.leading
+}
+
+// leaderTTL is how long a lease-mode leader's row outlives its last renewal:
+// a few rescue intervals, so a live leader never loses it.
+func (w *Worker) leaderTTL() time.Duration { return max(3*w.cfg.RescueInterval, 3*time.Second) }
+
+// resign hands lease-mode leaderships over at once rather than at expiry;
+// advisory ones end with the lock session.
+func (w *Worker) resign() {
+	if !w.lease {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, job := range []string{rescuerJob.name, schedulerJob.name} {
+		_ = w.queries.LeaderLeaseRelease(ctx, w.pool, db.LeaderLeaseReleaseParams{Job: job, Holder: w.cfg.WorkerID})
+	}
+}
+
+// heartbeat renews the leases of this worker's running tasks every third of
+// LeaseDuration. A task whose lease could not be renewed is no longer this
+// worker's: its handler is cancelled. When renewals fail for a whole lease
+// (the database is unreachable), every handler is cancelled: their tasks
+// may already run elsewhere.
+func (w *Worker) heartbeat(ctx context.Context) {
+	tick := time.NewTicker(w.cfg.LeaseDuration / 3)
+	defer tick.Stop()
+	lastOK := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		running := w.inflightSnapshot()
+		if len(running) == 0 {
+			lastOK = time.Now()
+			continue
+		}
+		p := db.TaskLeaseRenewParams{WorkerID: w.cfg.WorkerID, LeaseMs: w.cfg.LeaseDuration.Milliseconds()}
+		for _, e := range running {
+			p.Ids = append(p.Ids, e.task.ID)
+			p.Attempts = append(p.Attempts, int32(e.task.Attempt))
+		}
+		rctx, cancel := context.WithTimeout(ctx, w.cfg.LeaseDuration/3)
+		renewed, err := w.queries.TaskLeaseRenew(rctx, w.pool, p)
+		cancel()
+		if err != nil {
+			if time.Since(lastOK) < w.cfg.LeaseDuration {
+				w.log.Warn("skiplock: renewing task leases failed; retrying", "error", err)
+				continue
+			}
+			w.log.Error("skiplock: task leases expired without renewal; cancelling their handlers", "count", len(running), "error", err)
+			renewed = nil
+		} else {
+			lastOK = time.Now()
+		}
+		ok := make(map[int64]bool, len(renewed))
+		for _, id := range renewed {
+			ok[id] = true
+		}
+		lost := 0
+		for _, e := range running {
+			if !ok[e.task.ID] && !e.settled.Load() {
+				w.cancelExecution(e, errLockLost)
+				lost++
+			}
+		}
+		if lost > 0 {
+			w.cfg.Observer.LockSessionLost(lost)
+		}
+	}
 }
 
 // listen keeps a connection LISTENing on the schema's channels: it wakes
@@ -37,6 +153,19 @@ func (w *Worker) listen(ctx context.Context, listening chan<- struct{}) {
 	var once sync.Once
 	defer once.Do(func() { close(listening) })
 	config := w.pool.Config().ConnConfig.Copy()
+	if w.lease {
+		// A transaction pooler cannot carry LISTEN: it needs a direct
+		// connection, or the worker polls.
+		if w.cfg.ListenURL == "" {
+			return
+		}
+		c, err := pgx.ParseConfig(w.cfg.ListenURL)
+		if err != nil {
+			w.log.Error("skiplock: ListenURL is not a connection string; polling instead", "error", err)
+			return
+		}
+		config = c
+	}
 	if config.RuntimeParams == nil {
 		config.RuntimeParams = map[string]string{}
 	}
@@ -116,7 +245,9 @@ func (w *Worker) health(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
-			_ = w.ls.pingIfIdle(w.cfg.HealthInterval)
+			if w.ls != nil {
+				_ = w.ls.pingIfIdle(w.cfg.HealthInterval)
+			}
 			running := w.inflightSnapshot()
 			if len(running) == 0 {
 				continue
@@ -142,7 +273,7 @@ func (w *Worker) maintain(ctx context.Context) {
 	defer rescue.Stop()
 	heartbeat := time.NewTicker(heartbeatInterval)
 	defer heartbeat.Stop()
-	var leaderGen uint64 // generation of the session holding the lock; 0: not leader
+	rescuer := rescuerJob
 	for {
 		select {
 		case <-ctx.Done():
@@ -151,34 +282,22 @@ func (w *Worker) maintain(ctx context.Context) {
 			if err := w.queries.WorkerHeartbeat(ctx, w.pool, w.cfg.WorkerID); err != nil && ctx.Err() == nil {
 				w.log.Warn("skiplock: worker heartbeat", "error", err)
 			}
-			if leaderGen != 0 {
+			if rescuer.leading {
 				if _, err := w.queries.WorkerPrune(ctx, w.pool, workerRetention.Seconds()); err != nil && ctx.Err() == nil {
 					w.log.Warn("skiplock: pruning old worker rows", "error", err)
 				}
 			}
 		case <-rescue.C:
-			gen, up := w.ls.generation()
-			if !up {
-				leaderGen = 0
-				continue
+			if w.lead(ctx, &rescuer) {
+				w.rescue(ctx)
 			}
-			if leaderGen != gen {
-				acquired, g, err := w.ls.tryLeader(w.leaderKey(leaderJobRescuer))
-				if err != nil || !acquired {
-					leaderGen = 0
-					continue
-				}
-				leaderGen = g
-				w.log.Info("skiplock: this worker now runs the rescuer", "worker_id", w.cfg.WorkerID)
-			}
-			w.rescue(ctx)
 		}
 	}
 }
 
 // rescue returns running tasks whose worker's session ended to the queue.
 func (w *Worker) rescue(ctx context.Context) {
-	rows, err := w.queries.TaskRescueOrphans(ctx, w.pool, w.ls.classOID)
+	rows, err := w.queries.TaskRescueOrphans(ctx, w.pool, w.classOID)
 	if err != nil {
 		if ctx.Err() == nil {
 			w.log.Warn("skiplock: rescuing orphaned tasks", "error", err)

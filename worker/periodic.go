@@ -152,26 +152,15 @@ func (w *Worker) schedulePeriodic(ctx context.Context) {
 	}
 	tick := time.NewTicker(min(time.Second, w.cfg.PollInterval))
 	defer tick.Stop()
-	var leaderGen uint64
+	scheduler := schedulerJob
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
-		gen, up := w.ls.generation()
-		if !up {
-			leaderGen = 0
+		if !w.lead(ctx, &scheduler) {
 			continue
-		}
-		if leaderGen != gen {
-			acquired, g, err := w.ls.tryLeader(w.leaderKey(leaderJobScheduler))
-			if err != nil || !acquired {
-				leaderGen = 0
-				continue
-			}
-			leaderGen = g
-			w.log.Info("skiplock: this worker now runs the periodic scheduler", "worker_id", w.cfg.WorkerID)
 		}
 		for _, s := range w.schedules {
 			if err := w.scheduleOne(ctx, s); err != nil && ctx.Err() == nil {

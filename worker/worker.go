@@ -62,6 +62,8 @@ type Worker struct {
 	slots    *semaphore.Weighted
 	settled  sync.WaitGroup
 	comp     *completer
+	lease    bool  // Mode == ModeLease: no lock session
+	classOID int64 // skiplock_tasks' OID: the advisory lock class
 	schema   string
 	channel  string // work notifications: queue names
 	control  string // commands to workers: "cancel:<id>"
@@ -85,6 +87,7 @@ func New(pool *pgxpool.Pool, cfg Config) *Worker {
 		pid:       os.Getpid(),
 		inflight:  map[*execution]struct{}{},
 		wakes:     map[string]chan struct{}{},
+		lease:     cfg.Mode == ModeLease,
 	}
 }
 
@@ -118,7 +121,9 @@ func (w *Worker) Run(ctx context.Context, handlers Handlers) error {
 	if err := w.start(ctx); err != nil {
 		return err
 	}
-	defer w.ls.close()
+	if w.ls != nil {
+		defer w.ls.close()
+	}
 
 	// Background loops live until shutdown is complete, not until ctx ends:
 	// the completer must still write outcomes after ctx is done.
@@ -129,6 +134,9 @@ func (w *Worker) Run(ctx context.Context, handlers Handlers) error {
 	background.Go(func() error { w.listen(bgCtx, listening); return nil })
 	background.Go(func() error { w.maintain(bgCtx); return nil })
 	background.Go(func() error { w.health(bgCtx); return nil })
+	if w.lease {
+		background.Go(func() error { w.heartbeat(bgCtx); return nil })
+	}
 	background.Go(func() error { w.schedulePeriodic(ctx); return nil })
 
 	// Claim only once notifications can arrive, so that none sent after Run
@@ -147,7 +155,7 @@ func (w *Worker) Run(ctx context.Context, handlers Handlers) error {
 			w.claimLoop(ctx, q)
 		}()
 	}
-	w.log.Info("skiplock: worker started", "worker_id", w.cfg.WorkerID, "queues", w.cfg.Queues, "concurrency", w.cfg.Concurrency)
+	w.log.Info("skiplock: worker started", "worker_id", w.cfg.WorkerID, "mode", w.cfg.Mode, "queues", w.cfg.Queues, "concurrency", w.cfg.Concurrency)
 
 	<-ctx.Done()
 	claimers.Wait()
@@ -155,12 +163,25 @@ func (w *Worker) Run(ctx context.Context, handlers Handlers) error {
 	w.comp.close()
 	stopBackground()
 	_ = background.Wait()
+	w.resign()
 	w.log.Info("skiplock: worker stopped", "worker_id", w.cfg.WorkerID)
 	return nil
 }
 
 // start checks the schema, opens the lock session and registers the worker.
 func (w *Worker) start(ctx context.Context) error {
+	// First, before any statement that a pooler could break: are sessions
+	// real?
+	pooled, err := transactionPooled(ctx, w.pool)
+	if err != nil {
+		return fmt.Errorf("skiplock: connecting to the database: %w", pgerr.Wrap(err))
+	}
+	switch {
+	case pooled && !w.lease:
+		return ErrTransactionPooling
+	case pooled && cachesStatements(w.pool):
+		return ErrStatementCache
+	}
 	table, err := w.queries.SchemaTaskTable(ctx, w.pool)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("%w (table skiplock_tasks not found in search_path)", ErrNotMigrated)
@@ -195,15 +216,20 @@ func (w *Worker) start(ctx context.Context) error {
 		}
 	}
 
-	class := int32(uint32(table.Oid))
-	w.ls = newLockSession(w.pool.Config().ConnConfig, class, table.Oid, w.log)
+	w.classOID = table.Oid
+	w.slots = semaphore.NewWeighted(int64(w.cfg.Concurrency))
+	w.comp = newCompleter(w)
+
+	if w.lease {
+		w.lockSessionUp(1, 0)
+		return nil
+	}
+	w.ls = newLockSession(w.pool.Config().ConnConfig, int32(uint32(table.Oid)), table.Oid, w.log)
 	w.ls.onLost = w.lockSessionLost
 	w.ls.onUp = w.lockSessionUp
 	if err := w.ls.connect(ctx); err != nil {
 		return fmt.Errorf("skiplock: opening the lock session: %w", err)
 	}
-	w.slots = semaphore.NewWeighted(int64(w.cfg.Concurrency))
-	w.comp = newCompleter(w)
 	return nil
 }
 

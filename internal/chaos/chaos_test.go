@@ -36,6 +36,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/skiplock/skiplock/internal/devpg"
+	"github.com/skiplock/skiplock/internal/pgtest"
 	"github.com/skiplock/skiplock/migrations"
 	"github.com/skiplock/skiplock/queue"
 	"github.com/skiplock/skiplock/worker"
@@ -47,7 +48,13 @@ const (
 	envWorker = "SKIPLOCK_CHAOS_WORKER" // worker mode: the worker's ID
 	envURL    = "SKIPLOCK_CHAOS_URL"
 	envWork   = "SKIPLOCK_CHAOS_WORK_MS" // a handler's work: a random duration up to this
+	envMode   = "SKIPLOCK_CHAOS_MODE"    // "lease": through PgBouncer, with leases
+	envListen = "SKIPLOCK_CHAOS_LISTEN"  // lease mode: a direct URL for LISTEN
 )
+
+// chaosLease is the lease each lease-mode worker holds on a task: what a
+// dead worker costs before its tasks are rescued.
+const chaosLease = 2 * time.Second
 
 func TestMain(m *testing.M) {
 	if id := os.Getenv(envWorker); id != "" {
@@ -88,12 +95,16 @@ func workerMain(id, url string) error {
 		_, err = pool.Exec(ctx, "UPDATE chaos_runs SET finished_at = $2 WHERE id = $1", run, time.Now())
 		return err
 	}}
-	w := worker.New(pool, worker.Config{
+	cfg := worker.Config{
 		WorkerID:     id,
 		Concurrency:  16,
 		RetryBackoff: func(int) time.Duration { return 100 * time.Millisecond },
 		Logger:       slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	})
+	}
+	if os.Getenv(envMode) == "lease" {
+		cfg.Mode, cfg.LeaseDuration, cfg.ListenURL = worker.ModeLease, chaosLease, os.Getenv(envListen)
+	}
+	w := worker.New(pool, cfg)
 	return w.Run(ctx, handlers)
 }
 
@@ -112,7 +123,15 @@ type event struct {
 	tasks  []int64
 }
 
-func TestChaos(t *testing.T) {
+// TestChaos runs workers in advisory mode on direct connections.
+func TestChaos(t *testing.T) { runChaos(t, "advisory") }
+
+// TestChaosLease runs workers in lease mode through a PgBouncer in
+// transaction pooling mode; terminated sessions are the pooler's server
+// connections, and LISTEN goes over a direct connection.
+func TestChaosLease(t *testing.T) { runChaos(t, "lease") }
+
+func runChaos(t *testing.T, mode string) {
 	tasks, workers, workMs := 4000, 3, 45
 	killEvery, terminateEvery := 700*time.Millisecond, 900*time.Millisecond
 	if *long {
@@ -150,6 +169,10 @@ func TestChaos(t *testing.T) {
 	if _, err := queue.New(pool).EnqueueMany(ctx, batch); err != nil {
 		t.Fatal(err)
 	}
+	workerURL := srv.URL
+	if mode == "lease" {
+		workerURL = pgtest.PgBouncer(t, srv.URL, "")
+	}
 
 	var mu sync.Mutex
 	procs := map[int]*proc{}
@@ -158,7 +181,8 @@ func TestChaos(t *testing.T) {
 		generation++
 		id := fmt.Sprintf("chaos-w%d-%d", slot, generation)
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), envWorker+"="+id, envURL+"="+srv.URL, envWork+"="+strconv.Itoa(workMs))
+		cmd.Env = append(os.Environ(), envWorker+"="+id, envURL+"="+workerURL, envWork+"="+strconv.Itoa(workMs),
+			envMode+"="+mode, envListen+"="+srv.URL)
 		out := &bytes.Buffer{}
 		cmd.Stdout, cmd.Stderr = out, out
 		if err := cmd.Start(); err != nil {
@@ -219,8 +243,15 @@ func TestChaos(t *testing.T) {
 			terminate = jitter(terminateEvery)
 			var pid int32
 			var id string
-			err := pool.QueryRow(ctx, `SELECT w.lock_backend_pid, w.id FROM skiplock_workers w
-				JOIN pg_stat_activity a ON a.pid = w.lock_backend_pid ORDER BY random() LIMIT 1`).Scan(&pid, &id)
+			// Advisory mode: a worker's lock session. Lease mode: any
+			// server connection but ours, which may serve any worker.
+			query := `SELECT w.lock_backend_pid, w.id FROM skiplock_workers w
+				JOIN pg_stat_activity a ON a.pid = w.lock_backend_pid ORDER BY random() LIMIT 1`
+			if mode == "lease" {
+				query = `SELECT pid, '' FROM pg_stat_activity WHERE datname = current_database()
+					AND backend_type = 'client backend' AND pid <> pg_backend_pid() ORDER BY random() LIMIT 1`
+			}
+			err := pool.QueryRow(ctx, query).Scan(&pid, &id)
 			if err == nil {
 				victims := running(id)
 				if _, err := pool.Exec(ctx, "SELECT pg_terminate_backend($1)", pid); err == nil {
@@ -241,7 +272,20 @@ func TestChaos(t *testing.T) {
 	}
 	workTime := time.Since(began)
 
-	// Graceful stop: every worker exits 0 and releases every lock.
+	// Graceful stop: every worker exits 0 and releases every lock. A worker
+	// respawned a moment ago may not handle SIGTERM yet: wait until each
+	// has registered, which it does after installing its handler.
+	waitDeadline := time.Now().Add(30 * time.Second)
+	for _, p := range procs {
+		for {
+			var n int
+			pool.QueryRow(ctx, "SELECT count(*) FROM skiplock_workers WHERE id = $1", p.id).Scan(&n)
+			if n == 1 || time.Now().After(waitDeadline) {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 	for _, p := range procs {
 		p.cmd.Process.Signal(syscall.SIGTERM)
 	}
@@ -256,8 +300,8 @@ func TestChaos(t *testing.T) {
 		}
 	}
 	verify(t, ctx, pool, tasks, events, restarted)
-	t.Logf("total time %s (%d tasks, %d workers, %d kills, %d terminated sessions, 1 PostgreSQL restart)",
-		workTime.Round(time.Millisecond), tasks, workers, count(events, "kill"), count(events, "terminate"))
+	t.Logf("%s mode: total time %s (%d tasks, %d workers, %d kills, %d terminated sessions, 1 PostgreSQL restart)",
+		mode, workTime.Round(time.Millisecond), tasks, workers, count(events, "kill"), count(events, "terminate"))
 }
 
 func verify(t *testing.T, ctx context.Context, pool *pgxpool.Pool, tasks int, events []event, restarted bool) {
@@ -312,7 +356,7 @@ func verify(t *testing.T, ctx context.Context, pool *pgxpool.Pool, tasks int, ev
 	for _, r := range extra {
 		explained := false
 		for _, e := range events {
-			if (e.worker == r.worker || e.kind == "restart") && !e.at.Before(r.started.Add(-time.Second)) && !e.at.After(r.finish.Add(3*time.Second)) {
+			if (e.worker == r.worker || e.worker == "") && !e.at.Before(r.started.Add(-time.Second)) && !e.at.After(r.finish.Add(3*time.Second)) {
 				explained = true
 				break
 			}

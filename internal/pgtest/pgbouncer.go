@@ -1,0 +1,164 @@
+package pgtest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// PgBouncer starts a real PgBouncer in transaction pooling mode in front of
+// the server at serverURL, and returns a URL through it whose connections
+// use schema (empty: the server's default). It stops when the test ends.
+// Each PgBouncer serves one database alias, whose server connections set
+// search_path when they open: a transaction pooler cannot carry a client's
+// session settings. The URL turns off pgx's statement cache
+// (default_query_exec_mode=exec), which a transaction pooler breaks.
+func PgBouncer(tb testing.TB, serverURL, schema string) string {
+	tb.Helper()
+	bin, err := exec.LookPath("pgbouncer")
+	if err != nil {
+		if _, serr := os.Stat("/usr/sbin/pgbouncer"); serr != nil {
+			tb.Fatalf("pgtest: pgbouncer is not installed (Debian/Ubuntu: apt-get install pgbouncer)")
+		}
+		bin = "/usr/sbin/pgbouncer"
+	}
+	server, err := pgx.ParseConfig(serverURL)
+	if err != nil {
+		tb.Fatalf("pgtest: %v", err)
+	}
+	dir, err := os.MkdirTemp("", "pgbouncer-")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { os.RemoveAll(dir) })
+	// PgBouncer refuses to run as root; its files must be the user's too.
+	os.Chmod(dir, 0o777)
+
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+
+	db := fmt.Sprintf("host=%s port=%d dbname=%s user=%s", server.Host, server.Port, server.Database, server.User)
+	if schema != "" {
+		db += fmt.Sprintf(" connect_query='SET search_path TO %s'", schema)
+	}
+	ini := fmt.Sprintf(`[databases]
+skiplock = %s
+
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = %d
+unix_socket_dir =
+auth_type = trust
+auth_file = %s
+pool_mode = transaction
+max_client_conn = 1000
+default_pool_size = 40
+ignore_startup_parameters = extra_float_digits
+server_reset_query =
+; After a failed server login PgBouncer refuses logins for this long (15s by
+; default): after a database restart that is an outage of its own.
+server_login_retry = 1
+logfile = %s
+pidfile = %s
+`, db, port, filepath.Join(dir, "userlist.txt"), filepath.Join(dir, "pgbouncer.log"), filepath.Join(dir, "pgbouncer.pid"))
+	files := map[string]string{
+		"pgbouncer.ini": ini,
+		"userlist.txt":  fmt.Sprintf("%q \"\"\n", server.User),
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			tb.Fatal(err)
+		}
+	}
+
+	cmd := exec.Command(bin, filepath.Join(dir, "pgbouncer.ini"))
+	if os.Geteuid() == 0 {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: unprivileged(tb)}
+	}
+	if err := cmd.Start(); err != nil {
+		tb.Fatalf("pgtest: starting pgbouncer: %v", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	tb.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGINT)
+		select {
+		case <-exited:
+		case <-time.After(5 * time.Second):
+			cmd.Process.Kill()
+		}
+	})
+
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second)
+		if err == nil {
+			c.Close()
+			break
+		}
+		select {
+		case err := <-exited:
+			log, _ := os.ReadFile(filepath.Join(dir, "pgbouncer.log"))
+			tb.Fatalf("pgtest: pgbouncer exited (%v):\n%s", err, log)
+		default:
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("pgtest: pgbouncer did not listen on port %d within 10s", port)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	u := url.URL{
+		Scheme:   "postgres",
+		User:     url.User(server.User),
+		Host:     net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
+		Path:     "/skiplock",
+		RawQuery: "sslmode=disable&default_query_exec_mode=exec",
+	}
+	// A first connection proves the path to the server.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, u.String())
+	if err != nil {
+		log, _ := os.ReadFile(filepath.Join(dir, "pgbouncer.log"))
+		tb.Fatalf("pgtest: connecting through pgbouncer: %v\n%s", err, log)
+	}
+	conn.Close(ctx)
+	return u.String()
+}
+
+// unprivileged is the user PgBouncer runs as when the tests run as root.
+func unprivileged(tb testing.TB) *syscall.Credential {
+	for _, name := range []string{"postgres", "nobody"} {
+		u, err := user.Lookup(name)
+		if err != nil {
+			continue
+		}
+		uid, _ := strconv.ParseUint(u.Uid, 10, 32)
+		gid, _ := strconv.ParseUint(u.Gid, 10, 32)
+		return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+	}
+	tb.Fatalf("pgtest: running as root and found neither a postgres nor a nobody user to run pgbouncer as")
+	return nil
+}
+
+// WithStatementCache returns url with pgx's statement cache turned on
+// again, for tests of the error a cache gets behind a transaction pooler.
+func WithStatementCache(u string) string {
+	return strings.Replace(u, "default_query_exec_mode=exec", "default_query_exec_mode=cache_statement", 1)
+}
