@@ -74,6 +74,9 @@ type Options struct {
 	// and of enqueue-copy; scaling uses the first value. Defaults to
 	// [100000].
 	Tasks []int
+	// Mode is the worker's Config.Mode: "advisory" (the default) or
+	// "lease".
+	Mode string
 	// Concurrency is the worker's Config.Concurrency for throughput and
 	// scaling, one case per value; 0 keeps the worker's default (100).
 	// Defaults to [0].
@@ -197,6 +200,7 @@ func (o Options) withDefaults() (Options, error) {
 	for _, w := range o.Workloads {
 		check(slices.Contains(Workloads, w), "unknown workload %q (choose from %s)", w, strings.Join(Workloads, ", "))
 	}
+	check(o.Mode == "" || o.Mode == "advisory" || o.Mode == "lease", "mode must be advisory or lease, got %q", o.Mode)
 	check(o.Runs > 0, "runs must be positive, got %d", o.Runs)
 	for _, n := range o.Tasks {
 		check(n > 0, "tasks must be positive, got %d", n)
@@ -233,7 +237,10 @@ type Report struct {
 	// work on the machine skews every number.
 	Load string `json:"load_average,omitempty"`
 	Runs int    `json:"runs"`
-	// Settings are the experiments applied to worker connections, if any.
+	// Mode is the worker mode, advisory or lease.
+	Mode string `json:"mode,omitempty"`
+	// The experiments applied to the schema and the worker's connections,
+	// if any.
 	SchemaSQL           string   `json:"schema_sql,omitempty"`
 	WorkerSettings      []string `json:"worker_settings,omitempty"`
 	LockSessionSettings []string `json:"lock_session_settings,omitempty"`
@@ -303,7 +310,7 @@ func Run(ctx context.Context, opts Options, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	b := &bencher{opts: opts, prog: newProgress(opts.Progress), report: &Report{Started: time.Now(), Runs: opts.Runs,
+	b := &bencher{opts: opts, prog: newProgress(opts.Progress), report: &Report{Started: time.Now(), Runs: opts.Runs, Mode: opts.Mode,
 		SchemaSQL: opts.SchemaSQL, WorkerSettings: opts.WorkerSettings, LockSessionSettings: opts.LockSessionSettings}}
 	b.env, err = openEnv(ctx, opts, b.prog)
 	if err == nil {

@@ -53,6 +53,7 @@ type workerSpec struct {
 	URL         string `json:"url"`
 	Schema      string `json:"schema"`
 	Concurrency int    `json:"concurrency,omitempty"`
+	Mode        string `json:"mode,omitempty"`
 	CPUProfile  string `json:"cpu_profile,omitempty"`
 	Trace       bool   `json:"trace,omitempty"`
 	// Settings are SET on every connection of the worker, LockSettings on
@@ -96,6 +97,7 @@ func workerProcess(ctx context.Context, stdin io.Reader, stdout, stderr io.Write
 		return nil
 	}}
 	w := worker.New(pool, worker.Config{
+		Mode:        workerMode(spec.Mode),
 		Concurrency: spec.Concurrency,
 		Logger:      slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
@@ -154,6 +156,14 @@ func workerProcess(ctx context.Context, stdin io.Reader, stdout, stderr io.Write
 	}
 	say("exit %d", done.Load())
 	return err
+}
+
+// workerMode maps Options.Mode to the worker's.
+func workerMode(m string) worker.Mode {
+	if m == "lease" {
+		return worker.ModeLease
+	}
+	return worker.ModeAdvisory
 }
 
 // applySettings returns a pgconn AfterConnect hook that SETs settings on

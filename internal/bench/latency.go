@@ -67,7 +67,7 @@ func (b *bencher) latencyRun(ctx context.Context, perSec float64, label string) 
 		}
 		return true
 	}
-	w := worker.New(s.pool, worker.Config{Logger: slog.New(slog.NewTextHandler(b.progressOut(), &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	w := worker.New(s.pool, worker.Config{Mode: workerMode(b.opts.Mode), Logger: slog.New(slog.NewTextHandler(b.progressOut(), &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	workerCtx, stopWorker := context.WithCancel(ctx)
 	workerDone := make(chan error, 1)
 	go func() { workerDone <- w.Run(workerCtx, handlers) }()

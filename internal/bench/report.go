@@ -25,6 +25,9 @@ func (r *Report) writeTable(w io.Writer) error {
 		fmt.Fprintf(w, "EXPERIMENT: worker connections SET %s; lock session SET %s\n",
 			strings.Join(r.WorkerSettings, " "), strings.Join(r.LockSessionSettings, " "))
 	}
+	if r.Mode == "lease" {
+		fmt.Fprintln(w, "worker mode: lease")
+	}
 	if r.SchemaSQL != "" {
 		fmt.Fprintf(w, "EXPERIMENT: schema SQL %q\n", r.SchemaSQL)
 	}

@@ -61,7 +61,7 @@ func (b *bencher) sustainedRun(ctx context.Context, label string) ([]measure, er
 	defer producerPool.Close()
 	client := queue.New(producerPool)
 
-	ps, err := startProcs(ctx, o.Self, 1, workerSpec{URL: b.env.url, Schema: s.name,
+	ps, err := startProcs(ctx, o.Self, 1, workerSpec{URL: b.env.url, Schema: s.name, Mode: o.Mode,
 		Settings: o.WorkerSettings, LockSettings: o.LockSessionSettings}, o.Progress)
 	if err != nil {
 		return nil, err
