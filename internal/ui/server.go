@@ -250,11 +250,11 @@ func CheckListen(addr, token string) error {
 	if isLoopback(host) || token != "" {
 		return nil
 	}
-	where := host
-	if where == "" {
-		where = "every interface"
+	where := "is not a loopback address"
+	if ip := net.ParseIP(strings.Trim(host, "[]")); host == "" || (ip != nil && ip.IsUnspecified()) {
+		where = "listens on every interface"
 	}
-	return fmt.Errorf("%w: %s listens on %s, where anyone who reaches it could requeue and cancel tasks; "+
+	return fmt.Errorf("%w: %s %s: anyone who can reach it could requeue and cancel tasks; "+
 		"set a token with --token or %s, or listen on 127.0.0.1", ErrNoCredentials, addr, where, TokenEnv)
 }
 
