@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -54,7 +55,21 @@ func browser(t *testing.T) context.Context {
 		chromedp.WindowSize(1440, 900),
 	)
 	ctx, cancel := chromedp.NewContext(alloc)
+	// The listeners below report through t, which must not be used once
+	// the test has ended.
+	var mu sync.Mutex
+	ended := false
+	report := func(f func()) {
+		mu.Lock()
+		defer mu.Unlock()
+		if !ended {
+			f()
+		}
+	}
 	t.Cleanup(func() {
+		mu.Lock()
+		ended = true
+		mu.Unlock()
 		cancel()
 		cancelAlloc()
 	})
@@ -66,11 +81,11 @@ func browser(t *testing.T) context.Context {
 			if err != nil {
 				return
 			}
-			t.Logf("dialog: %s", ev.Message)
+			report(func() { t.Logf("dialog: %s", ev.Message) })
 			go func() {
 				_, err := chromedp.Call(ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: true})
 				if err != nil && ctx.Err() == nil {
-					t.Errorf("accepting dialog %q: %v", ev.Message, err)
+					report(func() { t.Errorf("accepting dialog %q: %v", ev.Message, err) })
 				}
 			}()
 		}
@@ -80,7 +95,9 @@ func browser(t *testing.T) context.Context {
 			if err != nil {
 				return
 			}
-			t.Errorf("script error on the page: %s %v", ev.ExceptionDetails.Text, ev.ExceptionDetails.Exception)
+			report(func() {
+				t.Errorf("script error on the page: %s %v", ev.ExceptionDetails.Text, ev.ExceptionDetails.Exception)
+			})
 		}
 	}()
 	return ctx
