@@ -39,7 +39,9 @@ func TestRescueAndFencing(t *testing.T) {
 
 	var aCancelled atomic.Bool
 	aReturned := make(chan struct{})
-	a, _ := start(t, pgtest.NewPool(t, b.schema), worker.Config{}, worker.Handlers{"job": func(ctx context.Context, task *worker.Task) error {
+	// One slot, which A's hanging handler keeps: A cannot claim the task
+	// again, so B runs it.
+	a, _ := start(t, pgtest.NewPool(t, b.schema), worker.Config{Concurrency: 1}, worker.Handlers{"job": func(ctx context.Context, task *worker.Task) error {
 		defer close(aReturned)
 		<-ctx.Done()
 		aCancelled.Store(true)

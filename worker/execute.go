@@ -123,26 +123,23 @@ func callHandler(h Handler, ctx context.Context, t *Task) (err error) {
 }
 
 func (w *Worker) classify(e *execution, err error) result {
-	if err == nil {
-		return result{}
-	}
 	var p *panicError
-	var snooze snoozeError
-	switch cause := context.Cause(e.ctx); {
-	case errors.As(err, &snooze):
-		return result{outcome: outcomeSnoozed, snooze: snooze.d}
-	case errors.As(err, &p):
+	if errors.As(err, &p) {
 		return result{outcome: outcomePanic, err: err.Error()}
-	case errors.Is(cause, errShutdown):
-		return result{outcome: outcomeShutdown, err: err.Error()}
-	case errors.Is(cause, ErrCancelled):
-		return result{outcome: outcomeCancelled, err: err.Error()}
-	case errors.Is(cause, errLockLost):
-		return result{outcome: outcomeLockLost, err: err.Error()}
-	case errors.Is(cause, errTimeout):
+	}
+	switch out := OutcomeOf(e.ctx, err); out {
+	case OutcomeSuccess:
+		return result{}
+	case OutcomeSnoozed:
+		var snooze snoozeError
+		errors.As(err, &snooze)
+		return result{outcome: outcomeSnoozed, snooze: snooze.d}
+	case OutcomeTimeout:
 		return result{outcome: outcomeTimeout, err: fmt.Sprintf("timed out after %s: %v", e.timeout, err)}
-	default:
+	case OutcomeError:
 		return result{outcome: outcomeError, err: err.Error(), permanent: IsPermanent(err)}
+	default:
+		return result{outcome: string(out), err: err.Error()}
 	}
 }
 

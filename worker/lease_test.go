@@ -104,7 +104,11 @@ func TestLeaseExpiryRescueAndFencing(t *testing.T) {
 	bouncer := pgtest.PgBouncer(t, pgtest.Server(t).URL, b.schema)
 	cfg := worker.Config{Mode: worker.ModeLease, LeaseDuration: time.Second}
 	cancelled := make(chan error, 1)
-	a, _ := start(t, b.bouncerPool(t, bouncer), cfg, worker.Handlers{"job": func(ctx context.Context, task *worker.Task) error {
+	// One slot, which A's hanging handler keeps: A cannot claim the task
+	// again, so B runs it.
+	aCfg := cfg
+	aCfg.Concurrency = 1
+	a, _ := start(t, b.bouncerPool(t, bouncer), aCfg, worker.Handlers{"job": func(ctx context.Context, task *worker.Task) error {
 		<-ctx.Done()
 		cancelled <- context.Cause(ctx)
 		for b.get(t, task.ID).Status != queue.StatusCompleted {

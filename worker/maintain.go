@@ -307,9 +307,9 @@ func (w *Worker) rescue(ctx context.Context) {
 	if len(rows) == 0 {
 		return
 	}
-	w.cfg.Observer.Rescued(len(rows))
 	queues := map[string]bool{}
 	for _, r := range rows {
+		w.cfg.Observer.Rescued(r.Queue, r.Name)
 		w.log.Warn("skiplock: rescued task whose worker is gone", "task_id", r.ID, "name", r.Name,
 			"attempt", r.Attempt, "now", r.Status, "lost_worker", deref(r.LostWorkerID))
 		if r.Status == "pending" {

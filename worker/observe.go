@@ -1,6 +1,8 @@
 package worker
 
 import (
+	"context"
+	"errors"
 	"time"
 
 	"github.com/skiplock/skiplock/queue"
@@ -39,9 +41,9 @@ type Observer interface {
 	// (pending for a retry, snooze or shutdown; completed, failed or
 	// cancelled), after ran.
 	Finished(t *Task, outcome Outcome, next queue.Status, ran time.Duration)
-	// Rescued reports tasks that this worker, as the elected rescuer,
-	// returned to the queue (or failed) because their worker was gone.
-	Rescued(n int)
+	// Rescued reports a task that this worker, as the elected rescuer,
+	// returned to the queue (or failed) because its worker was gone.
+	Rescued(queueName, name string)
 	// LockSessionLost reports the loss of the session holding this worker's
 	// task locks; running reports how many handlers it cancels.
 	LockSessionLost(running int)
@@ -54,7 +56,7 @@ type NopObserver struct{}
 
 func (NopObserver) Claimed(string, int, int)                             {}
 func (NopObserver) Finished(*Task, Outcome, queue.Status, time.Duration) {}
-func (NopObserver) Rescued(int)                                          {}
+func (NopObserver) Rescued(string, string)                               {}
 func (NopObserver) LockSessionLost(int)                                  {}
 func (NopObserver) LockSessionReconnected()                              {}
 
@@ -71,4 +73,29 @@ func wrap(handlers Handlers, mw []Middleware) Handlers {
 		out[name] = h
 	}
 	return out
+}
+
+// OutcomeOf classifies an attempt that returned err with the handler's
+// context ctx, as the worker records it; for middleware, which sees no
+// outcome from the worker. A panic is the worker's to see: OutcomeOf never
+// returns OutcomePanic.
+func OutcomeOf(ctx context.Context, err error) Outcome {
+	if err == nil {
+		return OutcomeSuccess
+	}
+	var snooze snoozeError
+	if errors.As(err, &snooze) {
+		return OutcomeSnoozed
+	}
+	switch cause := context.Cause(ctx); {
+	case errors.Is(cause, errShutdown):
+		return OutcomeShutdown
+	case errors.Is(cause, ErrCancelled):
+		return OutcomeCancelled
+	case errors.Is(cause, errLockLost):
+		return OutcomeLockLost
+	case errors.Is(cause, errTimeout):
+		return OutcomeTimeout
+	}
+	return OutcomeError
 }

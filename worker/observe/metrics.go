@@ -47,7 +47,7 @@ type Metrics struct {
 	cancelled  *prometheus.CounterVec
 	duration   *prometheus.HistogramVec
 	claimBatch *prometheus.HistogramVec
-	rescued    prometheus.Counter
+	rescued    *prometheus.CounterVec
 	lockLost   prometheus.Counter
 	lockCut    prometheus.Counter
 	reconnects prometheus.Counter
@@ -88,10 +88,10 @@ func NewMetrics(opts MetricsOptions) *Metrics {
 			Namespace: "skiplock", Name: "claim_batch_size", Buckets: ClaimBatchBuckets,
 			Help: "Tasks each claim of this process took; 0 for a claim that found nothing due.",
 		}, []string{"queue"}),
-		rescued: prometheus.NewCounter(prometheus.CounterOpts{
+		rescued: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "skiplock", Name: "tasks_rescued_total",
 			Help: "Tasks this process, as the elected rescuer, returned to the queue or failed because their worker was gone.",
-		}),
+		}, qn),
 		lockLost: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "skiplock", Name: "lock_session_losses_total",
 			Help: "Times this process lost the database session holding its task locks.",
@@ -166,7 +166,7 @@ func (m *Metrics) Finished(t *worker.Task, outcome worker.Outcome, next queue.St
 }
 
 // Rescued implements worker.Observer.
-func (m *Metrics) Rescued(n int) { m.rescued.Add(float64(n)) }
+func (m *Metrics) Rescued(queueName, name string) { m.rescued.WithLabelValues(queueName, name).Inc() }
 
 // LockSessionLost implements worker.Observer.
 func (m *Metrics) LockSessionLost(running int) {
