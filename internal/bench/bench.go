@@ -125,9 +125,10 @@ type Options struct {
 	// dropping an index or disabling the insert trigger.
 	SchemaSQL string
 	// WaitQuiet, when positive, makes each run wait (up to this long) until
-	// the machine has been nearly idle for a second, so that other work on
-	// a shared machine does not skew it. A run that cannot get a quiet
-	// machine in time runs anyway; the report shows other CPU use.
+	// the machine has been nearly idle for a second, and discards and
+	// repeats a run during which other processes used more than a tenth of
+	// the CPU, so that other work on a shared machine does not skew the
+	// numbers. Every run reports the share other processes took.
 	WaitQuiet time.Duration
 	// JSON prints the report as JSON instead of a table.
 	JSON bool
@@ -245,6 +246,9 @@ type Report struct {
 	WorkerSettings      []string `json:"worker_settings,omitempty"`
 	LockSessionSettings []string `json:"lock_session_settings,omitempty"`
 	Results             []Result `json:"results"`
+	// Discarded counts runs repeated because other processes disturbed
+	// them (Options.WaitQuiet).
+	Discarded int `json:"discarded_runs,omitempty"`
 	// Sustained holds the samples of the last sustained run.
 	Sustained []SustainedSample `json:"sustained,omitempty"`
 }
@@ -323,6 +327,7 @@ func Run(ctx context.Context, opts Options, w io.Writer) error {
 	if err := b.env.sweep(ctx); err != nil {
 		return fmt.Errorf("bench: sweeping old schemas: %w", err)
 	}
+	b.env.findPostmaster(ctx)
 	if b.report.Machine, err = b.env.machine(ctx); err != nil {
 		return fmt.Errorf("bench: reading server settings: %w", err)
 	}
@@ -366,15 +371,28 @@ func (b *bencher) repeat(ctx context.Context, workload, name string, params map[
 	values := map[string][]float64{}
 	first := map[string]measure{}
 	for run := range b.opts.Runs {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if err := b.waitQuiet(ctx, name); err != nil {
-			return err
-		}
-		ms, err := fn(ctx, run)
-		if err != nil {
-			return fmt.Errorf("%s, run %d: %w", name, run+1, err)
+		var ms []measure
+		for attempt := 1; ; attempt++ {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if err := b.waitQuiet(ctx, name); err != nil {
+				return err
+			}
+			noise := newNoiseProbe(b.env.postmaster)
+			var err error
+			ms, err = fn(ctx, run)
+			if err != nil {
+				return fmt.Errorf("%s, run %d: %w", name, run+1, err)
+			}
+			share := noise.share()
+			ms = append(ms, measure{metric: "other processes", unit: "% of CPU", value: 100 * share})
+			if b.opts.WaitQuiet <= 0 || share < disturbed || attempt == maxAttempts {
+				break
+			}
+			b.report.Discarded++
+			b.prog.logf("%s%s: other processes used %.0f%% of the CPU during the run; discarding it and running again",
+				name, runLabel(run, b.opts.Runs), 100*share)
 		}
 		for _, m := range ms {
 			if _, ok := first[m.metric]; !ok {
@@ -398,6 +416,14 @@ func (b *bencher) repeat(ctx context.Context, workload, name string, params map[
 	b.prog.logf("%s %s: %s", workload, name, summary(b.report.Results, workload, name))
 	return nil
 }
+
+// With WaitQuiet, a run during which other processes used more than
+// disturbed of the machine's CPU is discarded and run again, up to
+// maxAttempts times.
+const (
+	disturbed   = 0.10
+	maxAttempts = 6
+)
 
 // quietBusy is the share of the machine's CPU that counts as idle enough
 // to start a run: PostgreSQL's background processes and the odd daemon.

@@ -3,6 +3,7 @@ package bench
 import (
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -101,4 +102,91 @@ func tcpPorts(pid int) []int {
 		}
 	}
 	return ports
+}
+
+// procStat reads a process's parent and its CPU time, own and of the
+// children it has waited for.
+func procStat(pid int) (ppid int, own, children time.Duration, ok bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, 0, 0, false
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0, 0, 0, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 15 {
+		return 0, 0, 0, false
+	}
+	n := func(k int) time.Duration {
+		v, _ := strconv.ParseInt(f[k], 10, 64)
+		return time.Duration(v) * time.Second / clockTick
+	}
+	ppid, _ = strconv.Atoi(f[1])
+	return ppid, n(11) + n(12), n(13) + n(14), true
+}
+
+// treeCPU is the CPU time of a process and all its descendants, living or
+// reaped: its own, what its reaped children used (cutime, cstime), and what
+// the living ones have used so far.
+func treeCPU(root int) time.Duration {
+	parent := map[int]int{}
+	own := map[int]time.Duration{}
+	reaped := map[int]time.Duration{}
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(filepath.Base(d))
+		if err != nil {
+			continue
+		}
+		if pp, o, c, ok := procStat(pid); ok {
+			parent[pid], own[pid], reaped[pid] = pp, o, c
+		}
+	}
+	var total time.Duration
+	for pid := range own {
+		for p := pid; p != 0; p = parent[p] {
+			if p == root {
+				total += own[pid]
+				if pid == root {
+					total += reaped[pid]
+				}
+				break
+			}
+			if parent[p] == p {
+				break
+			}
+		}
+	}
+	return total
+}
+
+// noiseProbe measures how much CPU processes other than the bench (with its
+// worker processes) and the server used during a run: other work on a
+// shared machine that skews the numbers.
+type noiseProbe struct {
+	postmaster int
+	start      time.Time
+	busy, ours time.Duration
+}
+
+func newNoiseProbe(postmaster int) *noiseProbe {
+	p := &noiseProbe{postmaster: postmaster, start: time.Now()}
+	p.busy, p.ours = machineBusy(), p.oursNow()
+	return p
+}
+
+func (p *noiseProbe) oursNow() time.Duration {
+	d := treeCPU(os.Getpid())
+	if p.postmaster > 0 {
+		d += treeCPU(p.postmaster)
+	}
+	return d
+}
+
+// share is the fraction of the machine's CPU that other processes used.
+func (p *noiseProbe) share() float64 {
+	other := (machineBusy() - p.busy) - (p.oursNow() - p.ours)
+	return max(other.Seconds(), 0) / (time.Since(p.start).Seconds() * float64(runtime.NumCPU()))
 }

@@ -31,6 +31,30 @@ type env struct {
 	srv    *devpg.Server // set when devpg found or booted the server
 	// schemaSQL runs on each new schema after migrating (Options.SchemaSQL).
 	schemaSQL string
+	// postmaster is the server's main process when it runs on this
+	// machine (and /proc shows it), else 0.
+	postmaster int
+}
+
+// findPostmaster finds the server's main process, the parent of a backend,
+// when the server runs on this machine.
+func (e *env) findPostmaster(ctx context.Context) {
+	conn, err := pgx.Connect(ctx, e.url)
+	if err != nil {
+		return
+	}
+	defer conn.Close(ctx)
+	var pid int
+	if conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid) != nil {
+		return
+	}
+	// A backend of a remote server may share a pid with a local process;
+	// only trust a parent named postgres.
+	if ppid, _, _, ok := procStat(pid); ok {
+		if comm, err := os.ReadFile("/proc/" + strconv.Itoa(ppid) + "/comm"); err == nil && strings.TrimSpace(string(comm)) == "postgres" {
+			e.postmaster = ppid
+		}
+	}
 }
 
 func openEnv(ctx context.Context, opts Options, prog *progress) (*env, error) {

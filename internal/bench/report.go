@@ -37,6 +37,9 @@ func (r *Report) writeTable(w io.Writer) error {
 	if r.Runs > 1 {
 		fmt.Fprintf(w, "median of %d runs\n", r.Runs)
 	}
+	if r.Discarded > 0 {
+		fmt.Fprintf(w, "%d runs discarded and repeated: other processes used over %.0f%% of the CPU during them\n", r.Discarded, 100*disturbed)
+	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "WORKLOAD\tCASE\tMETRIC\tMEDIAN\tUNIT\tRUNS\tTARGET\t")
