@@ -9,6 +9,20 @@ import (
 	"context"
 )
 
+const schemaLockTableSize = `-- name: SchemaLockTableSize :one
+SELECT (current_setting('max_locks_per_transaction')::bigint
+        * (current_setting('max_connections')::bigint + current_setting('max_prepared_transactions')::bigint))::bigint AS entries
+`
+
+// The shared lock table's size, which every session's advisory locks share:
+// max_locks_per_transaction × (max_connections + max_prepared_transactions).
+func (q *Queries) SchemaLockTableSize(ctx context.Context, db DBTX) (int64, error) {
+	row := db.QueryRow(ctx, schemaLockTableSize)
+	var entries int64
+	err := row.Scan(&entries)
+	return entries, err
+}
+
 const schemaTaskTable = `-- name: SchemaTaskTable :one
 SELECT c.oid::bigint AS oid, n.nspname::text AS schema
 FROM pg_catalog.pg_class AS c

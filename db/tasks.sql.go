@@ -69,23 +69,26 @@ func (q *Queries) TaskCancelRequested(ctx context.Context, db DBTX, ids []int64)
 }
 
 const taskClaim = `-- name: TaskClaim :many
-WITH open AS MATERIALIZED (
+WITH released AS MATERIALIZED (
+    SELECT count(*) FILTER (WHERE pg_advisory_unlock($3::integer, u.id::bit(32)::integer)) AS n
+    FROM unnest($4::bigint[]) AS u(id)
+), open AS MATERIALIZED (
     SELECT NOT EXISTS (
-        SELECT 1 FROM skiplock_queues AS q WHERE q.name = $3::text AND q.paused_at IS NOT NULL
-    ) AS ok
+        SELECT 1 FROM skiplock_queues AS q WHERE q.name = $5::text AND q.paused_at IS NOT NULL
+    ) AND (SELECT n FROM released) >= 0 AS ok
 ), picked AS MATERIALIZED (
     SELECT p.id, p.exclusive_key
     FROM skiplock_tasks AS p
     WHERE p.status = 'pending'
-      AND p.queue = $3::text
+      AND p.queue = $5::text
       AND p.run_at <= now()
       AND (SELECT ok FROM open)
-      AND (cardinality($4::text[]) = 0 OR p.name = ANY($4::text[]))
-      AND NOT (p.name = ANY($5::text[]))
+      AND (cardinality($6::text[]) = 0 OR p.name = ANY($6::text[]))
+      AND NOT (p.name = ANY($7::text[]))
       AND (p.exclusive_key IS NULL OR NOT EXISTS (
           SELECT 1 FROM skiplock_tasks AS r WHERE r.exclusive_key = p.exclusive_key AND r.status = 'running'))
     ORDER BY p.priority, p.run_at, p.id
-    LIMIT $6::integer
+    LIMIT $8::integer
     FOR UPDATE SKIP LOCKED
 ), one_per_key AS MATERIALIZED (
     SELECT DISTINCT ON (coalesce(k.exclusive_key, k.id::text)) k.id, k.exclusive_key
@@ -95,14 +98,14 @@ WITH open AS MATERIALIZED (
     SELECT e.id
     FROM one_per_key AS e
     WHERE e.exclusive_key IS NULL
-       OR pg_try_advisory_xact_lock(hashtextextended(e.exclusive_key, $7::bigint))
+       OR pg_try_advisory_xact_lock(hashtextextended(e.exclusive_key, $9::bigint))
 ), locked AS MATERIALIZED (
     -- Lease mode (lease_ms > 0) guards tasks with locked_until instead of
     -- an advisory lock. CASE, unlike OR, fixes the order of evaluation.
     SELECT x.id
     FROM exclusive_ok AS x
     WHERE CASE WHEN $2::bigint > 0 THEN true
-               ELSE pg_try_advisory_lock($8::integer, x.id::bit(32)::integer) END
+               ELSE pg_try_advisory_lock($3::integer, x.id::bit(32)::integer) END
 )
 UPDATE skiplock_tasks AS t
 SET status = 'running',
@@ -120,12 +123,13 @@ RETURNING t.id, t.queue, t.name, t.payload, t.metadata, t.priority, t.attempt,
 type TaskClaimParams struct {
 	WorkerID      string
 	LeaseMs       int64
+	LockClass     int32
+	UnlockIds     []int64
 	Queue         string
 	OnlyNames     []string
 	SkipNames     []string
 	Max           int32
 	ExclusiveSeed int64
-	LockClass     int32
 }
 
 type TaskClaimRow struct {
@@ -159,16 +163,21 @@ type TaskClaimRow struct {
 // key is picked only while no task of its key runs, at most one per key per
 // claim, and under a transaction-level lock on the key so that two claimers
 // cannot both take one (a unique index on running exclusive keys backs this).
+//
+// It also releases the locks of tasks whose outcomes were just written
+// (unlock_ids), saving the lock session a round trip: "released" is
+// evaluated, before anything is picked, as part of "open".
 func (q *Queries) TaskClaim(ctx context.Context, db DBTX, arg TaskClaimParams) ([]TaskClaimRow, error) {
 	rows, err := db.Query(ctx, taskClaim,
 		arg.WorkerID,
 		arg.LeaseMs,
+		arg.LockClass,
+		arg.UnlockIds,
 		arg.Queue,
 		arg.OnlyNames,
 		arg.SkipNames,
 		arg.Max,
 		arg.ExclusiveSeed,
-		arg.LockClass,
 	)
 	if err != nil {
 		return nil, err

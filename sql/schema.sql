@@ -11,3 +11,9 @@ SELECT version, dirty FROM skiplock_schema_migrations LIMIT 1;
 
 -- name: SessionBackendPID :one
 SELECT pg_backend_pid()::integer AS pid;
+
+-- name: SchemaLockTableSize :one
+-- The shared lock table's size, which every session's advisory locks share:
+-- max_locks_per_transaction × (max_connections + max_prepared_transactions).
+SELECT (current_setting('max_locks_per_transaction')::bigint
+        * (current_setting('max_connections')::bigint + current_setting('max_prepared_transactions')::bigint))::bigint AS entries;

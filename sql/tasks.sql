@@ -52,10 +52,17 @@ WHERE (unique_key = ANY(@unique_keys::text[]) AND status IN ('pending', 'running
 -- key is picked only while no task of its key runs, at most one per key per
 -- claim, and under a transaction-level lock on the key so that two claimers
 -- cannot both take one (a unique index on running exclusive keys backs this).
-WITH open AS MATERIALIZED (
+--
+-- It also releases the locks of tasks whose outcomes were just written
+-- (unlock_ids), saving the lock session a round trip: "released" is
+-- evaluated, before anything is picked, as part of "open".
+WITH released AS MATERIALIZED (
+    SELECT count(*) FILTER (WHERE pg_advisory_unlock(@lock_class::integer, u.id::bit(32)::integer)) AS n
+    FROM unnest(@unlock_ids::bigint[]) AS u(id)
+), open AS MATERIALIZED (
     SELECT NOT EXISTS (
         SELECT 1 FROM skiplock_queues AS q WHERE q.name = @queue::text AND q.paused_at IS NOT NULL
-    ) AS ok
+    ) AND (SELECT n FROM released) >= 0 AS ok
 ), picked AS MATERIALIZED (
     SELECT p.id, p.exclusive_key
     FROM skiplock_tasks AS p

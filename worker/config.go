@@ -14,7 +14,7 @@ import (
 
 // Defaults and limits of Config.
 const (
-	DefaultConcurrency    = 100
+	DefaultConcurrency    = 500
 	MaxClaimBatch         = 1000
 	DefaultPollInterval   = time.Second
 	DefaultTaskTimeout    = time.Minute
@@ -69,10 +69,13 @@ type Config struct {
 	ListenURL string
 
 	// Concurrency is how many handlers run at once in this process, across
-	// its queues. Each running task holds one advisory lock, and the
-	// server's lock table (max_locks_per_transaction × max_connections,
-	// about 6,400 by default) bounds the total across every worker.
-	// Defaults to DefaultConcurrency (100).
+	// its queues, and so the largest claim: one claim of many tasks costs
+	// far less per task than many claims of a few. In advisory mode each
+	// running task holds one advisory lock, and the server's lock table
+	// (max_locks_per_transaction × max_connections, about 6,400 entries by
+	// default, shared by every session) bounds the total across every
+	// worker; Run warns when Concurrency alone takes more than a quarter of
+	// it. Defaults to DefaultConcurrency (500).
 	Concurrency int
 
 	// Queues are the queues this worker claims from. Defaults to

@@ -189,6 +189,10 @@ func (w *Worker) settle(e *execution, res result) bool {
 	if e.slots != nil {
 		e.slots.Release(1)
 	}
+	select {
+	case w.slotFreed <- struct{}{}:
+	default:
+	}
 	w.settled.Done()
 	return true
 }

@@ -19,6 +19,11 @@ import (
 // errSessionDown is returned by lock session calls while it reconnects.
 var errSessionDown = errors.New("lock session is down")
 
+// unlockDelay is how long released task locks may wait for the next claim
+// to carry them before they are sent on their own. It only delays a retry's
+// re-claim of the same task, never a claim of other work.
+const unlockDelay = 2 * time.Millisecond
+
 // lockQueryTimeout bounds one statement on the lock session. A statement that
 // takes longer is cancelled with a cancel request, which keeps the session
 // and its locks.
@@ -51,6 +56,13 @@ type lockSession struct {
 	lastUsed time.Time
 	closed   bool
 	stop     chan struct{} // closed by close(); ends reconnect attempts
+
+	// Locks to release, of the current generation: the next claim carries
+	// them, or a flush unlockDelay after the first was queued.
+	umu        sync.Mutex
+	unlocks    []int64
+	unlocksGen uint64
+	flushTimer *time.Timer
 }
 
 func newLockSession(config *pgx.ConnConfig, class int32, classOID int64, log *slog.Logger) *lockSession {
@@ -108,6 +120,9 @@ func (s *lockSession) installConn(ctx context.Context, conn *pgx.Conn) error {
 	s.gen++
 	gen := s.gen
 	s.held = map[int64]int{}
+	s.umu.Lock()
+	s.unlocks, s.unlocksGen = nil, gen
+	s.umu.Unlock()
 	s.lastUsed = time.Now()
 	close(s.up)
 	onUp := s.onUp
@@ -196,11 +211,13 @@ func (s *lockSession) reconnect() {
 	}
 }
 
-// claim takes tasks as p says and locks each one.
+// claim takes tasks as p says and locks each one. It carries the pending
+// unlocks with it.
 func (s *lockSession) claim(p db.TaskClaimParams) (rows []db.TaskClaimRow, gen uint64, err error) {
 	p.LockClass = s.class
 	err = s.do(func(ctx context.Context, conn *pgx.Conn, g uint64) error {
 		gen = g
+		p.UnlockIds = s.takeUnlocks(g)
 		rows, err = s.queries.TaskClaim(ctx, conn, p)
 		if err != nil {
 			return err
@@ -213,25 +230,64 @@ func (s *lockSession) claim(p db.TaskClaimParams) (rows []db.TaskClaimRow, gen u
 	return rows, gen, err
 }
 
-// unlock releases the locks of tasks claimed in generation gen. Locks of an
-// earlier generation died with their session and are skipped.
-func (s *lockSession) unlock(ids []int64, gen uint64) error {
-	return s.do(func(ctx context.Context, conn *pgx.Conn, g uint64) error {
-		if g != gen {
+// release queues the locks of tasks claimed in generation gen, whose
+// outcomes are written, for release. Locks of an earlier generation died
+// with their session and are dropped: releasing them by key could release
+// a lock the new session took for a new claim of the same task.
+func (s *lockSession) release(ids []int64, gen uint64) {
+	s.umu.Lock()
+	defer s.umu.Unlock()
+	if gen != s.unlocksGen {
+		return
+	}
+	s.unlocks = append(s.unlocks, ids...)
+	if s.flushTimer == nil {
+		s.flushTimer = time.AfterFunc(unlockDelay, s.flushUnlocks)
+	}
+}
+
+// takeUnlocks hands the pending unlocks of generation g to a statement
+// about to run on the session (mu held), and forgets them as held: should
+// the statement fail, reconcile releases whatever is still held.
+func (s *lockSession) takeUnlocks(g uint64) []int64 {
+	s.umu.Lock()
+	ids := s.unlocks
+	s.unlocks = nil
+	if s.flushTimer != nil {
+		s.flushTimer.Stop()
+		s.flushTimer = nil
+	}
+	s.umu.Unlock()
+	if s.unlocksGen != g || ids == nil {
+		return []int64{}
+	}
+	for _, id := range ids {
+		if s.held[id] <= 1 {
+			delete(s.held, id)
+		} else {
+			s.held[id]--
+		}
+	}
+	return ids
+}
+
+// flushUnlocks sends pending unlocks that no claim carried.
+func (s *lockSession) flushUnlocks() {
+	err := s.do(func(ctx context.Context, conn *pgx.Conn, g uint64) error {
+		ids := s.takeUnlocks(g)
+		if len(ids) == 0 {
 			return nil
 		}
-		if _, err := s.queries.TaskUnlockMany(ctx, conn, db.TaskUnlockManyParams{LockClass: s.class, Ids: ids}); err != nil {
-			return err
+		_, err := s.queries.TaskUnlockMany(ctx, conn, db.TaskUnlockManyParams{LockClass: s.class, Ids: ids})
+		if err != nil && !conn.IsClosed() {
+			// The locks may still be held; reconcile finds out.
+			return errors.Join(err, s.reconcileLocked(ctx, conn))
 		}
-		for _, id := range ids {
-			if s.held[id] <= 1 {
-				delete(s.held, id)
-			} else {
-				s.held[id]--
-			}
-		}
-		return nil
+		return err
 	})
+	if err != nil && !errors.Is(err, errSessionDown) {
+		s.log.Warn("skiplock: releasing task locks", "error", err)
+	}
 }
 
 // reconcile releases task locks the session holds but no claim accounts
@@ -240,6 +296,13 @@ func (s *lockSession) unlock(ids []int64, gen uint64) error {
 // not transactional, so they outlive the rollback.
 func (s *lockSession) reconcile() error {
 	return s.do(func(ctx context.Context, conn *pgx.Conn, _ uint64) error {
+		return s.reconcileLocked(ctx, conn)
+	})
+}
+
+// reconcileLocked is reconcile with mu held.
+func (s *lockSession) reconcileLocked(ctx context.Context, conn *pgx.Conn) error {
+	{
 		for range 3 { // a lock taken twice needs two unlocks
 			keys, err := s.queries.TaskLocksHeld(ctx, conn, s.classOID)
 			if err != nil {
@@ -266,7 +329,7 @@ func (s *lockSession) reconcile() error {
 			}
 		}
 		return nil
-	})
+	}
 }
 
 // tryLeader tries to take the session lock that elects one process for a

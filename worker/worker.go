@@ -57,16 +57,17 @@ type Worker struct {
 	limitedNames []string
 
 	// Set by Run.
-	handlers Handlers
-	ls       *lockSession
-	slots    *semaphore.Weighted
-	settled  sync.WaitGroup
-	comp     *completer
-	lease    bool  // Mode == ModeLease: no lock session
-	classOID int64 // skiplock_tasks' OID: the advisory lock class
-	schema   string
-	channel  string // work notifications: queue names
-	control  string // commands to workers: "cancel:<id>"
+	handlers  Handlers
+	ls        *lockSession
+	slots     *semaphore.Weighted
+	slotFreed chan struct{} // a slot was released; for coalescing claims
+	settled   sync.WaitGroup
+	comp      *completer
+	lease     bool  // Mode == ModeLease: no lock session
+	classOID  int64 // skiplock_tasks' OID: the advisory lock class
+	schema    string
+	channel   string // work notifications: queue names
+	control   string // commands to workers: "cancel:<id>"
 }
 
 // New returns a Worker that runs on pool. The pool's search_path must reach
@@ -218,11 +219,17 @@ func (w *Worker) start(ctx context.Context) error {
 
 	w.classOID = table.Oid
 	w.slots = semaphore.NewWeighted(int64(w.cfg.Concurrency))
+	w.slotFreed = make(chan struct{}, 1)
 	w.comp = newCompleter(w)
 
 	if w.lease {
 		w.lockSessionUp(1, 0)
 		return nil
+	}
+	if entries, err := w.queries.SchemaLockTableSize(ctx, w.pool); err == nil && int64(w.cfg.Concurrency) > entries/4 {
+		w.log.Warn("skiplock: Concurrency is a large share of PostgreSQL's lock table, which every running task's advisory lock "+
+			"and every session's locks share; past it, claims back off. Lower Concurrency, run fewer workers, or raise max_locks_per_transaction.",
+			"concurrency", w.cfg.Concurrency, "lock_table_entries", entries)
 	}
 	w.ls = newLockSession(w.pool.Config().ConnConfig, int32(uint32(table.Oid)), table.Oid, w.log)
 	w.ls.onLost = w.lockSessionLost
