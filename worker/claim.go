@@ -32,6 +32,12 @@ func (w *Worker) claimLoop(ctx context.Context, queueName string) {
 		if err != nil {
 			return
 		}
+		// Acquire succeeds on a done context when slots are free: a worker
+		// shutting down must not claim.
+		if ctx.Err() != nil {
+			w.releaseSlots(qslots, n)
+			return
+		}
 		claimed, err := w.claimRound(queueName, n, qslots)
 		w.releaseSlots(qslots, n-claimed)
 		if err != nil {

@@ -113,6 +113,10 @@ func TestRescueThousands(t *testing.T) {
 
 	// A watcher that claims nothing but can be elected rescuer.
 	start(t, pgtest.NewPool(t, b.schema), worker.Config{Queues: []string{"elsewhere"}}, worker.Handlers{"hold": hold})
+	// A reconnects within 100 ms and would claim the rescued tasks again.
+	if err := b.client.PauseQueue(context.Background(), "default"); err != nil {
+		t.Fatal(err)
+	}
 	killed := time.Now()
 	b.terminateLockSession(t, a)
 	stopA() // A would otherwise claim the rescued tasks again
