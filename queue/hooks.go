@@ -3,8 +3,7 @@ package queue
 import (
 	"context"
 	"encoding/json"
-
-	"github.com/skiplock/skiplock/db"
+	"fmt"
 )
 
 // EnqueueHook sees the tasks a Client enqueues: to carry trace context in
@@ -42,17 +41,18 @@ func WithEnqueueHooks(hooks ...EnqueueHook) ClientOption {
 	return func(c *Client) { c.hooks = append(c.hooks, hooks...) }
 }
 
-// beforeEnqueue lets the hooks amend the batch's metadata, and returns the
-// batch as they saw it for afterEnqueue.
-func (c *Client) beforeEnqueue(ctx context.Context, p *db.TaskInsertManyParams) ([]*EnqueuedTask, error) {
+// beforeEnqueue lets the hooks amend the tasks' metadata, with the context
+// of the call that enqueues them, and returns the tasks as they saw them
+// for afterEnqueue.
+func (c *Client) beforeEnqueue(ctx context.Context, rows []row) ([]*EnqueuedTask, error) {
 	if len(c.hooks) == 0 {
 		return nil, nil
 	}
-	tasks := make([]*EnqueuedTask, len(p.Names))
-	for i := range tasks {
-		t := &EnqueuedTask{Name: p.Names[i], Queue: p.Queues[i]}
+	tasks := make([]*EnqueuedTask, len(rows))
+	for i, r := range rows {
+		t := &EnqueuedTask{Name: r.name, Queue: r.queue}
 		// buildOptions checked that metadata is an object.
-		if err := json.Unmarshal(p.Metadatas[i], &t.Metadata); err != nil || t.Metadata == nil {
+		if err := json.Unmarshal(r.metadata, &t.Metadata); err != nil || t.Metadata == nil {
 			t.Metadata = map[string]json.RawMessage{}
 		}
 		tasks[i] = t
@@ -63,9 +63,9 @@ func (c *Client) beforeEnqueue(ctx context.Context, p *db.TaskInsertManyParams) 
 	for i, t := range tasks {
 		m, err := json.Marshal(t.Metadata)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%w: metadata from an enqueue hook: %v", ErrInvalidTask, err)
 		}
-		p.Metadatas[i] = m
+		rows[i].metadata = m
 	}
 	return tasks, nil
 }

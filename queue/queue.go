@@ -57,12 +57,14 @@ type Client struct {
 	queries *db.Queries
 	schema  schemaCache
 	hooks   []EnqueueHook
+	group   groupCommit
 }
 
 // New returns a Client on pool. The pool's search_path must reach the schema
 // skiplock was migrated into.
 func New(pool *pgxpool.Pool, opts ...ClientOption) *Client {
 	c := &Client{pool: pool, queries: db.New()}
+	c.group.client = c
 	for _, o := range opts {
 		o(c)
 	}
@@ -80,8 +82,32 @@ type NewTask struct {
 // encoding/json can marshal, or a json.RawMessage or []byte holding JSON.
 // The task is visible to workers at once (or at its run time), and idle
 // workers are woken by NOTIFY.
+//
+// Concurrent calls share statements and commits (group commit): a lone call
+// is sent at once, and calls made while a statement is in flight go
+// together in the next, so many producers are not limited to one commit,
+// one WAL flush, each. ctx can abandon a call only until its statement is
+// sent; after that Enqueue waits for the outcome, so that it never reports
+// a failure for a task that exists.
 func (c *Client) Enqueue(ctx context.Context, name string, payload any, opts ...Option) (int64, error) {
-	return c.EnqueueTx(ctx, c.pool, name, payload, opts...)
+	r, err := prepare(NewTask{Name: name, Payload: payload, Options: opts})
+	if err != nil {
+		return 0, err
+	}
+	rows := []row{r}
+	hooked, err := c.beforeEnqueue(ctx, rows) // may amend rows[0]'s metadata
+	if err != nil {
+		return 0, err
+	}
+	res := c.group.enqueue(ctx, rows[0])
+	if res.err == nil {
+		c.afterEnqueue(ctx, hooked, []int64{res.id})
+		return res.id, nil
+	}
+	if res.dup != nil {
+		return res.dup.ExistingID, errors.Join(res.dup)
+	}
+	return 0, res.err
 }
 
 // Executor is what EnqueueTx writes through: a pgx.Tx in practice, so the
@@ -155,7 +181,84 @@ func unjoin(err error) []error {
 var epoch = time.Unix(0, 0).UTC()
 
 func (c *Client) insert(ctx context.Context, tx Executor, tasks []NewTask) ([]int64, error) {
-	n := len(tasks)
+	rows := make([]row, len(tasks))
+	for i, t := range tasks {
+		var err error
+		if rows[i], err = prepare(t); err != nil {
+			return nil, err
+		}
+	}
+	hooked, err := c.beforeEnqueue(ctx, rows)
+	if err != nil {
+		return nil, err
+	}
+	ids, dups, err := c.insertRows(ctx, tx, rows)
+	if err != nil {
+		return nil, err
+	}
+	c.afterEnqueue(ctx, hooked, ids)
+	if len(dups) == 0 {
+		return ids, nil
+	}
+	errs := make([]error, len(dups))
+	for i, d := range dups {
+		ids[d.Index] = d.ExistingID
+		errs[i] = d
+	}
+	return ids, errors.Join(errs...)
+}
+
+// row is a validated task, ready to insert.
+type row struct {
+	queue, name                              string
+	payload, metadata                        json.RawMessage
+	priority                                 int16
+	runAt                                    time.Time
+	delayMs, timeoutMs                       int64
+	maxAttempts                              int32
+	uniqueKey, uniqueWindowKey, exclusiveKey string
+}
+
+// prepare validates a task and encodes it; nothing is sent.
+func prepare(t NewTask) (row, error) {
+	if t.Name == "" || len(t.Name) > MaxNameLength {
+		return row{}, fmt.Errorf("%w: name must be 1 to %d bytes, got %q", ErrInvalidTask, MaxNameLength, t.Name)
+	}
+	payload, err := EncodePayload(t.Payload)
+	if err != nil {
+		return row{}, fmt.Errorf("%w: task %q: %v", ErrInvalidTask, t.Name, err)
+	}
+	o, err := buildOptions(t.Options)
+	if err != nil {
+		return row{}, fmt.Errorf("task %q: %w", t.Name, err)
+	}
+	r := row{
+		queue: o.queue, name: t.Name, payload: payload, metadata: o.metadata,
+		priority: int16(o.priority), runAt: epoch, delayMs: o.delay.Milliseconds(),
+		maxAttempts: int32(o.maxAttempts), timeoutMs: o.timeout.Milliseconds(), exclusiveKey: o.exclusiveKey,
+	}
+	if !o.runAt.IsZero() {
+		r.runAt = o.runAt
+	}
+	key := o.uniqueKey
+	if o.uniqueDerive && key == "" {
+		key = deriveKey(t.Name, payload)
+	}
+	if o.uniqueWindow > 0 {
+		// The window is the producer's clock: a window boundary may be off
+		// by the skew between producers, never the uniqueness.
+		r.uniqueWindowKey = fmt.Sprintf("%s@%d", key, time.Now().UnixNano()/int64(o.uniqueWindow))
+	} else {
+		r.uniqueKey = key
+	}
+	return r, nil
+}
+
+// insertRows inserts prepared tasks in one statement. A task whose unique
+// key is taken is not inserted: its id is 0 and it has a DuplicateError
+// (Index is its place in rows).
+func (c *Client) insertRows(ctx context.Context, tx Executor, rows []row) ([]int64, []*DuplicateError, error) {
+	n := len(rows)
 	p := db.TaskInsertManyParams{
 		Queues:           make([]string, n),
 		Names:            make([]string, n),
@@ -170,50 +273,15 @@ func (c *Client) insert(ctx context.Context, tx Executor, tasks []NewTask) ([]in
 		UniqueWindowKeys: make([]string, n),
 		ExclusiveKeys:    make([]string, n),
 	}
-	for i, t := range tasks {
-		if t.Name == "" || len(t.Name) > MaxNameLength {
-			return nil, fmt.Errorf("%w: name must be 1 to %d bytes, got %q", ErrInvalidTask, MaxNameLength, t.Name)
-		}
-		payload, err := EncodePayload(t.Payload)
-		if err != nil {
-			return nil, fmt.Errorf("%w: task %q: %v", ErrInvalidTask, t.Name, err)
-		}
-		o, err := buildOptions(t.Options)
-		if err != nil {
-			return nil, fmt.Errorf("task %q: %w", t.Name, err)
-		}
-		p.Queues[i] = o.queue
-		p.Names[i] = t.Name
-		p.Payloads[i] = payload
-		p.Metadatas[i] = o.metadata
-		p.Priorities[i] = int16(o.priority)
-		p.RunAts[i] = epoch
-		if !o.runAt.IsZero() {
-			p.RunAts[i] = o.runAt
-		}
-		p.DelayMs[i] = o.delay.Milliseconds()
-		p.MaxAttempts[i] = int32(o.maxAttempts)
-		p.TimeoutMs[i] = o.timeout.Milliseconds()
-		p.ExclusiveKeys[i] = o.exclusiveKey
-		key := o.uniqueKey
-		if o.uniqueDerive && key == "" {
-			key = deriveKey(t.Name, payload)
-		}
-		if o.uniqueWindow > 0 {
-			// The window is the producer's clock: a window boundary may be
-			// off by the skew between producers, never the uniqueness.
-			p.UniqueWindowKeys[i] = fmt.Sprintf("%s@%d", key, time.Now().UnixNano()/int64(o.uniqueWindow))
-		} else {
-			p.UniqueKeys[i] = key
-		}
+	for i, r := range rows {
+		p.Queues[i], p.Names[i], p.Payloads[i], p.Metadatas[i] = r.queue, r.name, r.payload, r.metadata
+		p.Priorities[i], p.RunAts[i], p.DelayMs[i] = r.priority, r.runAt, r.delayMs
+		p.MaxAttempts[i], p.TimeoutMs[i] = r.maxAttempts, r.timeoutMs
+		p.UniqueKeys[i], p.UniqueWindowKeys[i], p.ExclusiveKeys[i] = r.uniqueKey, r.uniqueWindowKey, r.exclusiveKey
 	}
-	hooked, err := c.beforeEnqueue(ctx, &p)
+	inserted, err := c.queries.TaskInsertMany(ctx, tx, p)
 	if err != nil {
-		return nil, fmt.Errorf("%w: metadata from an enqueue hook: %v", ErrInvalidTask, err)
-	}
-	rows, err := c.queries.TaskInsertMany(ctx, tx, p)
-	if err != nil {
-		return nil, fmt.Errorf("enqueueing: %w", pgerr.Wrap(err))
+		return nil, nil, fmt.Errorf("enqueueing: %w", pgerr.Wrap(err))
 	}
 	// Rows come back in input order; a task missing from them lost its
 	// unique key to an existing task (or to an earlier one in the batch).
@@ -221,26 +289,27 @@ func (c *Client) insert(ctx context.Context, tx Executor, tasks []NewTask) ([]in
 	var dups []*DuplicateError
 	next := 0
 	for i := range n {
-		if next < len(rows) && rows[next].UniqueKey == p.UniqueKeys[i] && rows[next].UniqueWindowKey == p.UniqueWindowKeys[i] {
-			ids[i] = rows[next].ID
+		if next < len(inserted) && inserted[next].UniqueKey == p.UniqueKeys[i] && inserted[next].UniqueWindowKey == p.UniqueWindowKeys[i] {
+			ids[i] = inserted[next].ID
 			next++
 			continue
 		}
 		key := p.UniqueKeys[i] + p.UniqueWindowKeys[i]
 		if key == "" {
-			return nil, fmt.Errorf("enqueueing: task %d of the batch was not inserted", i)
+			return nil, nil, fmt.Errorf("enqueueing: task %d of the batch was not inserted", i)
 		}
 		dups = append(dups, &DuplicateError{Index: i, Key: key})
 	}
-	c.afterEnqueue(ctx, hooked, ids)
-	if len(dups) == 0 {
-		return ids, nil
+	if len(dups) > 0 {
+		if err := c.fillDuplicates(ctx, tx, p, dups); err != nil {
+			return nil, nil, err
+		}
 	}
-	return ids, c.fillDuplicates(ctx, tx, p, ids, dups)
+	return ids, dups, nil
 }
 
 // fillDuplicates finds the tasks that hold the keys of the duplicates.
-func (c *Client) fillDuplicates(ctx context.Context, tx Executor, p db.TaskInsertManyParams, ids []int64, dups []*DuplicateError) error {
+func (c *Client) fillDuplicates(ctx context.Context, tx Executor, p db.TaskInsertManyParams, dups []*DuplicateError) error {
 	var keys, windowKeys []string
 	for _, d := range dups {
 		if p.UniqueWindowKeys[d.Index] != "" {
@@ -257,13 +326,10 @@ func (c *Client) fillDuplicates(ctx context.Context, tx Executor, p db.TaskInser
 	for _, h := range holders {
 		byKey[h.UniqueKey+h.UniqueWindowKey] = h.ID
 	}
-	errs := make([]error, len(dups))
-	for i, d := range dups {
+	for _, d := range dups {
 		d.ExistingID = byKey[d.Key]
-		ids[d.Index] = d.ExistingID
-		errs[i] = d
 	}
-	return errors.Join(errs...)
+	return nil
 }
 
 // deriveKey is WithUnique's key: the name and a digest of the payload.

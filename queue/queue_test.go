@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -206,5 +208,76 @@ func TestGetNotFound(t *testing.T) {
 	_, err := queue.New(pgtest.Pool(t)).Get(context.Background(), 424242)
 	if !errors.Is(err, queue.ErrNotFound) {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// TestEnqueueGroupCommit: concurrent Enqueue calls share statements, and
+// each still gets its own outcome.
+func TestEnqueueGroupCommit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	client := queue.New(pool)
+
+	const producers, each = 16, 50
+	var wg sync.WaitGroup
+	ids := make(chan int64, producers*each)
+	errs := make(chan error, producers*each)
+	for p := range producers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				switch {
+				case p == 0 && i == 7: // a bad task fails alone
+					if _, err := client.Enqueue(ctx, "", nil); !errors.Is(err, queue.ErrInvalidTask) {
+						errs <- fmt.Errorf("bad task: %v", err)
+					}
+				case i == 9: // every producer enqueues one key: one wins
+					id, err := client.Enqueue(ctx, "unique", nil, queue.WithUniqueKey("shared"))
+					if err != nil && !errors.Is(err, queue.ErrDuplicate) {
+						errs <- err
+					}
+					if id == 0 {
+						errs <- fmt.Errorf("unique enqueue returned no id")
+					}
+				default:
+					id, err := client.Enqueue(ctx, "grouped", map[string]int{"p": p, "i": i})
+					if err != nil {
+						errs <- err
+					}
+					ids <- id
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(ids)
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	seen := map[int64]bool{}
+	for id := range ids {
+		if id == 0 || seen[id] {
+			t.Fatalf("id %d returned twice or zero", id)
+		}
+		seen[id] = true
+	}
+	if n := count(t, pool, "name = 'grouped'"); n != len(seen) {
+		t.Fatalf("%d grouped rows for %d ids", n, len(seen))
+	}
+	if n := count(t, pool, "name = 'unique'"); n != 1 {
+		t.Fatalf("%d rows hold the unique key", n)
+	}
+
+	// A call whose context is already done is not sent.
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := client.Enqueue(cctx, "cancelled", nil); !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v", err)
+	}
+	if n := count(t, pool, "name = 'cancelled'"); n != 0 {
+		t.Fatal("a cancelled call inserted its task")
 	}
 }
