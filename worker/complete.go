@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/skiplock/skiplock/db"
 	"github.com/skiplock/skiplock/queue"
@@ -25,6 +26,7 @@ type finish struct {
 	delayMs int64 // retry delay; -1 keeps run_at
 	refund  int   // 1 gives the attempt back
 	entry   queue.AttemptError
+	slots   *semaphore.Weighted // the queue's own slots, freed with the process's
 }
 
 // completer writes outcomes in batches and then releases their locks, in
@@ -154,18 +156,33 @@ func (c *completer) flush(batch []finish) {
 		}
 	}
 
-	if w.lease {
-		c.notifyRetries(batch) // a lease ends with the status change
-		return
+	if !w.lease { // a lease ends with the status change
+		byGen := map[uint64][]int64{}
+		for _, f := range batch {
+			byGen[f.gen] = append(byGen[f.gen], f.id)
+		}
+		for gen, ids := range byGen {
+			w.ls.release(ids, gen)
+		}
 	}
-	byGen := map[uint64][]int64{}
-	for _, f := range batch {
-		byGen[f.gen] = append(byGen[f.gen], f.id)
-	}
-	for gen, ids := range byGen {
-		w.ls.release(ids, gen)
-	}
+	c.freeSlots(batch)
 	c.notifyRetries(batch)
+}
+
+// freeSlots gives the batch's slots back and wakes a claim loop that waits
+// to fill its claim.
+func (c *completer) freeSlots(batch []finish) {
+	w := c.w
+	w.slots.Release(int64(len(batch)))
+	for _, f := range batch {
+		if f.slots != nil {
+			f.slots.Release(1)
+		}
+	}
+	select {
+	case w.slotFreed <- struct{}{}:
+	default:
+	}
 }
 
 // notifyRetries wakes this worker's claim loops for tasks that are due again

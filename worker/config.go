@@ -68,9 +68,10 @@ type Config struct {
 	// arrive by poll (HealthInterval).
 	ListenURL string
 
-	// Concurrency is how many handlers run at once in this process, across
-	// its queues, and so the largest claim: one claim of many tasks costs
-	// far less per task than many claims of a few. In advisory mode each
+	// Concurrency is how many tasks this process holds at once, across its
+	// queues: running, or finished with their outcome not yet written. It
+	// sizes claims (ClaimBatch): one claim of many tasks costs far less per
+	// task than many claims of a few. In advisory mode each
 	// running task holds one advisory lock, and the server's lock table
 	// (max_locks_per_transaction × max_connections, about 6,400 entries by
 	// default, shared by every session) bounds the total across every
@@ -92,7 +93,9 @@ type Config struct {
 	RateLimits []RateLimit
 
 	// ClaimBatch bounds how many tasks one claim takes; a claim never takes
-	// more than the free capacity. Defaults to Concurrency, at most
+	// more than the free capacity. A task keeps its slot until its outcome
+	// is written, so half of Concurrency lets one batch be claimed while the
+	// last one's outcomes are written. Defaults to Concurrency/2, at most
 	// MaxClaimBatch (1000).
 	ClaimBatch int
 
@@ -194,7 +197,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.Queues = []string{queue.DefaultQueue}
 	}
 	if c.ClaimBatch == 0 {
-		c.ClaimBatch = min(max(c.Concurrency, 1), MaxClaimBatch)
+		c.ClaimBatch = min(max(c.Concurrency/2, 1), MaxClaimBatch)
 	}
 	if c.PollInterval == 0 {
 		c.PollInterval = DefaultPollInterval

@@ -164,8 +164,9 @@ func (w *Worker) abandon(e *execution) {
 	}
 }
 
-// settle records an execution's outcome once: it frees the slot and hands
-// the outcome to the completer, which writes it and then releases the lock.
+// settle records an execution's outcome once: it hands the outcome to the
+// completer, which writes it, then queues the release of its lock and
+// frees its slot.
 func (w *Worker) settle(e *execution, res result) bool {
 	if !e.settled.CompareAndSwap(false, true) {
 		return false
@@ -183,16 +184,12 @@ func (w *Worker) settle(e *execution, res result) bool {
 	w.mu.Unlock()
 
 	f := w.finishFor(e, res)
+	f.slots = e.slots
 	w.cfg.Observer.Finished(e.task, Outcome(res.outcome), f.status, time.Since(e.task.StartedAt))
+	// The slot goes back once the outcome is written (the completer frees
+	// it): when writes fall behind, claims wait, rather than piling up
+	// unwritten outcomes that each hold a lock.
 	w.comp.add(f)
-	w.slots.Release(1)
-	if e.slots != nil {
-		e.slots.Release(1)
-	}
-	select {
-	case w.slotFreed <- struct{}{}:
-	default:
-	}
 	w.settled.Done()
 	return true
 }
