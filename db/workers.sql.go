@@ -9,6 +9,36 @@ import (
 	"context"
 )
 
+const taskRetire = `-- name: TaskRetire :execrows
+DELETE FROM skiplock_tasks
+WHERE id IN (
+    SELECT r.id
+    FROM skiplock_tasks AS r
+    WHERE r.status = $1::text
+      AND r.status IN ('completed', 'failed', 'cancelled')
+      AND r.finished_at < now() - make_interval(secs => $2::double precision)
+    LIMIT $3::integer
+    FOR UPDATE SKIP LOCKED
+)
+`
+
+type TaskRetireParams struct {
+	Status           string
+	OlderThanSeconds float64
+	BatchSize        int32
+}
+
+// Deletes one batch of tasks of a finished status that finished long
+// enough ago, for the elected cleaner. The finished index orders each
+// status and queue by finished_at, so the oldest come first.
+func (q *Queries) TaskRetire(ctx context.Context, db DBTX, arg TaskRetireParams) (int64, error) {
+	result, err := db.Exec(ctx, taskRetire, arg.Status, arg.OlderThanSeconds, arg.BatchSize)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const workerHeartbeat = `-- name: WorkerHeartbeat :exec
 UPDATE skiplock_workers SET heartbeat_at = now() WHERE id = $1::text
 `

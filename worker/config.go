@@ -14,15 +14,18 @@ import (
 
 // Defaults and limits of Config.
 const (
-	DefaultConcurrency    = 500
-	MaxClaimBatch         = 1000
-	DefaultPollInterval   = time.Second
-	DefaultTaskTimeout    = time.Minute
-	DefaultAbandonAfter   = 10 * time.Second
-	DefaultShutdownGrace  = 30 * time.Second
-	DefaultRescueInterval = time.Second
-	DefaultHealthInterval = time.Second
-	DefaultLeaseDuration  = 30 * time.Second
+	DefaultConcurrency     = 500
+	MaxClaimBatch          = 1000
+	DefaultPollInterval    = time.Second
+	DefaultTaskTimeout     = time.Minute
+	DefaultAbandonAfter    = 10 * time.Second
+	DefaultShutdownGrace   = 30 * time.Second
+	DefaultRescueInterval  = time.Second
+	DefaultHealthInterval  = time.Second
+	DefaultLeaseDuration   = 30 * time.Second
+	DefaultRetainCompleted = 24 * time.Hour
+	DefaultRetainFailed    = 7 * 24 * time.Hour
+	DefaultRetainCancelled = 7 * 24 * time.Hour
 	// MaxRetryBackoff caps DefaultRetryBackoff.
 	MaxRetryBackoff = time.Hour
 )
@@ -136,6 +139,16 @@ type Config struct {
 	// Defaults to DefaultHealthInterval (1s).
 	HealthInterval time.Duration
 
+	// RetainCompleted, RetainFailed and RetainCancelled are how long tasks
+	// that finished so stay in the table before the elected worker deletes
+	// them, in batches, once a minute: the table stays the size of its
+	// backlog and its retention window. Negative keeps them forever.
+	// Default to 24h, 7 days and 7 days: failed tasks wait for an operator
+	// to requeue them.
+	RetainCompleted time.Duration
+	RetainFailed    time.Duration
+	RetainCancelled time.Duration
+
 	// WorkerID names this process in the tasks it runs and in
 	// skiplock_workers. Defaults to host-pid-random.
 	WorkerID string
@@ -222,6 +235,15 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.LeaseDuration == 0 {
 		c.LeaseDuration = DefaultLeaseDuration
+	}
+	if c.RetainCompleted == 0 {
+		c.RetainCompleted = DefaultRetainCompleted
+	}
+	if c.RetainFailed == 0 {
+		c.RetainFailed = DefaultRetainFailed
+	}
+	if c.RetainCancelled == 0 {
+		c.RetainCancelled = DefaultRetainCancelled
 	}
 	if c.WorkerID == "" {
 		host, _ := os.Hostname()

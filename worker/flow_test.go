@@ -354,3 +354,27 @@ func TestMiddlewareAndObserver(t *testing.T) {
 		t.Fatalf("middleware order %v", order)
 	}
 }
+
+func TestRetention(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := b.pool.Exec(context.Background(), `
+		INSERT INTO skiplock_tasks (name, status, attempt, finished_at)
+		SELECT 'old', s, 1, now() - interval '2 hours'
+		FROM unnest(ARRAY['completed', 'failed', 'cancelled']) AS s, generate_series(1, 300)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recent := b.enqueue(t, "recent", nil)
+	start(t, b.pool, worker.Config{RetainCompleted: time.Hour, RetainFailed: -1, RetainCancelled: time.Second},
+		worker.Handlers{"recent": func(context.Context, *worker.Task) error { return nil }})
+	waitFor(t, 10*time.Second, "old completed and cancelled tasks deleted", func() bool {
+		return b.count(t, "name = 'old' AND status IN ('completed', 'cancelled')") == 0
+	})
+	if n := b.count(t, "name = 'old' AND status = 'failed'"); n != 300 {
+		t.Fatalf("%d failed tasks kept, want 300 (kept forever)", n)
+	}
+	if s := b.get(t, recent).Status; s != queue.StatusCompleted {
+		t.Fatalf("recent task is %s; it was deleted or not run", s)
+	}
+}

@@ -20,6 +20,8 @@ const leaderJobRescuer = 1
 const (
 	heartbeatInterval = 10 * time.Second
 	workerRetention   = 7 * 24 * time.Hour
+	retireInterval    = time.Minute
+	retireBatch       = 10000
 )
 
 // leaderKey is the bigint advisory key of a maintenance job: the lock class
@@ -273,11 +275,17 @@ func (w *Worker) maintain(ctx context.Context) {
 	defer rescue.Stop()
 	heartbeat := time.NewTicker(heartbeatInterval)
 	defer heartbeat.Stop()
+	retire := time.NewTicker(w.retireEvery())
+	defer retire.Stop()
 	rescuer := rescuerJob
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-retire.C:
+			if rescuer.leading {
+				w.retire(ctx)
+			}
 		case <-heartbeat.C:
 			if err := w.queries.WorkerHeartbeat(ctx, w.pool, w.cfg.WorkerID); err != nil && ctx.Err() == nil {
 				w.log.Warn("skiplock: worker heartbeat", "error", err)
@@ -291,6 +299,46 @@ func (w *Worker) maintain(ctx context.Context) {
 			if w.lead(ctx, &rescuer) {
 				w.rescue(ctx)
 			}
+		}
+	}
+}
+
+// retireEvery is retireInterval, or less when a retention is shorter.
+func (w *Worker) retireEvery() time.Duration {
+	d := retireInterval
+	for _, r := range []time.Duration{w.cfg.RetainCompleted, w.cfg.RetainFailed, w.cfg.RetainCancelled} {
+		if r > 0 {
+			d = min(d, max(r/2, 100*time.Millisecond))
+		}
+	}
+	return d
+}
+
+// retire deletes finished tasks past their retention, a batch at a time,
+// so that no statement holds many row locks or runs long.
+func (w *Worker) retire(ctx context.Context) {
+	for status, keep := range map[string]time.Duration{
+		"completed": w.cfg.RetainCompleted, "failed": w.cfg.RetainFailed, "cancelled": w.cfg.RetainCancelled,
+	} {
+		if keep < 0 {
+			continue
+		}
+		var total int64
+		for ctx.Err() == nil {
+			n, err := w.queries.TaskRetire(ctx, w.pool, db.TaskRetireParams{Status: status, OlderThanSeconds: keep.Seconds(), BatchSize: retireBatch})
+			if err != nil {
+				if ctx.Err() == nil {
+					w.log.Warn("skiplock: deleting finished tasks past their retention", "status", status, "error", err)
+				}
+				return
+			}
+			total += n
+			if n < retireBatch {
+				break
+			}
+		}
+		if total > 0 {
+			w.log.Debug("skiplock: deleted finished tasks past their retention", "status", status, "count", total)
 		}
 	}
 }
