@@ -206,7 +206,9 @@ func startWorkerProc(self []string, spec workerSpec, stderr io.Writer) (*workerP
 	}
 	cmd := exec.Command(self[0], append(append([]string{}, self[1:]...), WorkerProcessFlag)...)
 	cmd.Env = append(os.Environ(), workerEnv+"="+string(env))
-	cmd.Stderr = stderr
+	// Several processes copy their stderr into one writer, each from a
+	// goroutine of its own.
+	cmd.Stderr = lockedWriter{w: stderr}
 	p := &workerProc{cmd: cmd, stats: map[string]queryStat{}, ready: make(chan struct{}), exited: make(chan struct{})}
 	if p.stdin, err = cmd.StdinPipe(); err != nil {
 		return nil, err
@@ -381,4 +383,15 @@ func (ps procs) stop() error {
 		errs = append(errs, p.stop(90*time.Second))
 	}
 	return errors.Join(errs...)
+}
+
+// childStderr serializes the worker processes' writes to a shared stderr.
+var childStderr sync.Mutex
+
+type lockedWriter struct{ w io.Writer }
+
+func (l lockedWriter) Write(b []byte) (int, error) {
+	childStderr.Lock()
+	defer childStderr.Unlock()
+	return l.w.Write(b)
 }
