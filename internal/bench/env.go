@@ -84,29 +84,7 @@ func (w progressWriter) Write(b []byte) (int, error) {
 
 // sweep drops bench schemas older than an hour.
 func (e *env) sweep(ctx context.Context) error {
-	conn, err := pgx.Connect(ctx, e.url)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(ctx)
-	rows, err := conn.Query(ctx, "SELECT nspname FROM pg_namespace WHERE nspname LIKE $1", schemaPrefix+"%")
-	if err != nil {
-		return err
-	}
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return err
-	}
-	cutoff := time.Now().Add(-time.Hour).Unix()
-	for _, name := range names {
-		stamp, _, _ := strings.Cut(strings.TrimPrefix(name, schemaPrefix), "_")
-		if created, err := strconv.ParseInt(stamp, 10, 64); err == nil && created < cutoff {
-			if _, err := conn.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{name}.Sanitize()+" CASCADE"); err != nil {
-				return fmt.Errorf("dropping leftover schema %s: %w", name, err)
-			}
-		}
-	}
-	return nil
+	return devpg.DropStaleSchemas(ctx, e.url, schemaPrefix, time.Hour)
 }
 
 // schema is one run's fresh, migrated schema and a pool on it.
@@ -121,7 +99,7 @@ type schema struct {
 func (e *env) newSchema(ctx context.Context, poolConns int) (*schema, error) {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
-	name := fmt.Sprintf("%s%d_%s", schemaPrefix, time.Now().Unix(), hex.EncodeToString(b[:]))
+	name := devpg.SchemaName(schemaPrefix, hex.EncodeToString(b[:]))
 	conn, err := pgx.Connect(ctx, e.url)
 	if err != nil {
 		return nil, fmt.Errorf("connecting: %w", err)

@@ -19,8 +19,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -63,41 +61,13 @@ func Server(tb testing.TB) *devpg.Server {
 			Log:     os.Stderr,
 		})
 		if server.err == nil {
-			server.err = sweep(ctx, server.srv.URL)
+			server.err = devpg.DropStaleSchemas(ctx, server.srv.URL, schemaPrefix, time.Hour)
 		}
 	})
 	if server.err != nil {
 		tb.Fatalf("pgtest: %v", server.err)
 	}
 	return server.srv
-}
-
-// sweep drops test schemas older than an hour: the leftovers of runs that
-// were killed before their cleanup ran.
-func sweep(ctx context.Context, url string) error {
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(ctx)
-	rows, err := conn.Query(ctx, "SELECT nspname FROM pg_namespace WHERE nspname LIKE $1", schemaPrefix+"%")
-	if err != nil {
-		return err
-	}
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return err
-	}
-	cutoff := time.Now().Add(-time.Hour).Unix()
-	for _, name := range names {
-		stamp, _, _ := strings.Cut(strings.TrimPrefix(name, schemaPrefix), "_")
-		if created, err := strconv.ParseInt(stamp, 10, 64); err == nil && created < cutoff {
-			if _, err := conn.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{name}.Sanitize()+" CASCADE"); err != nil {
-				return fmt.Errorf("dropping leftover schema %s: %w", name, err)
-			}
-		}
-	}
-	return nil
 }
 
 // Schema creates a fresh schema, migrated unless migrate is false, and
@@ -108,7 +78,7 @@ func Schema(tb testing.TB, migrate bool) string {
 	ctx := context.Background()
 	var b [6]byte
 	_, _ = rand.Read(b[:])
-	name := fmt.Sprintf("%s%d_%s", schemaPrefix, time.Now().Unix(), hex.EncodeToString(b[:]))
+	name := devpg.SchemaName(schemaPrefix, hex.EncodeToString(b[:]))
 
 	conn, err := pgx.Connect(ctx, srv.URL)
 	if err != nil {

@@ -1,0 +1,46 @@
+package devpg
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// SchemaName returns a fresh schema name: prefix, the creation time, and a
+// random part, so that DropStaleSchemas can tell how old it is.
+func SchemaName(prefix, random string) string {
+	return fmt.Sprintf("%s%d_%s", prefix, time.Now().Unix(), random)
+}
+
+// DropStaleSchemas drops the schemas named by SchemaName with prefix that
+// are older than olderThan: the leftovers of runs that were killed before
+// their cleanup ran.
+func DropStaleSchemas(ctx context.Context, url, prefix string, olderThan time.Duration) error {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, "SELECT nspname FROM pg_namespace WHERE starts_with(nspname, $1)", prefix)
+	if err != nil {
+		return err
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	cutoff := time.Now().Add(-olderThan).Unix()
+	for _, name := range names {
+		stamp, _, _ := strings.Cut(strings.TrimPrefix(name, prefix), "_")
+		if created, err := strconv.ParseInt(stamp, 10, 64); err == nil && created < cutoff {
+			if _, err := conn.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{name}.Sanitize()+" CASCADE"); err != nil {
+				return fmt.Errorf("dropping leftover schema %s: %w", name, err)
+			}
+		}
+	}
+	return nil
+}
