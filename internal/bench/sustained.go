@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -136,6 +137,7 @@ func (b *bencher) sustainedRun(ctx context.Context, label string) ([]measure, er
 	interval := min(max(o.Duration/60, time.Second), 10*time.Second)
 	var samples []SustainedSample
 	last := SustainedSample{}
+	var lastMu sync.Mutex // the progress line reads last from its own goroutine
 	sample := func() error {
 		now := time.Since(start).Seconds()
 		x := SustainedSample{Elapsed: now, Enqueued: enqueued.Load(), Completed: ps.done(), WorkerRSS: ps.rss(), WorkerHeap: ps.heap()}
@@ -151,10 +153,14 @@ func (b *bencher) sustainedRun(ctx context.Context, label string) ([]measure, er
 			return err
 		}
 		samples = append(samples, x)
+		lastMu.Lock()
 		last = x
+		lastMu.Unlock()
 		return nil
 	}
 	stopProgress := b.prog.track(func() string {
+		lastMu.Lock()
+		defer lastMu.Unlock()
 		return fmt.Sprintf("%s: %s/%s, %s in, %s out, backlog %s, worker RSS %.0f MiB", label,
 			time.Since(start).Truncate(time.Second), o.Duration, formatNumber(last.InRate), formatNumber(last.OutRate),
 			formatNumber(float64(last.Backlog)), mib(last.WorkerRSS))
