@@ -354,7 +354,7 @@ func Run(ctx context.Context, opts Options, w io.Writer) error {
 	}
 	b.prog.clear()
 	b.report.Finished = time.Now()
-	if opts.SVGDir != "" && err == nil {
+	if opts.SVGDir != "" {
 		if cerr := b.writeCharts(); cerr != nil {
 			err = fmt.Errorf("bench: writing charts: %w", cerr)
 		}

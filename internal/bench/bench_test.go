@@ -267,7 +267,7 @@ func TestStats(t *testing.T) {
 			t.Errorf("p%v = %v, want %v", p, got, want)
 		}
 	}
-	for v, want := range map[float64]string{36000: "36,000", 1234567.8: "1,234,568", 12.25: "12.2", 0.5: "0.5", 3: "3", -2500: "-2,500"} {
+	for v, want := range map[float64]string{36000: "36,000", 1234567.8: "1,234,568", 12.25: "12.2", 0.5: "0.5", 3: "3", -2500: "-2,500", 999.6: "1000", 999.4: "999"} {
 		if got := formatNumber(v); got != want {
 			t.Errorf("formatNumber(%v) = %q, want %q", v, got, want)
 		}

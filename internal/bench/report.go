@@ -98,7 +98,7 @@ func formatNumber(v float64) string {
 			return "-" + b.String()
 		}
 		return b.String()
-	case v == math.Trunc(v):
+	case v == math.Trunc(v) || math.Abs(v) >= 100:
 		return strconv.FormatFloat(v, 'f', 0, 64)
 	default:
 		return strconv.FormatFloat(v, 'g', 3, 64)
@@ -191,6 +191,12 @@ func (b *bencher) charts() map[string]chart {
 			b.report.Machine.CPUs, b.report.Machine.PGVersion, formatNumber(b.opts.SustainedRate))
 		out["bench-sustained-rate.svg"] = chart{Title: "Sustained load: tasks in and out", XLabel: "seconds", YLabel: "tasks/s",
 			Notes: []string{sNote}, Series: []series{{Name: "enqueued/s", Points: in, Dashed: true}, {Name: "completed/s", Points: outR}}}
+		var locks []point
+		for _, x := range s {
+			locks = append(locks, point{x.Elapsed, float64(x.TaskLocks)})
+		}
+		out["bench-sustained-locks.svg"] = chart{Title: "Sustained load: task advisory locks held", XLabel: "seconds", YLabel: "locks",
+			Notes: []string{sNote}, Series: []series{{Name: "task locks (sampled)", Points: locks}}}
 		out["bench-sustained-size.svg"] = chart{Title: "Sustained load: worker memory and table size", XLabel: "seconds", YLabel: "MiB",
 			Notes: []string{sNote}, Series: []series{{Name: "worker RSS", Points: rss}, {Name: "skiplock_tasks with indexes", Points: table}}}
 	}

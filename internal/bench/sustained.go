@@ -75,16 +75,20 @@ func (b *bencher) sustainedRun(ctx context.Context, label string) ([]measure, er
 	start := time.Now()
 	runCtx, stopRun := context.WithTimeout(ctx, o.Duration)
 	defer stopRun()
-	var enqueued atomic.Int64
-	producerErr := make(chan error, 1)
-	go func() {
+	var enqueued, purged atomic.Int64
+	// failed carries the first error of the producer or the purger; both
+	// stop at the end of the run.
+	failed := make(chan error, 2)
+	var helpers sync.WaitGroup
+	defer helpers.Wait()
+	defer stopRun()
+	helpers.Go(func() {
 		tick := time.NewTicker(10 * time.Millisecond)
 		defer tick.Stop()
 		batch := make([]queue.NewTask, 0, int(o.SustainedRate/50)+1)
 		for {
 			select {
 			case <-runCtx.Done():
-				producerErr <- nil
 				return
 			case <-tick.C:
 			}
@@ -97,26 +101,21 @@ func (b *bencher) sustainedRun(ctx context.Context, label string) ([]measure, er
 				batch = append(batch, queue.NewTask{Name: noopTask, Payload: benchPayload{N: int(enqueued.Load() + i)}})
 			}
 			if _, err := client.EnqueueMany(runCtx, batch); err != nil {
-				if runCtx.Err() != nil {
-					err = nil
+				if runCtx.Err() == nil {
+					failed <- fmt.Errorf("producer: %w", err)
 				}
-				producerErr <- err
 				return
 			}
 			enqueued.Add(due)
 		}
-	}()
-
-	var purged atomic.Int64
-	purgeErr := make(chan error, 1)
+	})
 	if o.Purge > 0 {
-		go func() {
+		helpers.Go(func() {
 			tick := time.NewTicker(o.Purge)
 			defer tick.Stop()
 			for {
 				select {
 				case <-runCtx.Done():
-					purgeErr <- nil
 					return
 				case <-tick.C:
 				}
@@ -124,14 +123,14 @@ func (b *bencher) sustainedRun(ctx context.Context, label string) ([]measure, er
 					Statuses: []queue.Status{queue.StatusCompleted}, FinishedBefore: time.Now().Add(-o.Purge),
 				})
 				purged.Add(n)
-				if err != nil && runCtx.Err() == nil {
-					purgeErr <- err
+				if err != nil {
+					if runCtx.Err() == nil {
+						failed <- fmt.Errorf("purge: %w", err)
+					}
 					return
 				}
 			}
-		}()
-	} else {
-		purgeErr <- nil
+		})
 	}
 
 	interval := min(max(o.Duration/60, time.Second), 10*time.Second)
@@ -171,6 +170,10 @@ func (b *bencher) sustainedRun(ctx context.Context, label string) ([]measure, er
 	for runCtx.Err() == nil {
 		select {
 		case <-runCtx.Done():
+		case err := <-failed:
+			// Keep what led up to the failure: it is the result.
+			b.report.Sustained = samples
+			return nil, fmt.Errorf("%w (after %s)", err, time.Since(start).Round(time.Second))
 		case <-tick.C:
 			if err := ps.failed(); err != nil {
 				return nil, err
@@ -180,11 +183,11 @@ func (b *bencher) sustainedRun(ctx context.Context, label string) ([]measure, er
 			}
 		}
 	}
-	if err := <-producerErr; err != nil {
-		return nil, fmt.Errorf("producer: %w", err)
-	}
-	if err := <-purgeErr; err != nil {
-		return nil, fmt.Errorf("purge: %w", err)
+	helpers.Wait()
+	select {
+	case err := <-failed:
+		return nil, err
+	default:
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err

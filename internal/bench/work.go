@@ -73,6 +73,7 @@ func (b *bencher) workBacklog(ctx context.Context, c workCase, label string) ([]
 	}
 	defer ps.stop()
 
+	srv0, srvErr := s.serverStats(ctx)
 	locks := watchLocks(ctx, s)
 	defer locks.stop()
 	probe := startCPUProbe(ctx, s, ps)
@@ -146,6 +147,16 @@ func (b *bencher) workBacklog(ctx context.Context, c workCase, label string) ([]
 		{metric: "machine idle", unit: "%", value: 100 * max(1-(workerCPU+serverCPU+restCPU).Seconds()/(elapsed.Seconds()*float64(runtime.NumCPU())), 0)},
 		{metric: "worker RSS", unit: "MiB", value: mib(rss) / float64(c.procs)},
 		{metric: "max task locks held", unit: "locks", value: float64(maxLocks)},
+	}
+	if srv1, err := s.serverStats(ctx); err == nil && srvErr == nil {
+		per1k := func(d float64) float64 { return 1000 * d / float64(c.tasks) }
+		ms = append(ms,
+			measure{metric: "WAL", unit: "bytes/task", value: (srv1.walBytes - srv0.walBytes) / float64(c.tasks)},
+			measure{metric: "WAL full-page images", unit: "per 1k tasks", value: per1k(srv1.walFPI - srv0.walFPI)},
+			measure{metric: "checkpoints", unit: "count", value: srv1.checkpoints - srv0.checkpoints},
+			measure{metric: "buffers written by backends", unit: "per 1k tasks", value: per1k(srv1.backendWrites - srv0.backendWrites)},
+			measure{metric: "table size at end", unit: "MiB", value: mib(srv1.tableBytes)},
+		)
 	}
 	if b.opts.Trace {
 		ms = append(ms, traceMeasures(ps, c.tasks, elapsed)...)
@@ -238,6 +249,23 @@ func (l *lockWatch) stop() int64 {
 	l.cancel()
 	<-l.done
 	return l.max
+}
+
+// serverStats are server-wide counters (pg_stat_wal, pg_stat_bgwriter)
+// and the table's size: what a run costs the server beyond CPU.
+type serverStats struct {
+	walBytes, walFPI, checkpoints, backendWrites float64
+	tableBytes                                   int64
+}
+
+func (s *schema) serverStats(ctx context.Context) (serverStats, error) {
+	var st serverStats
+	err := s.pool.QueryRow(ctx, `SELECT w.wal_bytes::float8, w.wal_fpi::float8,
+			(b.checkpoints_timed + b.checkpoints_req)::float8, b.buffers_backend::float8,
+			pg_total_relation_size('skiplock_tasks')
+		FROM pg_stat_wal AS w, pg_stat_bgwriter AS b`).
+		Scan(&st.walBytes, &st.walFPI, &st.checkpoints, &st.backendWrites, &st.tableBytes)
+	return st, err
 }
 
 // busy reports whether any task is pending or running. Both states have a
