@@ -364,8 +364,11 @@ func (s *lockSession) pingIfIdle(idle time.Duration) error {
 	})
 }
 
-// close ends the session, releasing every lock it still holds.
+// close ends the session, releasing every lock it still holds: queued
+// unlocks explicitly, so that they are gone when close returns (the server
+// releases the rest as the session ends, a moment later).
 func (s *lockSession) close() {
+	s.flushUnlocks()
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()

@@ -27,6 +27,7 @@ import (
 	"os/signal"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -226,6 +227,18 @@ func runChaos(t *testing.T, mode string) {
 		if time.Now().After(deadline) {
 			t.Fatalf("only %d of %d tasks completed after 10 minutes", done, tasks)
 		}
+		// A supervisor restarts a worker that exits by itself: one started
+		// while the database was down fails its startup, as it should.
+		mu.Lock()
+		for slot, p := range procs {
+			select {
+			case err := <-p.done:
+				t.Logf("worker %s exited by itself (%v); restarting it: %s", p.id, err, firstLine(p.out.String()))
+				spawn(slot)
+			default:
+			}
+		}
+		mu.Unlock()
 		select {
 		case <-kill:
 			kill = jitter(killEvery)
@@ -421,4 +434,9 @@ func tail(s string) string {
 		return "..." + s[len(s)-3000:]
 	}
 	return s
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
 }
