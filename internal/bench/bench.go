@@ -32,6 +32,7 @@ import (
 // Workload names, in the order Run runs them.
 const (
 	WorkloadThroughput    = "throughput"
+	WorkloadBurst         = "burst"
 	WorkloadEnqueueCopy   = "enqueue-copy"
 	WorkloadEnqueueSingle = "enqueue-single"
 	WorkloadLatency       = "latency"
@@ -40,11 +41,11 @@ const (
 )
 
 // Workloads lists every workload in run order.
-var Workloads = []string{WorkloadThroughput, WorkloadEnqueueCopy, WorkloadEnqueueSingle, WorkloadLatency, WorkloadScaling, WorkloadSustained}
+var Workloads = []string{WorkloadThroughput, WorkloadBurst, WorkloadEnqueueCopy, WorkloadEnqueueSingle, WorkloadLatency, WorkloadScaling, WorkloadSustained}
 
 // DefaultWorkloads are the workloads run when none are named: all but
 // sustained, which takes minutes.
-var DefaultWorkloads = []string{WorkloadThroughput, WorkloadEnqueueCopy, WorkloadEnqueueSingle, WorkloadLatency, WorkloadScaling}
+var DefaultWorkloads = []string{WorkloadThroughput, WorkloadBurst, WorkloadEnqueueCopy, WorkloadEnqueueSingle, WorkloadLatency, WorkloadScaling}
 
 // Defaults of Options.
 const (
@@ -337,6 +338,7 @@ func Run(ctx context.Context, opts Options, w io.Writer) error {
 
 	runs := map[string]func(context.Context) error{
 		WorkloadThroughput:    b.throughput,
+		WorkloadBurst:         b.burst,
 		WorkloadEnqueueCopy:   b.enqueueCopy,
 		WorkloadEnqueueSingle: b.enqueueSingle,
 		WorkloadLatency:       b.latency,

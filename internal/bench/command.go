@@ -27,8 +27,8 @@ Examples:
   skiplock-bench --workload latency --rate 50,500 --json
   skiplock-bench --workload sustained --duration 10m --rate-sustained 5000
 
-Workloads: throughput, enqueue-copy, enqueue-single, latency, scaling,
-sustained (not run unless named: it takes --duration).
+Workloads: throughput, burst, enqueue-copy, enqueue-single, latency,
+scaling, sustained (not run unless named: it takes --duration).
 
 Flags:
 `

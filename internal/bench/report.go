@@ -110,7 +110,11 @@ func formatNumber(v float64) string {
 // over time.
 func (b *bencher) charts() map[string]chart {
 	out := map[string]chart{}
-	note := fmt.Sprintf("%d CPUs, PostgreSQL %s, median of %d runs", b.report.Machine.CPUs, b.report.Machine.PGVersion, b.report.Runs)
+	runs := "one run"
+	if b.report.Runs > 1 {
+		runs = fmt.Sprintf("median of %d runs", b.report.Runs)
+	}
+	note := fmt.Sprintf("%d CPUs, PostgreSQL %s, %s", b.report.Machine.CPUs, b.report.Machine.PGVersion, runs)
 
 	// Throughput: one line per process count, against worker concurrency.
 	byProcs := map[float64][]point{}

@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/skiplock/skiplock/queue"
 )
 
 // benchPayload is every bench task's payload: small, as most are.
@@ -46,7 +49,16 @@ type workCase struct {
 	tasks       int
 	procs       int
 	concurrency int // 0: the worker's default
+	// burst starts the workers on an empty queue, feeds them a trickle,
+	// and only then enqueues the backlog (with COPY, while they work):
+	// statements are prepared, and their plans cached, on a small table.
+	burst bool
 }
+
+// burstWarmup is the trickle a burst case starts with: enough statements
+// for PostgreSQL to switch prepared statements to generic plans (it tries
+// after five executions).
+const burstWarmup = 200
 
 // workBacklog preloads a backlog into a fresh schema, starts the worker
 // processes together and times them from the start signal until the
@@ -57,8 +69,10 @@ func (b *bencher) workBacklog(ctx context.Context, c workCase, label string) ([]
 		return nil, err
 	}
 	defer s.drop()
-	if err := b.preload(ctx, s, c.tasks, label); err != nil {
-		return nil, err
+	if !c.burst {
+		if err := b.preload(ctx, s, c.tasks, label); err != nil {
+			return nil, err
+		}
 	}
 
 	spec := workerSpec{URL: b.env.url, Schema: s.name, Concurrency: c.concurrency, Mode: b.opts.Mode, Trace: b.opts.Trace,
@@ -73,16 +87,51 @@ func (b *bencher) workBacklog(ctx context.Context, c workCase, label string) ([]
 	}
 	defer ps.stop()
 
+	var warm int64
+	if c.burst {
+		if err := ps.start(); err != nil {
+			return nil, err
+		}
+		if err := b.trickle(ctx, s, ps, label); err != nil {
+			return nil, err
+		}
+		warm = burstWarmup
+	}
+	want := warm + int64(c.tasks)
+
 	srv0, srvErr := s.serverStats(ctx)
 	locks := watchLocks(ctx, s)
 	defer locks.stop()
 	probe := startCPUProbe(ctx, s, ps)
 	start := time.Now()
-	if err := ps.start(); err != nil {
+	if c.burst {
+		// The workers start on the first 10,000 while the rest is copied
+		// in. The copy ends before the schema is dropped.
+		copyCtx, stopCopy := context.WithCancel(ctx)
+		var copying sync.WaitGroup
+		defer func() {
+			stopCopy()
+			copying.Wait()
+		}()
+		copying.Go(func() {
+			for done := 0; done < c.tasks && copyCtx.Err() == nil; done += 10_000 {
+				tasks := make([]copyTask, min(10_000, c.tasks-done))
+				for i := range tasks {
+					tasks[i] = copyTask{Name: noopTask, Payload: benchPayload{N: done + i}}
+				}
+				if _, err := copyEnqueue(copyCtx, s.pool, tasks, false); err != nil {
+					if copyCtx.Err() == nil {
+						b.prog.logf("%s: enqueueing the burst: %v", label, err)
+					}
+					return
+				}
+			}
+		})
+	} else if err := ps.start(); err != nil {
 		return nil, err
 	}
 	stopProgress := b.prog.track(func() string {
-		n := ps.done()
+		n := ps.done() - warm
 		return fmt.Sprintf("%s: %s/%s tasks, %s/s", label, formatNumber(float64(n)), formatNumber(float64(c.tasks)),
 			formatNumber(rate(n, time.Since(start))))
 	})
@@ -97,7 +146,7 @@ func (b *bencher) workBacklog(ctx context.Context, c workCase, label string) ([]
 			return nil, err
 		}
 		n := ps.done()
-		if n >= int64(c.tasks) {
+		if n >= want {
 			if handlersDone == 0 {
 				handlersDone = time.Since(start)
 			}
@@ -133,8 +182,8 @@ func (b *bencher) workBacklog(ctx context.Context, c workCase, label string) ([]
 	if err := s.pool.QueryRow(ctx, "SELECT count(*) FROM skiplock_tasks WHERE status = 'completed'").Scan(&completed); err != nil {
 		return nil, err
 	}
-	if completed != c.tasks {
-		return nil, fmt.Errorf("%d of %d tasks completed", completed, c.tasks)
+	if int64(completed) != want {
+		return nil, fmt.Errorf("%d of %d tasks completed", completed, want)
 	}
 	perTask := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(c.tasks) }
 	ms := []measure{
@@ -268,6 +317,33 @@ func (s *schema) serverStats(ctx context.Context) (serverStats, error) {
 	return st, err
 }
 
+// trickle feeds started workers burstWarmup tasks, ten at a time, and waits
+// until they have run.
+func (b *bencher) trickle(ctx context.Context, s *schema, ps procs, label string) error {
+	client := queue.New(s.pool)
+	for i := 0; i < burstWarmup; i += 10 {
+		batch := make([]queue.NewTask, 10)
+		for j := range batch {
+			batch[j] = queue.NewTask{Name: noopTask, Payload: benchPayload{N: i + j}}
+		}
+		if _, err := client.EnqueueMany(ctx, batch); err != nil {
+			return err
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for ps.done() < burstWarmup {
+		if err := ps.failed(); err != nil {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: the warm-up trickle did not run within a minute", label)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return nil
+}
+
 // busy reports whether any task is pending or running. Both states have a
 // partial index, so this stays cheap on a table of completed rows.
 func (s *schema) busy(ctx context.Context) (bool, error) {
@@ -300,6 +376,27 @@ func (b *bencher) throughput(ctx context.Context) error {
 					}
 				}
 				return ms, err
+			})
+			if err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// burst: the backlog arrives while the workers are already running, after
+// a trickle of work on an empty table.
+func (b *bencher) burst(ctx context.Context) error {
+	for _, n := range b.opts.Tasks {
+		for _, conc := range b.opts.Concurrency {
+			name := fmt.Sprintf("tasks=%d", n)
+			if conc != 0 {
+				name += fmt.Sprintf(" concurrency=%d", conc)
+			}
+			params := map[string]float64{"tasks": float64(n), "procs": 1, "concurrency": float64(concurrencyOf(conc))}
+			err := b.repeat(ctx, WorkloadBurst, name, params, func(ctx context.Context, run int) ([]measure, error) {
+				return b.workBacklog(ctx, workCase{tasks: n, procs: 1, concurrency: conc, burst: true}, WorkloadBurst+" "+name+runLabel(run, b.opts.Runs))
 			})
 			if err != nil {
 				return err
