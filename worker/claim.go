@@ -186,7 +186,7 @@ func (w *Worker) claimAndStart(queueName string, max int, only, skip []string, q
 	if w.lease {
 		p.LeaseMs = w.cfg.LeaseDuration.Milliseconds()
 		ctx, cancel := context.WithTimeout(context.Background(), lockQueryTimeout)
-		rows, err = w.queries.TaskClaim(ctx, w.pool, p)
+		rows, err = w.queries.TaskClaim(ctx, customPlans{w.pool}, p)
 		cancel()
 	} else {
 		rows, gen, err = w.ls.claim(p)

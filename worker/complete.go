@@ -204,7 +204,7 @@ func (c *completer) write(p db.TaskFinishManyParams) ([]int64, error) {
 	deadline := time.Now().Add(time.Minute)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		written, err := c.w.queries.TaskFinishMany(ctx, c.w.pool, p)
+		written, err := c.w.queries.TaskFinishMany(ctx, customPlans{c.w.pool}, p)
 		cancel()
 		if err == nil || !retryable(err) || time.Now().After(deadline) {
 			return written, err

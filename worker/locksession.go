@@ -218,7 +218,7 @@ func (s *lockSession) claim(p db.TaskClaimParams) (rows []db.TaskClaimRow, gen u
 	err = s.do(func(ctx context.Context, conn *pgx.Conn, g uint64) error {
 		gen = g
 		p.UnlockIds = s.takeUnlocks(g)
-		rows, err = s.queries.TaskClaim(ctx, conn, p)
+		rows, err = s.queries.TaskClaim(ctx, customPlans{conn}, p)
 		if err != nil {
 			return err
 		}
