@@ -169,30 +169,211 @@ func (q *Queries) LockWaitList(ctx context.Context, db DBTX) ([]LockWaitListRow,
 	return items, nil
 }
 
+const periodicList = `-- name: PeriodicList :many
+SELECT p.schedule, p.last_tick, p.updated_at
+FROM skiplock_periodic AS p
+ORDER BY p.schedule
+`
+
+// The periodic schedules that workers have run, with the last tick each
+// enqueued (or, for a new schedule, the tick it started after).
+func (q *Queries) PeriodicList(ctx context.Context, db DBTX) ([]SkiplockPeriodic, error) {
+	rows, err := db.Query(ctx, periodicList)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []SkiplockPeriodic{}
+	for rows.Next() {
+		var i SkiplockPeriodic
+		if err := rows.Scan(&i.Schedule, &i.LastTick, &i.UpdatedAt); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const queueKnown = `-- name: QueueKnown :one
+SELECT (EXISTS (SELECT 1 FROM skiplock_queues AS q WHERE q.name = $1::text)
+        OR EXISTS (SELECT 1 FROM skiplock_tasks AS t WHERE t.status = 'pending' AND t.queue = $1::text)
+        OR EXISTS (SELECT 1 FROM skiplock_tasks AS t WHERE t.status = 'running' AND t.queue = $1::text)
+        OR EXISTS (SELECT 1 FROM skiplock_tasks AS t
+                   WHERE t.status IN ('completed', 'failed', 'cancelled') AND t.queue = $1::text))::boolean AS known
+`
+
+// Whether a queue exists: it has a task in any status (each probe reads an
+// index) or a row in skiplock_queues.
+func (q *Queries) QueueKnown(ctx context.Context, db DBTX, name string) (bool, error) {
+	row := db.QueryRow(ctx, queueKnown, name)
+	var known bool
+	err := row.Scan(&known)
+	return known, err
+}
+
+const queueList = `-- name: QueueList :many
+WITH RECURSIVE finished AS (
+    SELECT s.status,
+           (SELECT t.queue
+            FROM skiplock_tasks AS t
+            WHERE t.status IN ('completed', 'failed', 'cancelled') AND t.status = s.status
+            ORDER BY t.queue
+            LIMIT 1) AS queue
+    FROM (SELECT unnest('{completed,failed,cancelled}'::text[]) AS status) AS s
+    UNION ALL
+    SELECT f.status,
+           (SELECT t.queue
+            FROM skiplock_tasks AS t
+            WHERE t.status IN ('completed', 'failed', 'cancelled') AND t.status = f.status AND t.queue > f.queue
+            ORDER BY t.queue
+            LIMIT 1)
+    FROM finished AS f
+    WHERE f.queue IS NOT NULL
+), pending AS (
+    SELECT t.queue,
+           count(*) AS pending,
+           count(*) FILTER (WHERE t.run_at <= now()) AS due,
+           count(*) FILTER (WHERE t.run_at > now() AND t.attempt > 0) AS retrying,
+           count(*) FILTER (WHERE t.run_at > now() AND t.attempt = 0) AS scheduled,
+           min(t.run_at) FILTER (WHERE t.run_at <= now()) AS oldest_due
+    FROM skiplock_tasks AS t
+    WHERE t.status = 'pending'
+    GROUP BY t.queue
+), running AS (
+    SELECT t.queue, count(*) AS running
+    FROM skiplock_tasks AS t
+    WHERE t.status = 'running'
+    GROUP BY t.queue
+), failed AS (
+    SELECT t.queue, count(*) AS failed
+    FROM skiplock_tasks AS t
+    WHERE t.status = 'failed'
+    GROUP BY t.queue
+), queues AS (
+    SELECT finished.queue FROM finished WHERE finished.queue IS NOT NULL
+    UNION SELECT pending.queue FROM pending
+    UNION SELECT running.queue FROM running
+    UNION SELECT q.name FROM skiplock_queues AS q
+)
+SELECT queues.queue::text AS queue,
+       coalesce(pending.pending, 0)::bigint AS pending,
+       coalesce(pending.due, 0)::bigint AS due,
+       coalesce(pending.retrying, 0)::bigint AS retrying,
+       coalesce(pending.scheduled, 0)::bigint AS scheduled,
+       coalesce(extract(epoch FROM now() - pending.oldest_due), 0)::float8 AS oldest_due_seconds,
+       coalesce(running.running, 0)::bigint AS running,
+       coalesce(failed.failed, 0)::bigint AS failed,
+       q.paused_at
+FROM queues
+LEFT JOIN pending ON pending.queue = queues.queue
+LEFT JOIN running ON running.queue = queues.queue
+LEFT JOIN failed ON failed.queue = queues.queue
+LEFT JOIN skiplock_queues AS q ON q.name = queues.queue
+ORDER BY queues.queue
+`
+
+type QueueListRow struct {
+	Queue            string
+	Pending          int64
+	Due              int64
+	Retrying         int64
+	Scheduled        int64
+	OldestDueSeconds float64
+	Running          int64
+	Failed           int64
+	PausedAt         *time.Time
+}
+
+// Every known queue: one that has tasks, in any status, or a row in
+// skiplock_queues (it was paused once). It reads only indexes whose size is
+// the backlog, plus one probe of the finished index per queue and finished
+// status (a loose index scan), so it is cheap enough for every dashboard
+// refresh and metrics scrape. Pending tasks are split into due, retrying
+// (attempt > 0, waiting out a backoff) and scheduled (attempt 0, run_at
+// ahead).
+func (q *Queries) QueueList(ctx context.Context, db DBTX) ([]QueueListRow, error) {
+	rows, err := db.Query(ctx, queueList)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []QueueListRow{}
+	for rows.Next() {
+		var i QueueListRow
+		if err := rows.Scan(
+			&i.Queue,
+			&i.Pending,
+			&i.Due,
+			&i.Retrying,
+			&i.Scheduled,
+			&i.OldestDueSeconds,
+			&i.Running,
+			&i.Failed,
+			&i.PausedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const queueStats = `-- name: QueueStats :many
-SELECT t.queue,
-       count(*) FILTER (WHERE t.status = 'pending')::bigint AS pending,
-       count(*) FILTER (WHERE t.status = 'pending' AND t.run_at <= now())::bigint AS due,
-       count(*) FILTER (WHERE t.status = 'running')::bigint AS running,
-       count(*) FILTER (WHERE t.status = 'completed')::bigint AS completed,
-       count(*) FILTER (WHERE t.status = 'failed')::bigint AS failed,
-       count(*) FILTER (WHERE t.status = 'cancelled')::bigint AS cancelled,
-       coalesce(extract(epoch FROM now() - min(t.run_at) FILTER (WHERE t.status = 'pending' AND t.run_at <= now())), 0)::float8 AS oldest_due_seconds,
-       count(*) FILTER (WHERE t.status = 'completed' AND t.finished_at >= now() - interval '1 minute')::bigint AS completed_1m,
-       count(*) FILTER (WHERE t.status = 'completed' AND t.finished_at >= now() - interval '5 minutes')::bigint AS completed_5m,
-       count(*) FILTER (WHERE t.status = 'completed' AND t.finished_at >= now() - interval '15 minutes')::bigint AS completed_15m,
-       count(*) FILTER (WHERE t.status = 'failed' AND t.finished_at >= now() - interval '1 minute')::bigint AS failed_1m,
-       count(*) FILTER (WHERE t.status = 'failed' AND t.finished_at >= now() - interval '5 minutes')::bigint AS failed_5m,
-       count(*) FILTER (WHERE t.status = 'failed' AND t.finished_at >= now() - interval '15 minutes')::bigint AS failed_15m
-FROM skiplock_tasks AS t
-GROUP BY t.queue
-ORDER BY t.queue
+WITH counts AS (
+    SELECT t.queue,
+           count(*) FILTER (WHERE t.status = 'pending') AS pending,
+           count(*) FILTER (WHERE t.status = 'pending' AND t.run_at <= now()) AS due,
+           count(*) FILTER (WHERE t.status = 'pending' AND t.run_at > now() AND t.attempt > 0) AS retrying,
+           count(*) FILTER (WHERE t.status = 'pending' AND t.run_at > now() AND t.attempt = 0) AS scheduled,
+           count(*) FILTER (WHERE t.status = 'running') AS running,
+           count(*) FILTER (WHERE t.status = 'completed') AS completed,
+           count(*) FILTER (WHERE t.status = 'failed') AS failed,
+           count(*) FILTER (WHERE t.status = 'cancelled') AS cancelled,
+           extract(epoch FROM now() - min(t.run_at) FILTER (WHERE t.status = 'pending' AND t.run_at <= now())) AS oldest_due_seconds,
+           count(*) FILTER (WHERE t.status = 'completed' AND t.finished_at >= now() - interval '1 minute') AS completed_1m,
+           count(*) FILTER (WHERE t.status = 'completed' AND t.finished_at >= now() - interval '5 minutes') AS completed_5m,
+           count(*) FILTER (WHERE t.status = 'completed' AND t.finished_at >= now() - interval '15 minutes') AS completed_15m,
+           count(*) FILTER (WHERE t.status = 'failed' AND t.finished_at >= now() - interval '1 minute') AS failed_1m,
+           count(*) FILTER (WHERE t.status = 'failed' AND t.finished_at >= now() - interval '5 minutes') AS failed_5m,
+           count(*) FILTER (WHERE t.status = 'failed' AND t.finished_at >= now() - interval '15 minutes') AS failed_15m
+    FROM skiplock_tasks AS t
+    GROUP BY t.queue
+)
+SELECT coalesce(c.queue, q.name)::text AS queue,
+       coalesce(c.pending, 0)::bigint AS pending,
+       coalesce(c.due, 0)::bigint AS due,
+       coalesce(c.retrying, 0)::bigint AS retrying,
+       coalesce(c.scheduled, 0)::bigint AS scheduled,
+       coalesce(c.running, 0)::bigint AS running,
+       coalesce(c.completed, 0)::bigint AS completed,
+       coalesce(c.failed, 0)::bigint AS failed,
+       coalesce(c.cancelled, 0)::bigint AS cancelled,
+       coalesce(c.oldest_due_seconds, 0)::float8 AS oldest_due_seconds,
+       coalesce(c.completed_1m, 0)::bigint AS completed_1m,
+       coalesce(c.completed_5m, 0)::bigint AS completed_5m,
+       coalesce(c.completed_15m, 0)::bigint AS completed_15m,
+       coalesce(c.failed_1m, 0)::bigint AS failed_1m,
+       coalesce(c.failed_5m, 0)::bigint AS failed_5m,
+       coalesce(c.failed_15m, 0)::bigint AS failed_15m,
+       q.paused_at
+FROM counts AS c
+FULL JOIN skiplock_queues AS q ON q.name = c.queue
+WHERE c.queue IS NOT NULL OR q.paused_at IS NOT NULL
+ORDER BY 1
 `
 
 type QueueStatsRow struct {
 	Queue            string
 	Pending          int64
 	Due              int64
+	Retrying         int64
+	Scheduled        int64
 	Running          int64
 	Completed        int64
 	Failed           int64
@@ -204,10 +385,13 @@ type QueueStatsRow struct {
 	Failed1m         int64
 	Failed5m         int64
 	Failed15m        int64
+	PausedAt         *time.Time
 }
 
 // Counts per queue and status, the age of the oldest due pending task, and
-// tasks finished over the last 1, 5 and 15 minutes. One pass over the table.
+// tasks finished over the last 1, 5 and 15 minutes. One pass over the table;
+// paused queues without tasks are listed too. The rates count the finished
+// rows still stored: a purge of recent tasks lowers them.
 func (q *Queries) QueueStats(ctx context.Context, db DBTX) ([]QueueStatsRow, error) {
 	rows, err := db.Query(ctx, queueStats)
 	if err != nil {
@@ -221,6 +405,8 @@ func (q *Queries) QueueStats(ctx context.Context, db DBTX) ([]QueueStatsRow, err
 			&i.Queue,
 			&i.Pending,
 			&i.Due,
+			&i.Retrying,
+			&i.Scheduled,
 			&i.Running,
 			&i.Completed,
 			&i.Failed,
@@ -232,6 +418,40 @@ func (q *Queries) QueueStats(ctx context.Context, db DBTX) ([]QueueStatsRow, err
 			&i.Failed1m,
 			&i.Failed5m,
 			&i.Failed15m,
+			&i.PausedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const rateLimitList = `-- name: RateLimitList :many
+SELECT r.key, r.window_start, r.used, r.last_granted
+FROM skiplock_rate_limits AS r
+ORDER BY r.key
+`
+
+// The shared rate limits that workers have used: the current fixed window
+// of each and how much of it claims have taken.
+func (q *Queries) RateLimitList(ctx context.Context, db DBTX) ([]SkiplockRateLimit, error) {
+	rows, err := db.Query(ctx, rateLimitList)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []SkiplockRateLimit{}
+	for rows.Next() {
+		var i SkiplockRateLimit
+		if err := rows.Scan(
+			&i.Key,
+			&i.WindowStart,
+			&i.Used,
+			&i.LastGranted,
 		); err != nil {
 			return nil, err
 		}
@@ -368,6 +588,8 @@ WHERE t.status = ANY($1::text[])
   AND ($6::timestamptz IS NULL OR t.finished_at < $6::timestamptz)
   AND ($7::text IS NULL
        OR strpos(lower(t.errors -> -1 ->> 'error'), lower($7::text)) > 0)
+  AND (cardinality($8::text[]) = 0 OR t.status <> 'pending'
+       OR (CASE WHEN t.run_at <= now() THEN 'due' WHEN t.attempt > 0 THEN 'retrying' ELSE 'scheduled' END) = ANY($8::text[]))
 `
 
 type TaskCountParams struct {
@@ -378,6 +600,7 @@ type TaskCountParams struct {
 	Since          *time.Time
 	FinishedBefore *time.Time
 	ErrorContains  *string
+	Waits          []string
 }
 
 func (q *Queries) TaskCount(ctx context.Context, db DBTX, arg TaskCountParams) (int64, error) {
@@ -389,10 +612,50 @@ func (q *Queries) TaskCount(ctx context.Context, db DBTX, arg TaskCountParams) (
 		arg.Since,
 		arg.FinishedBefore,
 		arg.ErrorContains,
+		arg.Waits,
 	)
 	var count int64
 	err := row.Scan(&count)
 	return count, err
+}
+
+const taskDeleteMany = `-- name: TaskDeleteMany :many
+WITH picked AS MATERIALIZED (
+    SELECT t.id
+    FROM skiplock_tasks AS t
+    WHERE t.id = ANY($1::bigint[])
+      AND t.status <> 'running'
+    ORDER BY t.id
+    FOR UPDATE
+)
+DELETE FROM skiplock_tasks AS t
+USING picked
+WHERE t.id = picked.id
+  AND t.status <> 'running'
+RETURNING t.id
+`
+
+// Deletes the named tasks, with their history, unless they are running (a
+// worker holds those; cancel them first). Rows are locked in id order, and a
+// task a worker claimed meanwhile fails the re-check.
+func (q *Queries) TaskDeleteMany(ctx context.Context, db DBTX, ids []int64) ([]int64, error) {
+	rows, err := db.Query(ctx, taskDeleteMany, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []int64{}
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const taskList = `-- name: TaskList :many
@@ -406,9 +669,11 @@ WHERE t.status = ANY($1::text[])
   AND ($6::timestamptz IS NULL OR t.finished_at < $6::timestamptz)
   AND ($7::text IS NULL
        OR strpos(lower(t.errors -> -1 ->> 'error'), lower($7::text)) > 0)
-  AND ($8::bigint = 0 OR t.id < $8::bigint)
+  AND (cardinality($8::text[]) = 0 OR t.status <> 'pending'
+       OR (CASE WHEN t.run_at <= now() THEN 'due' WHEN t.attempt > 0 THEN 'retrying' ELSE 'scheduled' END) = ANY($8::text[]))
+  AND ($9::bigint = 0 OR t.id < $9::bigint)
 ORDER BY t.id DESC
-LIMIT $9::integer
+LIMIT $10::integer
 `
 
 type TaskListParams struct {
@@ -419,13 +684,15 @@ type TaskListParams struct {
 	Since          *time.Time
 	FinishedBefore *time.Time
 	ErrorContains  *string
+	Waits          []string
 	BeforeID       int64
 	MaxRows        int32
 }
 
-// Operator queries (the skiplock command, later the dashboard) filter tasks
+// Operator queries (the skiplock command and the dashboard) filter tasks
 // the same way. A filter left empty (an empty array, a NULL) matches
-// everything. since compares finished_at, or created_at for tasks that have
+// everything. waits narrows pending tasks to those that are due, retrying
+// (waiting out a retry's backoff) or scheduled (enqueued to run later). since compares finished_at, or created_at for tasks that have
 // not finished; error_contains looks, ignoring case, at the error of the
 // task's last recorded attempt. Newest first, paged by before_id.
 func (q *Queries) TaskList(ctx context.Context, db DBTX, arg TaskListParams) ([]SkiplockTask, error) {
@@ -437,6 +704,7 @@ func (q *Queries) TaskList(ctx context.Context, db DBTX, arg TaskListParams) ([]
 		arg.Since,
 		arg.FinishedBefore,
 		arg.ErrorContains,
+		arg.Waits,
 		arg.BeforeID,
 		arg.MaxRows,
 	)
@@ -473,6 +741,34 @@ func (q *Queries) TaskList(ctx context.Context, db DBTX, arg TaskListParams) ([]
 			return nil, err
 		}
 		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const taskNamesRecent = `-- name: TaskNamesRecent :many
+SELECT DISTINCT r.name
+FROM (SELECT t.name FROM skiplock_tasks AS t ORDER BY t.id DESC LIMIT $1::integer) AS r
+ORDER BY r.name
+`
+
+// The task names among the newest max_rows tasks (a range of the primary
+// key, however large the table), for the dashboard's name filter.
+func (q *Queries) TaskNamesRecent(ctx context.Context, db DBTX, maxRows int32) ([]string, error) {
+	rows, err := db.Query(ctx, taskNamesRecent, maxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []string{}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return nil, err
+		}
+		items = append(items, name)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -701,6 +997,50 @@ func (q *Queries) TaskRequeueMany(ctx context.Context, db DBTX, arg TaskRequeueM
 		arg.Channel,
 	)
 	var i TaskRequeueManyRow
+	err := row.Scan(&i.Ids, &i.QueuesNotified)
+	return i, err
+}
+
+const taskRunNowMany = `-- name: TaskRunNowMany :one
+WITH picked AS MATERIALIZED (
+    SELECT t.id
+    FROM skiplock_tasks AS t
+    WHERE t.id = ANY($1::bigint[])
+      AND t.status = 'pending'
+    ORDER BY t.id
+    FOR UPDATE
+), moved AS (
+    UPDATE skiplock_tasks AS t
+    SET run_at = now()
+    FROM picked
+    WHERE t.id = picked.id
+      AND t.status = 'pending'
+      AND t.run_at > now()
+    RETURNING t.id, t.queue
+), notified AS (
+    SELECT pg_notify($2::text, q.queue)
+    FROM (SELECT DISTINCT moved.queue FROM moved) AS q
+)
+SELECT coalesce((SELECT array_agg(moved.id ORDER BY moved.id) FROM moved), '{}')::bigint[] AS ids,
+       (SELECT count(*) FROM notified)::bigint AS queues_notified
+`
+
+type TaskRunNowManyParams struct {
+	Ids     []int64
+	Channel string
+}
+
+type TaskRunNowManyRow struct {
+	Ids            []int64
+	QueuesNotified int64
+}
+
+// Makes the named pending tasks that wait for a later run_at (scheduled, or
+// retrying after a backoff) due now, and wakes the workers of their queues.
+// A task a worker claimed meanwhile is running and is left alone.
+func (q *Queries) TaskRunNowMany(ctx context.Context, db DBTX, arg TaskRunNowManyParams) (TaskRunNowManyRow, error) {
+	row := db.QueryRow(ctx, taskRunNowMany, arg.Ids, arg.Channel)
+	var i TaskRunNowManyRow
 	err := row.Scan(&i.Ids, &i.QueuesNotified)
 	return i, err
 }

@@ -10,92 +10,6 @@ import (
 	"time"
 )
 
-const queueDepth = `-- name: QueueDepth :many
-WITH pending AS (
-    SELECT t.queue,
-           count(*) AS pending,
-           count(*) FILTER (WHERE t.run_at <= now()) AS due,
-           min(t.run_at) FILTER (WHERE t.run_at <= now()) AS oldest_due
-    FROM skiplock_tasks AS t
-    WHERE t.status = 'pending'
-    GROUP BY t.queue
-), running AS (
-    SELECT t.queue, count(*) AS running
-    FROM skiplock_tasks AS t
-    WHERE t.status = 'running'
-    GROUP BY t.queue
-), failed AS (
-    SELECT t.queue, count(*) AS failed
-    FROM skiplock_tasks AS t
-    WHERE t.status = 'failed'
-    GROUP BY t.queue
-), queues AS (
-    SELECT pending.queue FROM pending
-    UNION SELECT running.queue FROM running
-    UNION SELECT failed.queue FROM failed
-    UNION SELECT q.name FROM skiplock_queues AS q WHERE q.paused_at IS NOT NULL
-)
-SELECT queues.queue::text AS queue,
-       coalesce(pending.pending, 0)::bigint AS pending,
-       coalesce(pending.due, 0)::bigint AS due,
-       coalesce(extract(epoch FROM now() - pending.oldest_due), 0)::float8 AS oldest_due_seconds,
-       coalesce(running.running, 0)::bigint AS running,
-       coalesce(failed.failed, 0)::bigint AS failed,
-       (q.paused_at IS NOT NULL)::boolean AS paused
-FROM queues
-LEFT JOIN pending ON pending.queue = queues.queue
-LEFT JOIN running ON running.queue = queues.queue
-LEFT JOIN failed ON failed.queue = queues.queue
-LEFT JOIN skiplock_queues AS q ON q.name = queues.queue
-ORDER BY queues.queue
-`
-
-type QueueDepthRow struct {
-	Queue            string
-	Pending          int64
-	Due              int64
-	OldestDueSeconds float64
-	Running          int64
-	Failed           int64
-	Paused           bool
-}
-
-// Read on every metrics scrape and dashboard refresh, so, like the other
-// queries here, it reads through partial indexes and costs what the backlog
-// or the recent past holds, not the table's history (QueueStats reads every
-// row).
-// Per queue: pending tasks, the due ones among them and how long the oldest
-// due one has waited past its run time, running and failed tasks, and
-// whether the queue is paused. Pending rows come from the claim index,
-// running rows from the running index, failed rows from the finished index.
-func (q *Queries) QueueDepth(ctx context.Context, db DBTX) ([]QueueDepthRow, error) {
-	rows, err := db.Query(ctx, queueDepth)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	items := []QueueDepthRow{}
-	for rows.Next() {
-		var i QueueDepthRow
-		if err := rows.Scan(
-			&i.Queue,
-			&i.Pending,
-			&i.Due,
-			&i.OldestDueSeconds,
-			&i.Running,
-			&i.Failed,
-			&i.Paused,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const queueThroughput = `-- name: QueueThroughput :many
 WITH RECURSIVE keys AS (
     SELECT s.status,
@@ -185,6 +99,7 @@ SELECT w.id,
        w.heartbeat_at,
        coalesce(w.lock_backend_pid, 0)::integer AS lock_backend_pid,
        EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity AS a WHERE a.pid = w.lock_backend_pid)::boolean AS connected,
+       extract(epoch FROM now() - w.heartbeat_at)::float8 AS heartbeat_age_seconds,
        (SELECT count(*) FROM skiplock_tasks AS t WHERE t.status = 'running' AND t.worker_id = w.id)::bigint AS running
 FROM skiplock_workers AS w
 ORDER BY w.heartbeat_at DESC, w.id
@@ -192,15 +107,16 @@ LIMIT $1::integer
 `
 
 type WorkerListRow struct {
-	ID             string
-	Host           string
-	Pid            int32
-	Queues         []string
-	StartedAt      time.Time
-	HeartbeatAt    time.Time
-	LockBackendPid int32
-	Connected      bool
-	Running        int64
+	ID                  string
+	Host                string
+	Pid                 int32
+	Queues              []string
+	StartedAt           time.Time
+	HeartbeatAt         time.Time
+	LockBackendPid      int32
+	Connected           bool
+	HeartbeatAgeSeconds float64
+	Running             int64
 }
 
 // Registered worker processes, latest heartbeat first: how many tasks each
@@ -223,6 +139,7 @@ func (q *Queries) WorkerList(ctx context.Context, db DBTX, maxRows int32) ([]Wor
 			&i.HeartbeatAt,
 			&i.LockBackendPid,
 			&i.Connected,
+			&i.HeartbeatAgeSeconds,
 			&i.Running,
 		); err != nil {
 			return nil, err

@@ -23,6 +23,28 @@ func (q *Queries) SchemaLockTableSize(ctx context.Context, db DBTX) (int64, erro
 	return entries, err
 }
 
+const schemaSearchPath = `-- name: SchemaSearchPath :one
+SELECT (current_schema() IS NOT NULL)::boolean AS schema_exists,
+       current_setting('search_path')::text AS search_path,
+       current_user::text AS user_name
+`
+
+type SchemaSearchPathRow struct {
+	SchemaExists bool
+	SearchPath   string
+	UserName     string
+}
+
+// Whether any schema of the search_path exists (current_schema() is NULL
+// when none does: nowhere to find or create tables), the search_path as
+// set, and the user that "$user" in it stands for.
+func (q *Queries) SchemaSearchPath(ctx context.Context, db DBTX) (SchemaSearchPathRow, error) {
+	row := db.QueryRow(ctx, schemaSearchPath)
+	var i SchemaSearchPathRow
+	err := row.Scan(&i.SchemaExists, &i.SearchPath, &i.UserName)
+	return i, err
+}
+
 const schemaTaskTable = `-- name: SchemaTaskTable :one
 SELECT c.oid::bigint AS oid, n.nspname::text AS schema
 FROM pg_catalog.pg_class AS c
@@ -55,6 +77,38 @@ func (q *Queries) SchemaVersion(ctx context.Context, db DBTX) (SkiplockSchemaMig
 	return i, err
 }
 
+const schemaVersionSources = `-- name: SchemaVersionSources :one
+SELECT (to_regprocedure('skiplock_schema_version()') IS NOT NULL)::boolean AS has_function,
+       (to_regclass('skiplock_schema_migrations') IS NOT NULL)::boolean AS has_table
+`
+
+type SchemaVersionSourcesRow struct {
+	HasFunction bool
+	HasTable    bool
+}
+
+// Where the schema's version can be read: skiplock_schema_version(), which
+// every migration from 6 on defines, whichever tool applied it; and
+// skiplock_schema_migrations, kept by skiplock's own runner (with its dirty
+// flag), the only source for a schema older than 6.
+func (q *Queries) SchemaVersionSources(ctx context.Context, db DBTX) (SchemaVersionSourcesRow, error) {
+	row := db.QueryRow(ctx, schemaVersionSources)
+	var i SchemaVersionSourcesRow
+	err := row.Scan(&i.HasFunction, &i.HasTable)
+	return i, err
+}
+
+const schemaVersionStamp = `-- name: SchemaVersionStamp :one
+SELECT skiplock_schema_version()::bigint AS version
+`
+
+func (q *Queries) SchemaVersionStamp(ctx context.Context, db DBTX) (int64, error) {
+	row := db.QueryRow(ctx, schemaVersionStamp)
+	var version int64
+	err := row.Scan(&version)
+	return version, err
+}
+
 const sessionBackendPID = `-- name: SessionBackendPID :one
 SELECT pg_backend_pid()::integer AS pid
 `
@@ -64,4 +118,17 @@ func (q *Queries) SessionBackendPID(ctx context.Context, db DBTX) (int32, error)
 	var pid int32
 	err := row.Scan(&pid)
 	return pid, err
+}
+
+const sessionReadOnly = `-- name: SessionReadOnly :one
+SELECT current_setting('transaction_read_only') = 'on' AS read_only
+`
+
+// A standby, or a primary that pg_auto_failover keeps read-only until its
+// old peer is known demoted, answers reads but refuses every write.
+func (q *Queries) SessionReadOnly(ctx context.Context, db DBTX) (bool, error) {
+	row := db.QueryRow(ctx, sessionReadOnly)
+	var read_only bool
+	err := row.Scan(&read_only)
+	return read_only, err
 }

@@ -83,12 +83,14 @@ WITH released AS MATERIALIZED (
       AND p.queue = $5::text
       AND p.run_at <= now()
       AND (SELECT ok FROM open)
-      AND (cardinality($6::text[]) = 0 OR p.name = ANY($6::text[]))
-      AND NOT (p.name = ANY($7::text[]))
+      AND (NOT $6::boolean
+           OR (p.priority, p.run_at, p.id) > ($7::smallint, $8::timestamptz, $9::bigint))
+      AND (cardinality($10::text[]) = 0 OR p.name = ANY($10::text[]))
+      AND NOT (p.name = ANY($11::text[]))
       AND (p.exclusive_key IS NULL OR NOT EXISTS (
           SELECT 1 FROM skiplock_tasks AS r WHERE r.exclusive_key = p.exclusive_key AND r.status = 'running'))
     ORDER BY p.priority, p.run_at, p.id
-    LIMIT $8::integer
+    LIMIT $12::integer
     FOR UPDATE SKIP LOCKED
 ), one_per_key AS MATERIALIZED (
     SELECT DISTINCT ON (coalesce(k.exclusive_key, k.id::text)) k.id, k.exclusive_key
@@ -98,7 +100,7 @@ WITH released AS MATERIALIZED (
     SELECT e.id
     FROM one_per_key AS e
     WHERE e.exclusive_key IS NULL
-       OR pg_try_advisory_xact_lock(hashtextextended(e.exclusive_key, $9::bigint))
+       OR pg_try_advisory_xact_lock(hashtextextended(e.exclusive_key, $13::bigint))
 ), locked AS MATERIALIZED (
     -- Lease mode (lease_ms > 0) guards tasks with locked_until instead of
     -- an advisory lock. CASE, unlike OR, fixes the order of evaluation.
@@ -126,6 +128,10 @@ type TaskClaimParams struct {
 	LockClass     int32
 	UnlockIds     []int64
 	Queue         string
+	UseAfter      bool
+	AfterPriority int16
+	AfterRunAt    time.Time
+	AfterID       int64
 	OnlyNames     []string
 	SkipNames     []string
 	Max           int32
@@ -164,6 +170,15 @@ type TaskClaimRow struct {
 // claim, and under a transaction-level lock on the key so that two claimers
 // cannot both take one (a unique index on running exclusive keys backs this).
 //
+// With use_after, the claim starts past a position in claim order (a keyset
+// cursor): the claim is planned per call, so the OR folds away and the row
+// comparison becomes a bound of the index scan, which then starts where the
+// live rows are instead of walking the entries of rows already claimed.
+// Those entries stay in the index until vacuum can remove them, and while
+// another transaction holds the xmin horizon back, nothing can: every claim
+// from the head would walk all of them (worker/claim.go decides when to
+// use the cursor).
+//
 // It also releases the locks of tasks whose outcomes were just written
 // (unlock_ids), saving the lock session a round trip: "released" is
 // evaluated, before anything is picked, as part of "open".
@@ -174,6 +189,10 @@ func (q *Queries) TaskClaim(ctx context.Context, db DBTX, arg TaskClaimParams) (
 		arg.LockClass,
 		arg.UnlockIds,
 		arg.Queue,
+		arg.UseAfter,
+		arg.AfterPriority,
+		arg.AfterRunAt,
+		arg.AfterID,
 		arg.OnlyNames,
 		arg.SkipNames,
 		arg.Max,
@@ -227,7 +246,7 @@ FROM (
            unnest($7::jsonb[])        AS error
 ) AS u
 WHERE t.id = u.id
-  AND t.status = 'running'
+  AND t.status = 'running' COLLATE "C"
   AND t.attempt = u.attempt
   AND t.worker_id = $1::text
 RETURNING t.id
@@ -249,6 +268,16 @@ type TaskFinishManyParams struct {
 // and learns so from the missing id in the result. delay_ms < 0 keeps run_at
 // (a task returned at shutdown keeps its place in line); refund 1 gives the
 // attempt back.
+//
+// The batch drives the write: its rows (whose number the planner knows,
+// the arrays being parameters of a plan made for each call) each find their
+// task by primary key. The status check carries an explicit collation (the
+// same equality on text) so that it cannot match the predicate of
+// skiplock_tasks_running_idx: on a table without statistics (a backlog
+// that has just arrived) the planner took that partial index for a one-row
+// scan, read all of it, dead entries included, and re-ran the batch's
+// unnest for every running row it found: 60-120 ms per write of 250 rows,
+// growing as the run went on (docs/PERFORMANCE.md, "A fresh backlog").
 func (q *Queries) TaskFinishMany(ctx context.Context, db DBTX, arg TaskFinishManyParams) ([]int64, error) {
 	rows, err := db.Query(ctx, taskFinishMany,
 		arg.WorkerID,

@@ -8,10 +8,9 @@ import (
 	"slices"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/skiplock/skiplock/db"
 	"github.com/skiplock/skiplock/internal/pgerr"
+	"github.com/skiplock/skiplock/migrations"
 )
 
 // Operator methods: the skiplock command and the dashboard inspect tasks and
@@ -132,6 +131,11 @@ type ListFilter struct {
 	Filter
 	// IDs keeps only these tasks.
 	IDs []int64
+	// States keeps tasks in any of these states, in addition to those in
+	// Filter.Statuses: StateRetrying and StateScheduled select pending tasks
+	// by why they wait, StateDue the pending tasks that are due. With
+	// StatusPending in Statuses every pending task matches anyway.
+	States []State
 	// Limit bounds how many tasks List returns. Defaults to
 	// DefaultListLimit (50), at most MaxListLimit (10,000). Count ignores it.
 	Limit int
@@ -140,20 +144,69 @@ type ListFilter struct {
 	BeforeID int64
 }
 
-// List returns the tasks that match f, newest (highest ID) first.
-func (c *Client) List(ctx context.Context, f ListFilter) ([]*Task, error) {
-	statuses, err := f.statuses("list", Statuses, Statuses)
-	if err != nil {
-		return nil, err
+// selection turns the statuses and states of f into the statuses to read
+// and the kinds of pending tasks to keep (none: every pending task).
+func (f ListFilter) selection(op string) (statuses, waits []string, err error) {
+	if len(f.States) == 0 {
+		statuses, err = f.statuses(op, Statuses, Statuses)
+		return statuses, nil, err
 	}
-	limit := f.Limit
+	if len(f.Statuses) > 0 {
+		if statuses, err = f.statuses(op, Statuses, nil); err != nil {
+			return nil, nil, err
+		}
+	}
+	allPending := slices.Contains(statuses, string(StatusPending))
+	for _, st := range f.States {
+		status, wait := string(st), ""
+		switch st {
+		case StateDue:
+			status, wait = string(StatusPending), "due"
+		case StateRetrying, StateScheduled:
+			status, wait = string(StatusPending), string(st)
+		case StateRunning, StateCompleted, StateFailed, StateCancelled:
+		default:
+			return nil, nil, fmt.Errorf("%w: unknown state %q", ErrInvalidRequest, st)
+		}
+		if !slices.Contains(statuses, status) {
+			statuses = append(statuses, status)
+		}
+		if wait != "" && !allPending && !slices.Contains(waits, wait) {
+			waits = append(waits, wait)
+		}
+	}
+	return statuses, waits, nil
+}
+
+// Validate returns the error, wrapping ErrInvalidRequest, that List would
+// return for f before reading anything; nil when f is valid.
+func (f ListFilter) Validate() error {
+	_, _, _, err := f.check()
+	return err
+}
+
+// check validates f for List and returns its selection and limit.
+func (f ListFilter) check() (statuses, waits []string, limit int, err error) {
+	if statuses, waits, err = f.selection("list"); err != nil {
+		return nil, nil, 0, err
+	}
+	limit = f.Limit
 	if limit == 0 {
 		limit = DefaultListLimit
 	}
 	if limit < 0 || limit > MaxListLimit {
-		return nil, fmt.Errorf("%w: limit must be 1 to %d, got %d", ErrInvalidRequest, MaxListLimit, f.Limit)
+		return nil, nil, 0, fmt.Errorf("%w: limit must be 1 to %d, got %d", ErrInvalidRequest, MaxListLimit, f.Limit)
 	}
-	rows, err := c.queries.TaskList(ctx, c.pool, db.TaskListParams{
+	return statuses, waits, limit, nil
+}
+
+// List returns the tasks that match f, newest (highest ID) first.
+func (c *Client) List(ctx context.Context, f ListFilter) ([]*Task, error) {
+	statuses, waits, limit, err := f.check()
+	if err != nil {
+		return nil, err
+	}
+	rows, err := c.queries.TaskList(ctx, c.exec, db.TaskListParams{
 		Statuses:       statuses,
 		Ids:            nonNil(f.IDs),
 		Queues:         nonNil(f.Queues),
@@ -161,15 +214,16 @@ func (c *Client) List(ctx context.Context, f ListFilter) ([]*Task, error) {
 		Since:          optTime(f.Since),
 		FinishedBefore: optTime(f.FinishedBefore),
 		ErrorContains:  optString(f.ErrorContains),
+		Waits:          nonNil(waits),
 		BeforeID:       f.BeforeID,
 		MaxRows:        int32(limit),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("listing tasks: %w", pgerr.Wrap(err))
+		return nil, fmt.Errorf("listing tasks: %w", err)
 	}
 	tasks := make([]*Task, 0, len(rows))
 	for _, r := range rows {
-		t, err := TaskFromRow(r)
+		t, err := taskFromRow(r)
 		if err != nil {
 			return nil, err
 		}
@@ -180,11 +234,11 @@ func (c *Client) List(ctx context.Context, f ListFilter) ([]*Task, error) {
 
 // Count returns how many tasks match f (its Limit and BeforeID aside).
 func (c *Client) Count(ctx context.Context, f ListFilter) (int64, error) {
-	statuses, err := f.statuses("count", Statuses, Statuses)
+	statuses, waits, err := f.selection("count")
 	if err != nil {
 		return 0, err
 	}
-	n, err := c.queries.TaskCount(ctx, c.pool, db.TaskCountParams{
+	n, err := c.queries.TaskCount(ctx, c.exec, db.TaskCountParams{
 		Statuses:       statuses,
 		Ids:            nonNil(f.IDs),
 		Queues:         nonNil(f.Queues),
@@ -192,9 +246,10 @@ func (c *Client) Count(ctx context.Context, f ListFilter) (int64, error) {
 		Since:          optTime(f.Since),
 		FinishedBefore: optTime(f.FinishedBefore),
 		ErrorContains:  optString(f.ErrorContains),
+		Waits:          nonNil(waits),
 	})
 	if err != nil {
-		return 0, fmt.Errorf("counting tasks: %w", pgerr.Wrap(err))
+		return 0, fmt.Errorf("counting tasks: %w", err)
 	}
 	return n, nil
 }
@@ -257,16 +312,39 @@ type RequeueResult struct {
 // (they are being changed right now) and waited for when named by ID. On
 // error, the result counts the batches committed before it.
 func (c *Client) Requeue(ctx context.Context, req RequeueRequest) (RequeueResult, error) {
+	return c.requeue(ctx, c.exec, req)
+}
+
+// RequeueTx is Requeue within tx: every batch runs in it, and workers are
+// woken when it commits. Rolled back, it is a dry run: it reports what
+// Requeue would do, decided by the same statements.
+func (c *Client) RequeueTx(ctx context.Context, tx Executor, req RequeueRequest) (RequeueResult, error) {
+	return c.requeue(ctx, pgerr.Interpreting(tx), req)
+}
+
+// Validate returns the error, wrapping ErrInvalidRequest, that Requeue
+// would return for r before reading or changing anything; nil when r is
+// valid. A tool calls it to refuse bad input before it connects.
+func (r RequeueRequest) Validate() error {
+	_, _, _, err := r.check()
+	return err
+}
+
+// check validates r and returns its statuses, batch size and IDs.
+func (r RequeueRequest) check() (statuses []string, batch int, ids []int64, err error) {
+	if statuses, err = r.Filter.statuses("requeue", []Status{StatusFailed, StatusCancelled}, []Status{StatusFailed}); err != nil {
+		return nil, 0, nil, err
+	}
+	if batch, err = batchSize(r.BatchSize, DefaultRequeueBatch); err != nil {
+		return nil, 0, nil, err
+	}
+	ids, err = checkIDs(r.IDs, r.Filter)
+	return statuses, batch, ids, err
+}
+
+func (c *Client) requeue(ctx context.Context, x pgerr.Executor, req RequeueRequest) (RequeueResult, error) {
 	var res RequeueResult
-	statuses, err := req.Filter.statuses("requeue", []Status{StatusFailed, StatusCancelled}, []Status{StatusFailed})
-	if err != nil {
-		return res, err
-	}
-	batch, err := batchSize(req.BatchSize, DefaultRequeueBatch)
-	if err != nil {
-		return res, err
-	}
-	ids, err := checkIDs(req.IDs, req.Filter)
+	statuses, batch, ids, err := req.check()
 	if err != nil {
 		return res, err
 	}
@@ -274,7 +352,7 @@ func (c *Client) Requeue(ctx context.Context, req RequeueRequest) (RequeueResult
 	if reason == "" {
 		reason = DefaultRequeueReason
 	}
-	info, err := c.Schema(ctx)
+	info, err := ReadSchema(ctx, x)
 	if err != nil {
 		return res, err
 	}
@@ -288,24 +366,24 @@ func (c *Client) Requeue(ctx context.Context, req RequeueRequest) (RequeueResult
 	if len(ids) > 0 {
 		res.IDs = []int64{}
 		for chunk := range slices.Chunk(ids, batch) {
-			row, err := c.queries.TaskRequeueMany(ctx, c.pool, db.TaskRequeueManyParams{
+			row, err := c.queries.TaskRequeueMany(ctx, x, db.TaskRequeueManyParams{
 				Ids: chunk, Statuses: statuses, ResetAttempts: req.ResetAttempts, Reason: reason, Channel: channel,
 			})
 			if err != nil {
-				return res, fmt.Errorf("requeueing tasks: %w", pgerr.Wrap(err))
+				return res, fmt.Errorf("requeueing tasks: %w", err)
 			}
 			res.IDs = append(res.IDs, row.Ids...)
 			res.Requeued += int64(len(row.Ids))
 			progress()
 		}
-		res.Skipped, err = c.skipped(ctx, ids, res.IDs)
+		res.Skipped, err = c.skipped(ctx, x, ids, res.IDs)
 		return res, err
 	}
 
 	f := req.Filter
 	var after int64
 	for {
-		row, err := c.queries.TaskRequeueBatch(ctx, c.pool, db.TaskRequeueBatchParams{
+		row, err := c.queries.TaskRequeueBatch(ctx, x, db.TaskRequeueBatchParams{
 			Statuses:       statuses,
 			AfterID:        after,
 			Queues:         nonNil(f.Queues),
@@ -319,7 +397,7 @@ func (c *Client) Requeue(ctx context.Context, req RequeueRequest) (RequeueResult
 			Channel:        channel,
 		})
 		if err != nil {
-			return res, fmt.Errorf("requeueing tasks: %w", pgerr.Wrap(err))
+			return res, fmt.Errorf("requeueing tasks: %w", err)
 		}
 		res.Requeued += row.Requeued
 		if row.Picked > 0 {
@@ -368,16 +446,39 @@ type CancelResult struct {
 // safety while workers run: a pending task that a worker claims first is
 // running by the time its batch re-checks it, and is left alone.
 func (c *Client) Cancel(ctx context.Context, req CancelRequest) (CancelResult, error) {
+	return c.cancel(ctx, c.exec, req)
+}
+
+// CancelTx is Cancel within tx: every batch runs in it. Rolled back, it is
+// a dry run: it reports what Cancel would do, decided by the same
+// statements.
+func (c *Client) CancelTx(ctx context.Context, tx Executor, req CancelRequest) (CancelResult, error) {
+	return c.cancel(ctx, pgerr.Interpreting(tx), req)
+}
+
+// Validate returns the error, wrapping ErrInvalidRequest, that Cancel would
+// return for r before reading or changing anything; nil when r is valid.
+func (r CancelRequest) Validate() error {
+	_, _, _, err := r.check()
+	return err
+}
+
+// check validates r and returns its statuses, batch size and IDs.
+func (r CancelRequest) check() (statuses []string, batch int, ids []int64, err error) {
+	cancellable := []Status{StatusPending, StatusFailed}
+	if statuses, err = r.Filter.statuses("cancel", cancellable, cancellable); err != nil {
+		return nil, 0, nil, err
+	}
+	if batch, err = batchSize(r.BatchSize, DefaultCancelBatch); err != nil {
+		return nil, 0, nil, err
+	}
+	ids, err = checkIDs(r.IDs, r.Filter)
+	return statuses, batch, ids, err
+}
+
+func (c *Client) cancel(ctx context.Context, x pgerr.Executor, req CancelRequest) (CancelResult, error) {
 	var res CancelResult
-	statuses, err := req.Filter.statuses("cancel", []Status{StatusPending, StatusFailed}, []Status{StatusPending, StatusFailed})
-	if err != nil {
-		return res, err
-	}
-	batch, err := batchSize(req.BatchSize, DefaultCancelBatch)
-	if err != nil {
-		return res, err
-	}
-	ids, err := checkIDs(req.IDs, req.Filter)
+	statuses, batch, ids, err := req.check()
 	if err != nil {
 		return res, err
 	}
@@ -390,23 +491,23 @@ func (c *Client) Cancel(ctx context.Context, req CancelRequest) (CancelResult, e
 	if len(ids) > 0 {
 		res.IDs = []int64{}
 		for chunk := range slices.Chunk(ids, batch) {
-			done, err := c.queries.TaskCancelMany(ctx, c.pool, db.TaskCancelManyParams{Ids: chunk, Statuses: statuses})
+			done, err := c.queries.TaskCancelMany(ctx, x, db.TaskCancelManyParams{Ids: chunk, Statuses: statuses})
 			if err != nil {
-				return res, fmt.Errorf("cancelling tasks: %w", pgerr.Wrap(err))
+				return res, fmt.Errorf("cancelling tasks: %w", err)
 			}
 			res.IDs = append(res.IDs, done...)
 			res.Cancelled += int64(len(done))
 			progress()
 		}
 		slices.Sort(res.IDs)
-		res.Skipped, err = c.skipped(ctx, ids, res.IDs)
+		res.Skipped, err = c.skipped(ctx, x, ids, res.IDs)
 		return res, err
 	}
 
 	f := req.Filter
 	var after int64
 	for {
-		row, err := c.queries.TaskCancelBatch(ctx, c.pool, db.TaskCancelBatchParams{
+		row, err := c.queries.TaskCancelBatch(ctx, x, db.TaskCancelBatchParams{
 			Statuses:       statuses,
 			AfterID:        after,
 			Queues:         nonNil(f.Queues),
@@ -417,7 +518,7 @@ func (c *Client) Cancel(ctx context.Context, req CancelRequest) (CancelResult, e
 			BatchSize:      int32(batch),
 		})
 		if err != nil {
-			return res, fmt.Errorf("cancelling tasks: %w", pgerr.Wrap(err))
+			return res, fmt.Errorf("cancelling tasks: %w", err)
 		}
 		res.Cancelled += row.Cancelled
 		if row.Picked > 0 {
@@ -454,21 +555,13 @@ type PurgeRequest struct {
 // Requeue. It returns how many it deleted; on error, how many the batches
 // committed before it deleted.
 func (c *Client) Purge(ctx context.Context, req PurgeRequest) (int64, error) {
-	finished := []Status{StatusCompleted, StatusFailed, StatusCancelled}
-	statuses, err := Filter{Statuses: req.Statuses}.statuses("purge", finished, finished)
-	if err != nil {
-		return 0, err
-	}
-	if req.FinishedBefore.IsZero() {
-		return 0, fmt.Errorf("%w: purge needs FinishedBefore", ErrInvalidRequest)
-	}
-	batch, err := batchSize(req.BatchSize, DefaultPurgeBatch)
+	statuses, batch, err := req.check()
 	if err != nil {
 		return 0, err
 	}
 	var purged, after int64
 	for {
-		row, err := c.queries.TaskPurgeBatch(ctx, c.pool, db.TaskPurgeBatchParams{
+		row, err := c.queries.TaskPurgeBatch(ctx, c.exec, db.TaskPurgeBatchParams{
 			Statuses:       statuses,
 			FinishedBefore: req.FinishedBefore,
 			AfterID:        after,
@@ -477,7 +570,7 @@ func (c *Client) Purge(ctx context.Context, req PurgeRequest) (int64, error) {
 			BatchSize:      int32(batch),
 		})
 		if err != nil {
-			return purged, fmt.Errorf("purging tasks: %w", pgerr.Wrap(err))
+			return purged, fmt.Errorf("purging tasks: %w", err)
 		}
 		purged += row.Deleted
 		if row.Picked > 0 && req.Progress != nil {
@@ -488,6 +581,26 @@ func (c *Client) Purge(ctx context.Context, req PurgeRequest) (int64, error) {
 		}
 		after = row.LastID
 	}
+}
+
+// Validate returns the error, wrapping ErrInvalidRequest, that Purge would
+// return for r before reading or changing anything; nil when r is valid.
+func (r PurgeRequest) Validate() error {
+	_, _, err := r.check()
+	return err
+}
+
+// check validates r and returns its statuses and batch size.
+func (r PurgeRequest) check() (statuses []string, batch int, err error) {
+	finished := []Status{StatusCompleted, StatusFailed, StatusCancelled}
+	if statuses, err = (Filter{Statuses: r.Statuses}).statuses("purge", finished, finished); err != nil {
+		return nil, 0, err
+	}
+	if r.FinishedBefore.IsZero() {
+		return nil, 0, fmt.Errorf("%w: purge needs FinishedBefore", ErrInvalidRequest)
+	}
+	batch, err = batchSize(r.BatchSize, DefaultPurgeBatch)
+	return statuses, batch, err
 }
 
 func batchSize(n, def int) (int, error) {
@@ -521,7 +634,7 @@ func checkIDs(ids []int64, f Filter) ([]int64, error) {
 }
 
 // skipped reports the requested tasks that are not in done (both sorted).
-func (c *Client) skipped(ctx context.Context, requested, done []int64) ([]SkippedTask, error) {
+func (c *Client) skipped(ctx context.Context, x pgerr.Executor, requested, done []int64) ([]SkippedTask, error) {
 	var rest []int64
 	for _, id := range requested {
 		if _, found := slices.BinarySearch(done, id); !found {
@@ -532,9 +645,9 @@ func (c *Client) skipped(ctx context.Context, requested, done []int64) ([]Skippe
 	if len(rest) == 0 {
 		return out, nil
 	}
-	rows, err := c.queries.TaskStatusMany(ctx, c.pool, rest)
+	rows, err := c.queries.TaskStatusMany(ctx, x, rest)
 	if err != nil {
-		return out, fmt.Errorf("reading task statuses: %w", pgerr.Wrap(err))
+		return out, fmt.Errorf("reading task statuses: %w", err)
 	}
 	status := make(map[int64]Status, len(rows))
 	for _, r := range rows {
@@ -551,37 +664,95 @@ type SchemaInfo struct {
 	// Name is the schema that holds skiplock_tasks, found through the
 	// search_path.
 	Name string
-	// Version is the applied migration version; Dirty is set when a
-	// migration failed part way.
+	// Version is the newest migration applied: skiplock_schema_version(),
+	// whichever tool applied the migrations, or for a schema older than
+	// migration 6 the version in skiplock_schema_migrations (0 when that
+	// table is missing too: applied by another tool, version unknown).
 	Version uint
-	Dirty   bool
+	// Dirty is set when skiplock's own runner recorded a migration that
+	// failed part way.
+	Dirty bool
 	// TableOID is skiplock_tasks' OID: the class of its task advisory locks.
 	TableOID int64
 }
 
 // Schema finds skiplock's tables through the search_path and reads the
-// migration version. It returns ErrNotMigrated when they are missing.
+// schema's version. It returns ErrNotMigrated when they are missing, as a
+// *NoSchemaError when no schema of the search_path exists.
 func (c *Client) Schema(ctx context.Context) (SchemaInfo, error) {
-	table, err := c.queries.SchemaTaskTable(ctx, c.pool)
-	if errors.Is(err, pgx.ErrNoRows) {
+	return ReadSchema(ctx, c.pool)
+}
+
+// ReadSchema is Client.Schema on any connection, pool or transaction.
+func ReadSchema(ctx context.Context, conn Executor) (SchemaInfo, error) {
+	queries := db.New()
+	conn = pgerr.Interpreting(conn)
+	table, err := queries.SchemaTaskTable(ctx, conn)
+	if errors.Is(err, pgerr.ErrNotFound) {
+		path, err := queries.SchemaSearchPath(ctx, conn)
+		switch {
+		case err != nil:
+			return SchemaInfo{}, fmt.Errorf("finding skiplock's schema: %w", err)
+		case !path.SchemaExists:
+			return SchemaInfo{}, pgerr.NoSchema(path.SearchPath, path.UserName)
+		}
 		return SchemaInfo{}, fmt.Errorf("%w (table skiplock_tasks not found in search_path)", ErrNotMigrated)
 	}
 	if err != nil {
-		return SchemaInfo{}, fmt.Errorf("finding skiplock's schema: %w", pgerr.Wrap(err))
+		return SchemaInfo{}, fmt.Errorf("finding skiplock's schema: %w", err)
 	}
-	v, err := c.queries.SchemaVersion(ctx, c.pool)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return SchemaInfo{}, fmt.Errorf("%w (no version in skiplock_schema_migrations)", ErrNotMigrated)
-	}
+	info := SchemaInfo{Name: table.Schema, TableOID: table.Oid}
+	src, err := queries.SchemaVersionSources(ctx, conn)
 	if err != nil {
-		return SchemaInfo{}, fmt.Errorf("reading the schema version: %w", pgerr.Wrap(err))
+		return SchemaInfo{}, fmt.Errorf("reading the schema version: %w", err)
 	}
-	return SchemaInfo{Name: table.Schema, Version: uint(max(v.Version, 0)), Dirty: v.Dirty, TableOID: table.Oid}, nil
+	if src.HasTable {
+		v, err := queries.SchemaVersion(ctx, conn)
+		switch {
+		case errors.Is(err, pgerr.ErrNotFound):
+		case err != nil:
+			return SchemaInfo{}, fmt.Errorf("reading the schema version: %w", err)
+		default:
+			info.Version, info.Dirty = uint(max(v.Version, 0)), v.Dirty
+		}
+	}
+	if src.HasFunction {
+		v, err := queries.SchemaVersionStamp(ctx, conn)
+		if err != nil {
+			return SchemaInfo{}, fmt.Errorf("reading the schema version: %w", err)
+		}
+		// A failed migration leaves the function as its predecessor set
+		// it, so the function is the truth; the runner's table adds dirty.
+		info.Version = uint(max(v, 0))
+	}
+	return info, nil
 }
+
+// CheckSchema returns nil when info is a schema this build can use, and
+// otherwise an error wrapping ErrNotMigrated that names the missing
+// migration.
+func CheckSchema(info SchemaInfo) error {
+	switch {
+	case info.Dirty:
+		return fmt.Errorf("%w (schema %s at version %d, dirty: a migration failed part way; fix it, then migrate up)",
+			ErrNotMigrated, info.Name, info.Version)
+	case info.Version == 0:
+		return fmt.Errorf("%w (schema %s has skiplock_tasks but neither skiplock_schema_version() nor a version in "+
+			"skiplock_schema_migrations: migrations before %06d were applied by another tool; apply %06d through %06d)",
+			ErrNotMigrated, info.Name, stampVersion, stampVersion, migrations.Latest)
+	case info.Version < migrations.Latest:
+		return fmt.Errorf("%w (schema %s at version %d; this build needs %d: apply the migrations after %d)",
+			ErrNotMigrated, info.Name, info.Version, migrations.Latest, info.Version)
+	}
+	return nil
+}
+
+// stampVersion is the migration that introduced skiplock_schema_version().
+const stampVersion = 6
 
 // Stats summarizes the tasks of every queue.
 type Stats struct {
-	// Queues has one entry per queue that has tasks, by name.
+	// Queues has one entry per queue that has tasks or is paused, by name.
 	Queues []QueueStats
 	// Total adds up every queue; its Queue is empty and its OldestDue is
 	// the oldest of all.
@@ -598,11 +769,19 @@ type QueueStats struct {
 	Cancelled int64
 	// Due counts the pending tasks whose run time has come: the backlog.
 	Due int64
+	// Retrying and Scheduled count the pending tasks that wait for a later
+	// run time: after a failed attempt, or as enqueued.
+	Retrying  int64
+	Scheduled int64
+	// PausedAt is when the queue was paused; nil when it is not (and in
+	// the total).
+	PausedAt *time.Time
 	// OldestDue is how long the oldest due pending task has waited past its
 	// run time; zero when none is due.
 	OldestDue time.Duration
 	// Recent counts the tasks that finished over the last 1, 5 and 15
-	// minutes, in that order.
+	// minutes, in that order. It counts the finished tasks still stored:
+	// purging tasks that finished within the window lowers it.
 	Recent []WindowStats
 }
 
@@ -639,9 +818,9 @@ var StatsWindows = []time.Duration{time.Minute, 5 * time.Minute, 15 * time.Minut
 // Stats counts tasks per queue and status, measures the backlog and the
 // recent throughput. It reads the whole table once.
 func (c *Client) Stats(ctx context.Context) (*Stats, error) {
-	rows, err := c.queries.QueueStats(ctx, c.pool)
+	rows, err := c.queries.QueueStats(ctx, c.exec)
 	if err != nil {
-		return nil, fmt.Errorf("reading queue stats: %w", pgerr.Wrap(err))
+		return nil, fmt.Errorf("reading queue stats: %w", err)
 	}
 	s := &Stats{Queues: make([]QueueStats, 0, len(rows))}
 	total := QueueStats{Recent: make([]WindowStats, len(StatsWindows))}
@@ -651,8 +830,8 @@ func (c *Client) Stats(ctx context.Context) (*Stats, error) {
 	for _, r := range rows {
 		q := QueueStats{
 			Queue: r.Queue, Pending: r.Pending, Running: r.Running, Completed: r.Completed,
-			Failed: r.Failed, Cancelled: r.Cancelled, Due: r.Due,
-			OldestDue: seconds(r.OldestDueSeconds),
+			Failed: r.Failed, Cancelled: r.Cancelled, Due: r.Due, Retrying: r.Retrying, Scheduled: r.Scheduled,
+			OldestDue: seconds(r.OldestDueSeconds), PausedAt: r.PausedAt,
 			Recent: []WindowStats{
 				{Window: StatsWindows[0], Completed: r.Completed1m, Failed: r.Failed1m},
 				{Window: StatsWindows[1], Completed: r.Completed5m, Failed: r.Failed5m},
@@ -666,6 +845,8 @@ func (c *Client) Stats(ctx context.Context) (*Stats, error) {
 		total.Failed += q.Failed
 		total.Cancelled += q.Cancelled
 		total.Due += q.Due
+		total.Retrying += q.Retrying
+		total.Scheduled += q.Scheduled
 		total.OldestDue = max(total.OldestDue, q.OldestDue)
 		for i := range total.Recent {
 			total.Recent[i].Completed += q.Recent[i].Completed
@@ -742,9 +923,9 @@ func (c *Client) locks(ctx context.Context, taskID int64) ([]TaskLock, error) {
 	if err != nil {
 		return nil, err
 	}
-	rows, err := c.queries.LockList(ctx, c.pool, db.LockListParams{LockClassOid: info.TableOID, TaskID: taskID})
+	rows, err := c.queries.LockList(ctx, c.exec, db.LockListParams{LockClassOid: info.TableOID, TaskID: taskID})
 	if err != nil {
-		return nil, fmt.Errorf("listing task locks: %w", pgerr.Wrap(err))
+		return nil, fmt.Errorf("listing task locks: %w", err)
 	}
 	out := make([]TaskLock, 0, len(rows))
 	for _, r := range rows {
@@ -788,9 +969,9 @@ type LockWait struct {
 // LockWaits lists the sessions of the database that wait for a lock, with
 // the sessions blocking them, longest wait first.
 func (c *Client) LockWaits(ctx context.Context) ([]LockWait, error) {
-	rows, err := c.queries.LockWaitList(ctx, c.pool)
+	rows, err := c.queries.LockWaitList(ctx, c.exec)
 	if err != nil {
-		return nil, fmt.Errorf("listing lock waits: %w", pgerr.Wrap(err))
+		return nil, fmt.Errorf("listing lock waits: %w", err)
 	}
 	out := make([]LockWait, 0, len(rows))
 	for _, r := range rows {

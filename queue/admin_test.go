@@ -21,18 +21,7 @@ import (
 // returns its ID. errs is the error history as JSON.
 func insert(t *testing.T, pool *pgxpool.Pool, queueName, name string, status queue.Status, attempt, maxAttempts int, errs string) int64 {
 	t.Helper()
-	var id int64
-	err := pool.QueryRow(context.Background(), `
-		INSERT INTO skiplock_tasks (queue, name, status, attempt, max_attempts, errors, worker_id, started_at, finished_at)
-		VALUES ($1, $2, $3, $4, $5, $6::jsonb,
-		        CASE WHEN $3 IN ('pending') THEN NULL ELSE 'w1' END,
-		        CASE WHEN $4 > 0 THEN now() - interval '1 minute' END,
-		        CASE WHEN $3 IN ('completed', 'failed', 'cancelled') THEN now() END)
-		RETURNING id`, queueName, name, string(status), attempt, maxAttempts, errs).Scan(&id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return id
+	return pgtest.InsertTask(t, pool, queueName, name, string(status), attempt, maxAttempts, errs)
 }
 
 func failedHistory(msg string) string {
@@ -455,14 +444,7 @@ func TestLocks(t *testing.T) {
 	}
 
 	// A transaction holds the task row; another waits for it.
-	tx, err := holder.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, "SELECT 1 FROM skiplock_tasks WHERE id = $1 FOR UPDATE", free); err != nil {
-		t.Fatal(err)
-	}
+	tx := pgtest.HoldTaskRow(t, holder, free)
 	waiter, err := pool.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -477,8 +459,7 @@ func TestLocks(t *testing.T) {
 		_, err := waiter.Exec(ctx, "UPDATE skiplock_tasks SET priority = 1 WHERE id = $1", free)
 		waited <- err
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	pgtest.Eventually(t, time.Second, fmt.Sprintf("session %d to show as waiting", waiterPID), func() bool {
 		waits, err := c.LockWaits(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -488,17 +469,11 @@ func TestLocks(t *testing.T) {
 			if w := waits[i]; !slices.Contains(w.BlockedBy, pid) || !strings.Contains(w.Query, "UPDATE skiplock_tasks") {
 				t.Fatalf("wait = %+v, want blocked by %d", w, pid)
 			}
-			break
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("session %d never showed as waiting: %+v", waiterPID, waits)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if err := tx.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-waited; err != nil {
+		return i >= 0
+	})
+	// The holder lets go, and the waiting UPDATE goes through.
+	if err := errors.Join(tx.Rollback(ctx), <-waited); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -509,42 +484,168 @@ func TestAdminInvalid(t *testing.T) {
 	pool := pgtest.Pool(t)
 	c := queue.New(pool)
 	id := insert(t, pool, "q", "n", queue.StatusFailed, 1, 1, `[]`)
-	checks := []struct {
-		what string
-		err  error
-	}{}
-	add := func(what string, err error) {
-		checks = append(checks, struct {
-			what string
-			err  error
-		}{what, err})
+	type check struct {
+		what          string
+		err, validate error // the call's, and Validate's when it has one
 	}
+	var checks []check
+	requeue := func(what string, req queue.RequeueRequest) {
+		_, err := c.Requeue(ctx, req)
+		checks = append(checks, check{what, err, req.Validate()})
+	}
+	running := []queue.Status{queue.StatusRunning}
 
-	_, err := c.Requeue(ctx, queue.RequeueRequest{Filter: queue.Filter{Statuses: []queue.Status{queue.StatusRunning}}})
-	add("requeue running", err)
-	_, err = c.Requeue(ctx, queue.RequeueRequest{Filter: queue.Filter{Statuses: []queue.Status{"bogus"}}})
-	add("unknown status", err)
-	_, err = c.Requeue(ctx, queue.RequeueRequest{IDs: []int64{id}, Filter: queue.Filter{Queues: []string{"q"}}})
-	add("IDs with a filter", err)
-	_, err = c.Requeue(ctx, queue.RequeueRequest{IDs: []int64{-1}})
-	add("negative ID", err)
-	_, err = c.Requeue(ctx, queue.RequeueRequest{BatchSize: -1})
-	add("batch size", err)
-	_, err = c.Cancel(ctx, queue.CancelRequest{Filter: queue.Filter{Statuses: []queue.Status{queue.StatusRunning}}})
-	add("cancel running", err)
-	_, err = c.Purge(ctx, queue.PurgeRequest{})
-	add("purge without FinishedBefore", err)
-	_, err = c.Purge(ctx, queue.PurgeRequest{FinishedBefore: time.Now(), Statuses: []queue.Status{queue.StatusPending}})
-	add("purge pending", err)
-	_, err = c.List(ctx, queue.ListFilter{Limit: queue.MaxListLimit + 1})
-	add("list limit", err)
+	requeue("requeue running", queue.RequeueRequest{Filter: queue.Filter{Statuses: running}})
+	requeue("unknown status", queue.RequeueRequest{Filter: queue.Filter{Statuses: []queue.Status{"bogus"}}})
+	requeue("IDs with a filter", queue.RequeueRequest{IDs: []int64{id}, Filter: queue.Filter{Queues: []string{"q"}}})
+	requeue("negative ID", queue.RequeueRequest{IDs: []int64{-1}})
+	requeue("batch size", queue.RequeueRequest{BatchSize: -1})
+	cancel := queue.CancelRequest{Filter: queue.Filter{Statuses: running}}
+	_, err := c.Cancel(ctx, cancel)
+	checks = append(checks, check{"cancel running", err, cancel.Validate()})
+	cancel = queue.CancelRequest{BatchSize: queue.MaxBatch + 1}
+	_, err = c.CancelTx(ctx, pool, cancel)
+	checks = append(checks, check{"cancel batch size", err, cancel.Validate()})
+	purge := queue.PurgeRequest{}
+	_, err = c.Purge(ctx, purge)
+	checks = append(checks, check{"purge without FinishedBefore", err, purge.Validate()})
+	purge = queue.PurgeRequest{FinishedBefore: time.Now(), Statuses: []queue.Status{queue.StatusPending}}
+	_, err = c.Purge(ctx, purge)
+	checks = append(checks, check{"purge pending", err, purge.Validate()})
+	list := queue.ListFilter{Limit: queue.MaxListLimit + 1}
+	_, err = c.List(ctx, list)
+	checks = append(checks, check{"list limit", err, list.Validate()})
+	_, err = c.CancelRunningMatching(ctx, queue.Filter{Statuses: []queue.Status{queue.StatusPending}})
+	checks = append(checks, check{"cancel running, pending", err, err})
+	_, err = c.Throughput(ctx, time.Now(), 0)
+	checks = append(checks, check{"throughput without buckets", err, err})
 	for _, ch := range checks {
 		if !errors.Is(ch.err, queue.ErrInvalidRequest) {
 			t.Errorf("%s: err = %v, want ErrInvalidRequest", ch.what, ch.err)
 		}
+		if ch.validate == nil || ch.validate.Error() != ch.err.Error() {
+			t.Errorf("%s: Validate says %v, the call %v", ch.what, ch.validate, ch.err)
+		}
 	}
 	if s := get(t, c, id).Status; s != queue.StatusFailed {
 		t.Fatalf("an invalid request changed task %d to %s", id, s)
+	}
+	for _, err := range []error{
+		queue.RequeueRequest{}.Validate(), queue.CancelRequest{}.Validate(),
+		queue.PurgeRequest{FinishedBefore: time.Now()}.Validate(), queue.ListFilter{}.Validate(),
+	} {
+		if err != nil {
+			t.Errorf("a request of defaults is invalid: %v", err)
+		}
+	}
+}
+
+// TestTxTwins: RequeueTx, CancelTx and DeleteTx change tasks within the
+// caller's transaction: rolled back, they change nothing (a dry run) and
+// report what the committed change then does.
+func TestTxTwins(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	c := queue.New(pool)
+	failed := insert(t, pool, "q", "n", queue.StatusFailed, 1, 1, `[]`)
+	running := insert(t, pool, "q", "n", queue.StatusRunning, 1, 1, `[]`)
+	ids := []int64{failed, running, 424242}
+	want := []queue.SkippedTask{{ID: running, Status: queue.StatusRunning}, {ID: 424242}}
+
+	for _, commit := range []bool{false, true} {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := c.RequeueTx(ctx, tx, queue.RequeueRequest{IDs: ids})
+		if err != nil || !slices.Equal(res.IDs, []int64{failed}) || !slices.Equal(res.Skipped, want) {
+			t.Fatalf("RequeueTx = %+v, %v", res, err)
+		}
+		if s := get(t, c, failed).Status; s != queue.StatusFailed {
+			t.Fatalf("requeued in a transaction not yet committed: %s", s)
+		}
+		end := tx.Rollback
+		if commit {
+			end = tx.Commit
+		}
+		if err := end(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if s, wantStatus := get(t, c, failed).Status, map[bool]queue.Status{false: queue.StatusFailed, true: queue.StatusPending}[commit]; s != wantStatus {
+			t.Fatalf("commit %v: task is %s, want %s", commit, s, wantStatus)
+		}
+	}
+
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancelled, err := c.CancelTx(ctx, tx, queue.CancelRequest{IDs: ids})
+	if err != nil || !slices.Equal(cancelled.IDs, []int64{failed}) || !slices.Equal(cancelled.Skipped, want) {
+		t.Fatalf("CancelTx = %+v, %v", cancelled, err)
+	}
+	deleted, err := c.DeleteTx(ctx, tx, ids)
+	if err != nil || !slices.Equal(deleted.IDs, []int64{failed}) || !slices.Equal(deleted.Skipped, want) {
+		t.Fatalf("DeleteTx = %+v, %v", deleted, err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s := get(t, c, failed).Status; s != queue.StatusPending {
+		t.Fatalf("rolled back, the task is %s, want pending", s)
+	}
+}
+
+// TestCancelRunningMatching asks for the cancellation of the running tasks
+// a filter selects, and of no others.
+func TestCancelRunningMatching(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	c := queue.New(pool)
+	for range 3 {
+		insert(t, pool, "a", "n", queue.StatusRunning, 1, 1, `[]`)
+	}
+	insert(t, pool, "b", "n", queue.StatusRunning, 1, 1, `[]`)
+	insert(t, pool, "a", "n", queue.StatusPending, 0, 1, `[]`)
+	n, err := c.CancelRunningMatching(ctx, queue.Filter{Queues: []string{"a"}})
+	if err != nil || n != 3 {
+		t.Fatalf("CancelRunningMatching = %d, %v; want 3", n, err)
+	}
+	if got := count(t, pool, "cancel_requested_at IS NOT NULL"); got != 3 {
+		t.Fatalf("%d tasks have a cancellation request, want the 3 running in queue a", got)
+	}
+	if got := count(t, pool, "queue = 'a' AND status = 'running' AND cancel_requested_at IS NOT NULL"); got != 3 {
+		t.Fatalf("%d running tasks of queue a have a request, want 3", got)
+	}
+}
+
+// TestThroughput counts finished tasks per queue, status and bucket.
+func TestThroughput(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	c := queue.New(pool)
+	for range 2 {
+		insert(t, pool, "a", "n", queue.StatusCompleted, 1, 1, `[]`)
+	}
+	insert(t, pool, "a", "n", queue.StatusFailed, 1, 1, `[]`)
+	insert(t, pool, "b", "n", queue.StatusCompleted, 1, 1, `[]`)
+	insert(t, pool, "b", "n", queue.StatusCancelled, 1, 1, `[]`)
+	insert(t, pool, "b", "n", queue.StatusPending, 0, 1, `[]`)
+	// One bucket of a day holds every task that just finished.
+	got, err := c.Throughput(ctx, time.Now().Add(-time.Hour), 24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []queue.FinishedCount{
+		{Queue: "a", Status: queue.StatusCompleted, Bucket: 0, Count: 2},
+		{Queue: "a", Status: queue.StatusFailed, Bucket: 0, Count: 1},
+		{Queue: "b", Status: queue.StatusCompleted, Bucket: 0, Count: 1},
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("Throughput = %+v, want %+v", got, want)
 	}
 }
 

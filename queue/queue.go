@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/skiplock/skiplock/db"
@@ -32,6 +33,11 @@ var (
 	ErrDuplicate = errors.New("skiplock: duplicate task")
 )
 
+// NoSchemaError is returned (wrapping ErrNotMigrated) by Schema, ReadSchema
+// and migrations.Up when no schema of the search_path exists: it names the
+// schema to create.
+type NoSchemaError = pgerr.NoSchemaError
+
 // DuplicateError reports a task that was not inserted because another task
 // holds its unique key. EnqueueMany returns one for each such task, joined.
 type DuplicateError struct {
@@ -48,12 +54,17 @@ func (e *DuplicateError) Error() string {
 func (e *DuplicateError) Unwrap() error { return ErrDuplicate }
 
 // insertChunk bounds one INSERT statement of EnqueueMany, keeping its
-// parameter arrays well under the protocol's message size.
-const insertChunk = 5000
+// parameter arrays well under the protocol's message size; copyChunk bounds
+// one COPY (and the tasks prepared in memory at once).
+const (
+	insertChunk = 5000
+	copyChunk   = 50_000
+)
 
 // Client enqueues and reads tasks. It is safe for concurrent use.
 type Client struct {
 	pool    *pgxpool.Pool
+	exec    pgerr.Executor // pool, its errors interpreted
 	queries *db.Queries
 	schema  schemaCache
 	hooks   []EnqueueHook
@@ -63,7 +74,7 @@ type Client struct {
 // New returns a Client on pool. The pool's search_path must reach the schema
 // skiplock was migrated into.
 func New(pool *pgxpool.Pool, opts ...ClientOption) *Client {
-	c := &Client{pool: pool, queries: db.New()}
+	c := &Client{pool: pool, exec: pgerr.Interpreting(pool), queries: db.New()}
 	c.group.client = c
 	for _, o := range opts {
 		o(c)
@@ -112,8 +123,20 @@ func (c *Client) Enqueue(ctx context.Context, name string, payload any, opts ...
 
 // Executor is what EnqueueTx writes through: a pgx.Tx in practice, so the
 // task exists if and only if the caller's transaction commits. A
-// *pgxpool.Pool or *pgx.Conn also works.
-type Executor = db.DBTX
+// *pgxpool.Pool or *pgx.Conn also works. An Executor that can also
+// CopyFrom (all three can) takes EnqueueManyTx's faster COPY path.
+type Executor interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// The executors of pgx are Executors.
+var (
+	_ Executor = pgx.Tx(nil)
+	_ Executor = (*pgx.Conn)(nil)
+	_ Executor = (*pgxpool.Pool)(nil)
+)
 
 // EnqueueTx inserts a task within tx: it exists if and only if tx commits,
 // and workers are woken at commit. For a task whose unique key is taken it
@@ -135,7 +158,7 @@ func (c *Client) EnqueueMany(ctx context.Context, tasks []NewTask) ([]int64, err
 	var dupErr error
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 		var err error
-		ids, err = c.EnqueueManyTx(ctx, tx, tasks)
+		ids, err = c.EnqueueManyTx(ctx, tx, tasks) // the raw tx: it can COPY
 		if ids != nil && errors.Is(err, ErrDuplicate) {
 			dupErr = err // commit the others
 			return nil
@@ -143,7 +166,7 @@ func (c *Client) EnqueueMany(ctx context.Context, tasks []NewTask) ([]int64, err
 		return err
 	})
 	if err != nil {
-		return nil, err
+		return nil, pgerr.Interpret(err)
 	}
 	return ids, dupErr
 }
@@ -152,8 +175,8 @@ func (c *Client) EnqueueMany(ctx context.Context, tasks []NewTask) ([]int64, err
 func (c *Client) EnqueueManyTx(ctx context.Context, tx Executor, tasks []NewTask) ([]int64, error) {
 	ids := make([]int64, 0, len(tasks))
 	var dups []error
-	for start := 0; start < len(tasks); start += insertChunk {
-		chunk, err := c.insert(ctx, tx, tasks[start:min(start+insertChunk, len(tasks))])
+	for start := 0; start < len(tasks); start += copyChunk {
+		chunk, err := c.insert(ctx, tx, tasks[start:min(start+copyChunk, len(tasks))])
 		if chunk == nil {
 			return nil, err
 		}
@@ -192,7 +215,13 @@ func (c *Client) insert(ctx context.Context, tx Executor, tasks []NewTask) ([]in
 	if err != nil {
 		return nil, err
 	}
-	ids, dups, err := c.insertRows(ctx, tx, rows)
+	var ids []int64
+	var dups []*DuplicateError
+	if cp, ok := copyable(tx, rows); ok && len(rows) > 1 {
+		ids, err = c.copyRows(ctx, tx, cp, rows)
+	} else {
+		ids, dups, err = c.insertChunks(ctx, tx, rows)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -206,6 +235,14 @@ func (c *Client) insert(ctx context.Context, tx Executor, tasks []NewTask) ([]in
 		errs[i] = d
 	}
 	return ids, errors.Join(errs...)
+}
+
+// inTx runs fn in a transaction on the client's pool; every error comes out
+// interpreted.
+func (c *Client) inTx(ctx context.Context, fn func(tx pgerr.Executor) error) error {
+	return pgerr.Interpret(pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		return fn(pgerr.Interpreting(tx))
+	}))
 }
 
 // row is a validated task, ready to insert.
@@ -254,6 +291,27 @@ func prepare(t NewTask) (row, error) {
 	return r, nil
 }
 
+// insertChunks inserts prepared tasks insertChunk at a time.
+func (c *Client) insertChunks(ctx context.Context, tx Executor, rows []row) ([]int64, []*DuplicateError, error) {
+	if len(rows) <= insertChunk {
+		return c.insertRows(ctx, tx, rows)
+	}
+	ids := make([]int64, 0, len(rows))
+	var dups []*DuplicateError
+	for start := 0; start < len(rows); start += insertChunk {
+		chunk, chunkDups, err := c.insertRows(ctx, tx, rows[start:min(start+insertChunk, len(rows))])
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, d := range chunkDups {
+			d.Index += start
+		}
+		ids = append(ids, chunk...)
+		dups = append(dups, chunkDups...)
+	}
+	return ids, dups, nil
+}
+
 // insertRows inserts prepared tasks in one statement. A task whose unique
 // key is taken is not inserted: its id is 0 and it has a DuplicateError
 // (Index is its place in rows).
@@ -279,9 +337,9 @@ func (c *Client) insertRows(ctx context.Context, tx Executor, rows []row) ([]int
 		p.MaxAttempts[i], p.TimeoutMs[i] = r.maxAttempts, r.timeoutMs
 		p.UniqueKeys[i], p.UniqueWindowKeys[i], p.ExclusiveKeys[i] = r.uniqueKey, r.uniqueWindowKey, r.exclusiveKey
 	}
-	inserted, err := c.queries.TaskInsertMany(ctx, tx, p)
+	inserted, err := c.queries.TaskInsertMany(ctx, pgerr.Interpreting(tx), p)
 	if err != nil {
-		return nil, nil, fmt.Errorf("enqueueing: %w", pgerr.Wrap(err))
+		return nil, nil, fmt.Errorf("enqueueing: %w", err)
 	}
 	// Rows come back in input order; a task missing from them lost its
 	// unique key to an existing task (or to an earlier one in the batch).
@@ -318,9 +376,9 @@ func (c *Client) fillDuplicates(ctx context.Context, tx Executor, p db.TaskInser
 			keys = append(keys, d.Key)
 		}
 	}
-	holders, err := c.queries.TaskUniqueHolders(ctx, tx, db.TaskUniqueHoldersParams{UniqueKeys: keys, UniqueWindowKeys: windowKeys})
+	holders, err := c.queries.TaskUniqueHolders(ctx, pgerr.Interpreting(tx), db.TaskUniqueHoldersParams{UniqueKeys: keys, UniqueWindowKeys: windowKeys})
 	if err != nil {
-		return fmt.Errorf("enqueueing: finding the holders of unique keys: %w", pgerr.Wrap(err))
+		return fmt.Errorf("enqueueing: finding the holders of unique keys: %w", err)
 	}
 	byKey := map[string]int64{}
 	for _, h := range holders {
@@ -373,15 +431,12 @@ func EncodePayload(payload any) (json.RawMessage, error) {
 
 // Get returns the task with the given ID, or ErrNotFound.
 func (c *Client) Get(ctx context.Context, id int64) (*Task, error) {
-	row, err := c.queries.TaskGet(ctx, c.pool, id)
-	if errors.Is(err, pgx.ErrNoRows) {
+	row, err := c.queries.TaskGet(ctx, c.exec, id)
+	if errors.Is(err, pgerr.ErrNotFound) {
 		return nil, fmt.Errorf("%w: %d", ErrNotFound, id)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("getting task %d: %w", id, pgerr.Wrap(err))
+		return nil, fmt.Errorf("getting task %d: %w", id, err)
 	}
-	return TaskFromRow(row)
+	return taskFromRow(row)
 }
-
-// Pool returns the pool the client was built on.
-func (c *Client) Pool() *pgxpool.Pool { return c.pool }

@@ -194,6 +194,79 @@ func TestEnqueueMany(t *testing.T) {
 	}
 }
 
+// TestEnqueueManyOptions: a batch without unique keys goes in by COPY;
+// every option must land as Enqueue would write it, run_at on the
+// database's clock, and a batch with one unique key takes the INSERT path
+// and still reports its duplicate.
+func TestEnqueueManyOptions(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	client := queue.New(pool)
+
+	at := time.Date(2031, 5, 6, 7, 8, 9, 0, time.UTC)
+	tasks := []queue.NewTask{
+		{Name: "plain", Payload: 1},
+		{Name: "opts", Payload: json.RawMessage(`{"a": [1, 2]}`), Options: []queue.Option{
+			queue.WithQueue("mail"), queue.WithPriority(-7), queue.WithMaxAttempts(3), queue.WithTimeout(2500 * time.Millisecond),
+			queue.WithMetadata(json.RawMessage(`{"trace": "t"}`)), queue.WithExclusiveKey("acct-1")}},
+		{Name: "delayed", Options: []queue.Option{queue.WithDelay(time.Hour)}},
+		{Name: "at", Options: []queue.Option{queue.WithRunAt(at)}},
+	}
+	var dbNow time.Time
+	if err := pool.QueryRow(ctx, "SELECT now()").Scan(&dbNow); err != nil {
+		t.Fatal(err)
+	}
+	ids, err := client.EnqueueMany(ctx, tasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ids) != len(tasks) || ids[0] >= ids[1] || ids[1] >= ids[2] || ids[2] >= ids[3] {
+		t.Fatalf("ids = %v, want 4 ascending", ids)
+	}
+	got := make([]*queue.Task, len(ids))
+	for i, id := range ids {
+		if got[i], err = client.Get(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		if got[i].Name != tasks[i].Name || got[i].Status != queue.StatusPending {
+			t.Fatalf("ids[%d] is %+v", i, got[i])
+		}
+	}
+	if p, q := got[0], got[0]; string(p.Payload) != "1" || q.Queue != queue.DefaultQueue || q.MaxAttempts != queue.DefaultMaxAttempts ||
+		q.Priority != 0 || q.Timeout != 0 || string(q.Metadata) != "{}" || q.RunAt.Sub(dbNow) < -time.Second || q.RunAt.Sub(dbNow) > time.Minute {
+		t.Errorf("plain task: %+v (database now %s)", q, dbNow)
+	}
+	if o := got[1]; string(o.Payload) != `{"a": [1, 2]}` || o.Queue != "mail" || o.Priority != -7 || o.MaxAttempts != 3 ||
+		o.Timeout != 2500*time.Millisecond || string(o.Metadata) != `{"trace": "t"}` {
+		t.Errorf("task with options: %+v", o)
+	}
+	var exclusive string
+	if err := pool.QueryRow(ctx, "SELECT exclusive_key FROM skiplock_tasks WHERE id = $1", ids[1]).Scan(&exclusive); err != nil || exclusive != "acct-1" {
+		t.Errorf("exclusive key = %q, %v", exclusive, err)
+	}
+	if d := got[2].RunAt.Sub(got[0].RunAt); d != time.Hour {
+		t.Errorf("delayed task runs %s after the plain one, want 1h", d)
+	}
+	if !got[3].RunAt.Equal(at) {
+		t.Errorf("run_at = %s, want %s", got[3].RunAt, at)
+	}
+
+	// One unique key in the batch: INSERT ... ON CONFLICT, duplicates reported.
+	first, err := client.Enqueue(ctx, "uniq", nil, queue.WithUniqueKey("k1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err = client.EnqueueMany(ctx, []queue.NewTask{{Name: "a"}, {Name: "uniq", Options: []queue.Option{queue.WithUniqueKey("k1")}}, {Name: "b"}})
+	var dup *queue.DuplicateError
+	if !errors.As(err, &dup) || dup.Index != 1 || dup.ExistingID != first || len(ids) != 3 || ids[1] != first {
+		t.Fatalf("EnqueueMany with a taken key: ids %v, err %v", ids, err)
+	}
+	if n := count(t, pool, "name IN ('a', 'b')"); n != 2 {
+		t.Fatalf("%d of the other tasks inserted, want 2", n)
+	}
+}
+
 func TestNotMigrated(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t, pgtest.Schema(t, false))

@@ -57,8 +57,11 @@ type AttemptError struct {
 	Attempt int `json:"attempt"`
 	// Outcome is error, panic, timeout, abandoned, no_handler, rescued or
 	// shutdown (returned to the queue without spending the attempt).
-	Outcome    string    `json:"outcome"`
-	Error      string    `json:"error"`
+	Outcome string `json:"outcome"`
+	Error   string `json:"error"`
+	// Permanent is set when the attempt failed the task for good, before
+	// its attempts ran out (a worker.Permanent error, no handler).
+	Permanent  bool      `json:"permanent,omitempty"`
 	WorkerID   string    `json:"worker_id,omitempty"`
 	Host       string    `json:"host,omitempty"`
 	PID        int       `json:"pid,omitempty"`
@@ -66,9 +69,8 @@ type AttemptError struct {
 	FinishedAt time.Time `json:"finished_at"`
 }
 
-// TaskFromRow converts a stored row. It is exported for skiplock's own
-// packages (worker, the command); applications get Tasks from Client.Get.
-func TaskFromRow(r db.SkiplockTask) (*Task, error) {
+// taskFromRow converts a stored row.
+func taskFromRow(r db.SkiplockTask) (*Task, error) {
 	t := &Task{
 		ID:          r.ID,
 		Queue:       r.Queue,

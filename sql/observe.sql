@@ -1,50 +1,3 @@
--- name: QueueDepth :many
--- Read on every metrics scrape and dashboard refresh, so, like the other
--- queries here, it reads through partial indexes and costs what the backlog
--- or the recent past holds, not the table's history (QueueStats reads every
--- row).
--- Per queue: pending tasks, the due ones among them and how long the oldest
--- due one has waited past its run time, running and failed tasks, and
--- whether the queue is paused. Pending rows come from the claim index,
--- running rows from the running index, failed rows from the finished index.
-WITH pending AS (
-    SELECT t.queue,
-           count(*) AS pending,
-           count(*) FILTER (WHERE t.run_at <= now()) AS due,
-           min(t.run_at) FILTER (WHERE t.run_at <= now()) AS oldest_due
-    FROM skiplock_tasks AS t
-    WHERE t.status = 'pending'
-    GROUP BY t.queue
-), running AS (
-    SELECT t.queue, count(*) AS running
-    FROM skiplock_tasks AS t
-    WHERE t.status = 'running'
-    GROUP BY t.queue
-), failed AS (
-    SELECT t.queue, count(*) AS failed
-    FROM skiplock_tasks AS t
-    WHERE t.status = 'failed'
-    GROUP BY t.queue
-), queues AS (
-    SELECT pending.queue FROM pending
-    UNION SELECT running.queue FROM running
-    UNION SELECT failed.queue FROM failed
-    UNION SELECT q.name FROM skiplock_queues AS q WHERE q.paused_at IS NOT NULL
-)
-SELECT queues.queue::text AS queue,
-       coalesce(pending.pending, 0)::bigint AS pending,
-       coalesce(pending.due, 0)::bigint AS due,
-       coalesce(extract(epoch FROM now() - pending.oldest_due), 0)::float8 AS oldest_due_seconds,
-       coalesce(running.running, 0)::bigint AS running,
-       coalesce(failed.failed, 0)::bigint AS failed,
-       (q.paused_at IS NOT NULL)::boolean AS paused
-FROM queues
-LEFT JOIN pending ON pending.queue = queues.queue
-LEFT JOIN running ON running.queue = queues.queue
-LEFT JOIN failed ON failed.queue = queues.queue
-LEFT JOIN skiplock_queues AS q ON q.name = queues.queue
-ORDER BY queues.queue;
-
 -- name: QueueThroughput :many
 -- Tasks completed and failed per queue and time bucket since @since: bucket
 -- n counts the tasks that finished in [since + n*bucket, since + (n+1)*bucket).
@@ -98,6 +51,7 @@ SELECT w.id,
        w.heartbeat_at,
        coalesce(w.lock_backend_pid, 0)::integer AS lock_backend_pid,
        EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity AS a WHERE a.pid = w.lock_backend_pid)::boolean AS connected,
+       extract(epoch FROM now() - w.heartbeat_at)::float8 AS heartbeat_age_seconds,
        (SELECT count(*) FROM skiplock_tasks AS t WHERE t.status = 'running' AND t.worker_id = w.id)::bigint AS running
 FROM skiplock_workers AS w
 ORDER BY w.heartbeat_at DESC, w.id

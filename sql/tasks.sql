@@ -53,6 +53,15 @@ WHERE (unique_key = ANY(@unique_keys::text[]) AND status IN ('pending', 'running
 -- claim, and under a transaction-level lock on the key so that two claimers
 -- cannot both take one (a unique index on running exclusive keys backs this).
 --
+-- With use_after, the claim starts past a position in claim order (a keyset
+-- cursor): the claim is planned per call, so the OR folds away and the row
+-- comparison becomes a bound of the index scan, which then starts where the
+-- live rows are instead of walking the entries of rows already claimed.
+-- Those entries stay in the index until vacuum can remove them, and while
+-- another transaction holds the xmin horizon back, nothing can: every claim
+-- from the head would walk all of them (worker/claim.go decides when to
+-- use the cursor).
+--
 -- It also releases the locks of tasks whose outcomes were just written
 -- (unlock_ids), saving the lock session a round trip: "released" is
 -- evaluated, before anything is picked, as part of "open".
@@ -70,6 +79,8 @@ WITH released AS MATERIALIZED (
       AND p.queue = @queue::text
       AND p.run_at <= now()
       AND (SELECT ok FROM open)
+      AND (NOT @use_after::boolean
+           OR (p.priority, p.run_at, p.id) > (@after_priority::smallint, @after_run_at::timestamptz, @after_id::bigint))
       AND (cardinality(@only_names::text[]) = 0 OR p.name = ANY(@only_names::text[]))
       AND NOT (p.name = ANY(@skip_names::text[]))
       AND (p.exclusive_key IS NULL OR NOT EXISTS (
@@ -119,6 +130,16 @@ FROM unnest(@ids::bigint[]) AS id;
 -- and learns so from the missing id in the result. delay_ms < 0 keeps run_at
 -- (a task returned at shutdown keeps its place in line); refund 1 gives the
 -- attempt back.
+--
+-- The batch drives the write: its rows (whose number the planner knows,
+-- the arrays being parameters of a plan made for each call) each find their
+-- task by primary key. The status check carries an explicit collation (the
+-- same equality on text) so that it cannot match the predicate of
+-- skiplock_tasks_running_idx: on a table without statistics (a backlog
+-- that has just arrived) the planner took that partial index for a one-row
+-- scan, read all of it, dead entries included, and re-ran the batch's
+-- unnest for every running row it found: 60-120 ms per write of 250 rows,
+-- growing as the run went on (docs/PERFORMANCE.md, "A fresh backlog").
 UPDATE skiplock_tasks AS t
 SET status = u.status,
     run_at = CASE WHEN u.delay_ms >= 0 THEN now() + u.delay_ms * interval '1 millisecond' ELSE t.run_at END,
@@ -135,7 +156,7 @@ FROM (
            unnest(@errors::jsonb[])        AS error
 ) AS u
 WHERE t.id = u.id
-  AND t.status = 'running'
+  AND t.status = 'running' COLLATE "C"
   AND t.attempt = u.attempt
   AND t.worker_id = @worker_id::text
 RETURNING t.id;

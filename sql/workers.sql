@@ -1,4 +1,7 @@
 -- name: WorkerRegister :exec
+-- In advisory mode it runs on the lock session itself, so that heartbeat_at
+-- is a moment when lock_backend_pid was that session (see
+-- WorkerTerminateStale).
 INSERT INTO skiplock_workers (id, host, pid, queues, lock_backend_pid)
 VALUES (@id::text, @host::text, @pid::integer, @queues::text[], @lock_backend_pid::integer)
 ON CONFLICT (id) DO UPDATE
@@ -6,6 +9,75 @@ SET lock_backend_pid = excluded.lock_backend_pid, heartbeat_at = now();
 
 -- name: WorkerHeartbeat :exec
 UPDATE skiplock_workers SET heartbeat_at = now() WHERE id = @id::text;
+
+-- name: WorkerSessionHeartbeat :execrows
+-- The advisory-mode heartbeat, written through the lock session: only a
+-- session that still answers can keep it fresh, so a worker cut off from
+-- the database cannot, whatever else of it still runs.
+-- It commits without waiting for its WAL to reach disk (a heartbeat lost in
+-- a crash is worth nothing anyway), so that a server busy flushing does not
+-- make a live worker look cut off.
+WITH async AS MATERIALIZED (
+    SELECT set_config('synchronous_commit', 'off', true) AS setting
+)
+UPDATE skiplock_workers SET heartbeat_at = now()
+WHERE id = @id::text AND lock_backend_pid = pg_backend_pid()
+  AND (SELECT async.setting FROM async) IS NOT NULL;
+
+-- name: WorkerTerminateStale :many
+-- Ends the lock sessions of workers whose heartbeat is older than
+-- stale_seconds: a session cut off by a silent network stays alive on the
+-- server, holding its task locks (and maybe an election), until TCP gives
+-- up. With leader_key <> 0 only the session holding that election lock is
+-- considered. A pid proves to be the worker's session when its backend
+-- started no later than the worker's last heartbeat, which that session
+-- wrote: pids are unique among live processes, so a reused pid belongs to a
+-- backend that started later. Sessions this role may not end (another role's
+-- without pg_signal_backend, a superuser's, or any whose backend_start it
+-- cannot see) come back with permitted = false and are left alone.
+WITH stale AS MATERIALIZED (
+    SELECT w.id, w.lock_backend_pid AS pid, w.heartbeat_at
+    FROM skiplock_workers AS w
+    WHERE w.lock_backend_pid IS NOT NULL
+      AND w.lock_backend_pid <> 0
+      AND w.id <> @self::text
+      AND w.heartbeat_at < now() - make_interval(secs => @stale_seconds::double precision)
+), me AS MATERIALIZED (
+    SELECT r.rolsuper FROM pg_catalog.pg_roles AS r WHERE r.rolname = current_user
+), sessions AS MATERIALIZED (
+    SELECT s.id, a.pid,
+           a.backend_start IS NOT NULL
+             AND ((SELECT me.rolsuper FROM me)
+                  OR (NOT coalesce((SELECT r.rolsuper FROM pg_catalog.pg_roles AS r WHERE r.oid = a.usesysid), true)
+                      AND (pg_catalog.pg_has_role(a.usesysid, 'MEMBER')
+                           OR pg_catalog.pg_has_role('pg_signal_backend', 'MEMBER')))) AS permitted
+    FROM stale AS s
+    JOIN pg_catalog.pg_stat_activity AS a ON a.pid = s.pid
+    WHERE a.datname = current_database()
+      AND a.application_name LIKE 'skiplock lock session%'
+      AND (a.backend_start IS NULL OR a.backend_start <= s.heartbeat_at)
+      AND (@leader_key::bigint = 0 OR a.pid IN (
+          SELECT l.pid
+          FROM pg_catalog.pg_locks AS l
+          WHERE l.locktype = 'advisory'
+            AND l.objsubid = 1
+            AND l.granted
+            AND l.classid::bigint = (@leader_key::bigint >> 32)
+            AND l.objid::bigint = (@leader_key::bigint & 4294967295)
+            AND l.database = (SELECT d.oid FROM pg_catalog.pg_database AS d WHERE d.datname = current_database())))
+)
+SELECT sessions.id, sessions.pid::integer AS pid, coalesce(sessions.permitted, false)::boolean AS permitted,
+       coalesce(CASE WHEN sessions.permitted THEN pg_catalog.pg_terminate_backend(sessions.pid) END, false)::boolean AS terminated
+FROM sessions;
+
+-- name: SessionTune :exec
+-- Asks the server to give up on a silent client in seconds: its side of the
+-- lock session holds the task locks. Any role may set these; 0 means the
+-- operating system's setting, and over a Unix socket they do nothing.
+SELECT set_config('tcp_keepalives_idle', @keepalive_idle_seconds::text, false),
+       set_config('tcp_keepalives_interval', @keepalive_interval_seconds::text, false),
+       set_config('tcp_keepalives_count', @keepalive_count::text, false),
+       set_config('tcp_user_timeout', @user_timeout_ms::text, false);
 
 -- name: WorkerPrune :execrows
 -- Worker rows are the execution record's host and pid; keep them well past

@@ -5,18 +5,11 @@ import (
 	"errors"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"golang.org/x/sync/semaphore"
 
 	"github.com/skiplock/skiplock/db"
 	"github.com/skiplock/skiplock/internal/pgerr"
 )
-
-// coalesceWait bounds how long a saturated claim loop waits for more free
-// slots before claiming: handlers that finish together free their slots
-// over a few hundred microseconds, and one claim of many tasks costs the
-// lock session far less than many claims of a few.
-const coalesceWait = time.Millisecond
 
 // claimLoop claims tasks of one queue while there is capacity, until ctx
 // ends. It sleeps when the queue is drained (or over its rate limit), until
@@ -26,27 +19,28 @@ func (w *Worker) claimLoop(ctx context.Context, queueName string) {
 	poll := time.NewTicker(w.cfg.PollInterval)
 	defer poll.Stop()
 	errBackoff := 50 * time.Millisecond
+	o := &outage{log: w.log, what: "claiming tasks from queue " + queueName}
 	saturated := false // the last claim took all it asked for
 	for {
-		n, err := w.acquireSlots(ctx, qslots, saturated)
+		n, err := w.slots.acquire(ctx, qslots, saturated)
 		if err != nil {
 			return
 		}
 		// Acquire succeeds on a done context when slots are free: a worker
 		// shutting down must not claim.
 		if ctx.Err() != nil {
-			w.releaseSlots(qslots, n)
+			w.slots.release(qslots, n)
 			return
 		}
 		claimed, err := w.claimRound(queueName, n, qslots)
-		w.releaseSlots(qslots, n-claimed)
+		w.slots.release(qslots, n-claimed)
 		if err != nil {
-			w.claimFailed(queueName, err)
+			w.claimFailed(queueName, err, o)
 			if errors.Is(err, errSessionDown) {
 				select {
 				case <-ctx.Done():
 					return
-				case <-w.ls.ready():
+				case <-w.guard.up():
 				}
 				continue
 			}
@@ -59,75 +53,37 @@ func (w *Worker) claimLoop(ctx context.Context, queueName string) {
 			continue
 		}
 		errBackoff = 50 * time.Millisecond
+		o.ok()
 		saturated = claimed == n
 		if saturated {
 			continue // the queue may hold more
 		}
-		select {
-		case <-ctx.Done():
+		if !w.idle(ctx, queueName, poll.C) {
 			return
-		case <-w.wakes[queueName]:
-		case <-poll.C:
 		}
 	}
 }
 
-// acquireSlots waits for one free slot, of the queue's cap (if any) and of
-// the process, then takes as many more as are free, up to ClaimBatch. When
-// coalesce is set it waits up to coalesceWait for a full batch.
-func (w *Worker) acquireSlots(ctx context.Context, qslots *semaphore.Weighted, coalesce bool) (int, error) {
-	if qslots != nil {
-		if err := qslots.Acquire(ctx, 1); err != nil {
-			return 0, err
-		}
+// idle waits until the claim loop of queueName should claim again: a
+// notification, the poll, or the head claim of a cursor in use falling due
+// (a cursor claims from the head only now and then, and a row behind it, a
+// higher priority say, must not wait for the poll however long that is).
+// It reports false when ctx ends.
+func (w *Worker) idle(ctx context.Context, queueName string, poll <-chan time.Time) bool {
+	var headDue <-chan time.Time
+	if d, ok := w.cursors.headDue(queueName, time.Now()); ok {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		headDue = t.C
 	}
-	if err := w.slots.Acquire(ctx, 1); err != nil {
-		if qslots != nil {
-			qslots.Release(1)
-		}
-		return 0, err
+	select {
+	case <-ctx.Done():
+		return false
+	case <-w.wakes[queueName]:
+	case <-poll:
+	case <-headDue:
 	}
-	n := w.takeMoreSlots(qslots, 1)
-	if coalesce && n < w.cfg.ClaimBatch {
-		deadline := time.NewTimer(coalesceWait)
-		defer deadline.Stop()
-		for n < w.cfg.ClaimBatch {
-			select {
-			case <-w.slotFreed:
-				n = w.takeMoreSlots(qslots, n)
-			case <-deadline.C:
-				return n, nil
-			}
-		}
-	}
-	return n, nil
-}
-
-// takeMoreSlots takes free slots without waiting, up to ClaimBatch.
-func (w *Worker) takeMoreSlots(qslots *semaphore.Weighted, n int) int {
-	for n < w.cfg.ClaimBatch {
-		if qslots != nil && !qslots.TryAcquire(1) {
-			break
-		}
-		if !w.slots.TryAcquire(1) {
-			if qslots != nil {
-				qslots.Release(1)
-			}
-			break
-		}
-		n++
-	}
-	return n
-}
-
-func (w *Worker) releaseSlots(qslots *semaphore.Weighted, n int) {
-	if n <= 0 {
-		return
-	}
-	w.slots.Release(int64(n))
-	if qslots != nil {
-		qslots.Release(int64(n))
-	}
+	return true
 }
 
 // claimRound claims up to n tasks of a queue within its rate limits and
@@ -180,20 +136,14 @@ func (w *Worker) claimAndStart(queueName string, max int, only, skip []string, q
 		Max:           int32(max),
 		ExclusiveSeed: w.classOID,
 	}
-	var rows []db.TaskClaimRow
-	var gen uint64
-	var err error
-	if w.lease {
-		p.LeaseMs = w.cfg.LeaseDuration.Milliseconds()
-		ctx, cancel := context.WithTimeout(context.Background(), lockQueryTimeout)
-		rows, err = w.queries.TaskClaim(ctx, customPlans{w.pool}, p)
-		cancel()
-	} else {
-		rows, gen, err = w.ls.claim(p)
-	}
+	cur := w.cursors.get(queueName, only, skip)
+	started := time.Now()
+	head := cur.bound(&p, started)
+	rows, gen, err := w.guard.claim(p)
 	if err != nil {
 		return 0, err
 	}
+	cur.claimed(head, started, time.Since(started), rows)
 	w.cfg.Observer.Claimed(queueName, max, len(rows))
 	for _, r := range rows {
 		w.launch(r, gen, qslots)
@@ -234,24 +184,22 @@ func (w *Worker) giveBack(limit RateLimit, window time.Time, unused int) {
 	}
 }
 
-func (w *Worker) claimFailed(queueName string, err error) {
-	var pgErr *pgconn.PgError
+func (w *Worker) claimFailed(queueName string, err error, o *outage) {
 	switch {
 	case errors.Is(err, errSessionDown):
 		return // logged by the session
 	case pgerr.IsLockTableFull(err):
 		w.log.Warn("skiplock: PostgreSQL's lock table is full (out of shared memory); claims back off until running tasks finish. "+
 			"Every running task holds one advisory lock; raise max_locks_per_transaction or lower Concurrency.", "queue", queueName)
-	case errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "skiplock_tasks_exclusive_running_idx":
+	case pgerr.IsExclusiveKeyTaken(err):
 		// Two claimers raced for one exclusive key; the index let one win.
 		w.log.Debug("skiplock: exclusive key taken by a concurrent claim", "queue", queueName)
 	default:
-		w.log.Error("skiplock: claiming tasks", "queue", queueName, "error", pgerr.Wrap(err))
+		// A database that went away fails every claim until it is back:
+		// one line when it goes, one when it is back.
+		o.failed(pgerr.Interpret(err), "queue", queueName)
 	}
-	if w.lease {
-		return
-	}
-	if rerr := w.ls.reconcile(); rerr != nil {
+	if rerr := w.guard.reconcile(); rerr != nil {
 		w.log.Warn("skiplock: reconciling advisory locks after a failed claim", "error", rerr)
 	}
 }

@@ -3,14 +3,17 @@ package worker
 import (
 	"context"
 	"encoding/json"
-	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"golang.org/x/sync/semaphore"
 
 	"github.com/skiplock/skiplock/db"
+	"github.com/skiplock/skiplock/internal/pgerr"
 	"github.com/skiplock/skiplock/queue"
 )
 
@@ -29,23 +32,36 @@ type finish struct {
 	slots   *semaphore.Weighted // the queue's own slots, freed with the process's
 }
 
-// completer writes outcomes in batches and then releases their locks, in
-// that order: a task's outcome is committed before any other worker can
-// claim it again. Outcomes that arrive while a batch is being written form
-// the next batch, so under load one round trip records many tasks and at
-// rest a single task waits for nothing.
+// completer writes outcomes in batches and then releases their tasks'
+// guards, in that order: a task's outcome is committed before any other
+// worker can claim it again. Outcomes that arrive while a batch is being
+// written form the next batch, so under load one round trip records many
+// tasks and at rest a single task waits for nothing. It runs in a
+// goroutine of its own (run), started by Run and stopped by close once
+// every handler has settled.
 type completer struct {
-	w       *Worker
+	// write records a batch of outcomes once (TaskFinishMany) and returns
+	// the ids it wrote; the completer retries it.
+	write func(ctx context.Context, p db.TaskFinishManyParams) ([]int64, error)
+	// release lets go of the batch's guards (guard.release); free gives
+	// back its slots (slots.free); wake wakes every claim loop.
+	release func(batch []finish)
+	free    func(batch []finish)
+	wake    func()
+	log     *slog.Logger
+
 	mu      sync.Mutex
 	pending []finish
 	signal  chan struct{}
 	closing chan struct{}
 	done    chan struct{}
+	outage  *outage // retries of outcome writes, logged once per outage
 }
 
-func newCompleter(w *Worker) *completer {
+func newCompleter(write func(context.Context, db.TaskFinishManyParams) ([]int64, error), release, free func([]finish), wake func(), log *slog.Logger) *completer {
 	return &completer{
-		w:       w,
+		write: write, release: release, free: free, wake: wake, log: log,
+		outage:  &outage{log: log, what: "recording task outcomes"},
 		signal:  make(chan struct{}, 1),
 		closing: make(chan struct{}),
 		done:    make(chan struct{}),
@@ -116,9 +132,7 @@ func (c *completer) flushAll() {
 }
 
 func (c *completer) flush(batch []finish) {
-	w := c.w
 	p := db.TaskFinishManyParams{
-		WorkerID: w.cfg.WorkerID,
 		Ids:      make([]int64, len(batch)),
 		Attempts: make([]int32, len(batch)),
 		Statuses: make([]string, len(batch)),
@@ -138,51 +152,31 @@ func (c *completer) flush(batch []finish) {
 		}
 	}
 
-	written, err := c.write(p)
+	written, err := c.writeRetrying(p)
 	if err != nil {
 		// The tasks stay running in the table. Releasing their locks lets
 		// the rescuer return them to the queue, so nothing is lost.
-		w.log.Error("skiplock: could not record task outcomes; their tasks will be rescued and run again", "count", len(batch), "error", err)
+		c.log.Error("skiplock: could not record task outcomes; their tasks will be rescued and run again", "count", len(batch), "error", err)
 	} else if len(written) < len(batch) {
 		ok := make(map[int64]bool, len(written))
 		for _, id := range written {
 			ok[id] = true
 		}
+		// One line per batch, not per task: a storm of lost sessions
+		// discards thousands.
+		var discarded []int64
 		for _, f := range batch {
 			if !ok[f.id] {
-				w.log.Warn("skiplock: outcome discarded: the task was rescued from this worker after it lost its lock session",
-					"task_id", f.id, "attempt", f.attempt, "status", f.status)
+				discarded = append(discarded, f.id)
 			}
 		}
+		c.log.Warn("skiplock: outcomes discarded: their tasks were rescued from this worker after it lost its lock session",
+			"count", len(discarded), "task_ids", firstIDs(discarded))
 	}
 
-	if !w.lease { // a lease ends with the status change
-		byGen := map[uint64][]int64{}
-		for _, f := range batch {
-			byGen[f.gen] = append(byGen[f.gen], f.id)
-		}
-		for gen, ids := range byGen {
-			w.ls.release(ids, gen)
-		}
-	}
-	c.freeSlots(batch)
+	c.release(batch)
+	c.free(batch)
 	c.notifyRetries(batch)
-}
-
-// freeSlots gives the batch's slots back and wakes a claim loop that waits
-// to fill its claim.
-func (c *completer) freeSlots(batch []finish) {
-	w := c.w
-	w.slots.Release(int64(len(batch)))
-	for _, f := range batch {
-		if f.slots != nil {
-			f.slots.Release(1)
-		}
-	}
-	select {
-	case w.slotFreed <- struct{}{}:
-	default:
-	}
 }
 
 // notifyRetries wakes this worker's claim loops for tasks that are due again
@@ -191,40 +185,46 @@ func (c *completer) freeSlots(batch []finish) {
 func (c *completer) notifyRetries(batch []finish) {
 	for _, f := range batch {
 		if f.status == queue.StatusPending && f.delayMs <= 0 {
-			c.w.wakeAll()
+			c.wake()
 			return
 		}
 	}
 }
 
-// write records a batch, retrying while the failure is one a retry can fix
-// (a lost connection, a restarting server, a deadlock with the rescuer).
-func (c *completer) write(p db.TaskFinishManyParams) ([]int64, error) {
+// writeRetrying records a batch, retrying while the failure is one a retry
+// can fix (a lost connection, a restarting server, a deadlock with the
+// rescuer).
+func (c *completer) writeRetrying(p db.TaskFinishManyParams) ([]int64, error) {
 	backoff := 50 * time.Millisecond
 	deadline := time.Now().Add(time.Minute)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		written, err := c.w.queries.TaskFinishMany(ctx, customPlans{c.w.pool}, p)
+		written, err := c.write(ctx, p)
 		cancel()
-		if err == nil || !retryable(err) || time.Now().After(deadline) {
+		if err == nil {
+			c.outage.ok()
+		}
+		if err == nil || !pgerr.Retryable(err) || time.Now().After(deadline) {
 			return written, err
 		}
-		c.w.log.Warn("skiplock: recording task outcomes failed; retrying", "error", err, "retry_in", backoff)
+		c.outage.failed(err, "retry_in", backoff)
 		time.Sleep(backoff)
 		backoff = min(backoff*2, 2*time.Second)
 	}
 }
 
-// retryable reports whether a statement that failed with err may succeed if
-// sent again.
-func retryable(err error) bool {
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) {
-		return true // the connection, not the statement
+// firstIDs lists up to 10 task ids for a log line, and how many more.
+func firstIDs(ids []int64) string {
+	var b strings.Builder
+	for i, id := range ids {
+		if i == 10 {
+			fmt.Fprintf(&b, " and %d more", len(ids)-i)
+			break
+		}
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.FormatInt(id, 10))
 	}
-	switch pgErr.Code[:2] {
-	case "08", "57", "53", "40": // connection, operator intervention, resources, rollback
-		return true
-	}
-	return false
+	return b.String()
 }

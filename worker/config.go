@@ -26,6 +26,13 @@ const (
 	DefaultRetainCompleted = 24 * time.Hour
 	DefaultRetainFailed    = 7 * 24 * time.Hour
 	DefaultRetainCancelled = 7 * 24 * time.Hour
+	// Dead-peer detection on the lock session; see Config.TCPKeepaliveIdle.
+	DefaultTCPKeepaliveIdle     = 5 * time.Second
+	DefaultTCPKeepaliveInterval = 2 * time.Second
+	DefaultTCPKeepaliveCount    = 3
+	DefaultTCPUserTimeout       = 10 * time.Second
+	DefaultPingTimeout          = 5 * time.Second
+	DefaultStaleAfter           = 15 * time.Second
 	// MaxRetryBackoff caps DefaultRetryBackoff.
 	MaxRetryBackoff = time.Hour
 )
@@ -135,9 +142,59 @@ type Config struct {
 	RescueInterval time.Duration
 
 	// HealthInterval is how often an idle lock session is pinged, so that a
-	// session the server ended is noticed and its tasks' handlers cancelled.
-	// Defaults to DefaultHealthInterval (1s).
+	// session the server ended, or a network that went silent, is noticed
+	// and its tasks' handlers cancelled. Defaults to DefaultHealthInterval
+	// (1s).
 	HealthInterval time.Duration
+
+	// PingTimeout bounds a ping (and heartbeat) of the lock session. A ping
+	// that gets no answer in time ends the session at once, without waiting
+	// for TCP: a worker cut off while idle stops its handlers within
+	// HealthInterval + PingTimeout (6s by default). A statement already in
+	// flight on a silent network is bounded by TCPUserTimeout and by
+	// StaleAfter/2 without any proof that the session lives. Defaults to
+	// DefaultPingTimeout (5s).
+	PingTimeout time.Duration
+
+	// TCPKeepaliveIdle, TCPKeepaliveInterval, TCPKeepaliveCount and
+	// TCPUserTimeout ask both ends of the lock session's TCP connection to
+	// give up on a silent peer in seconds rather than the operating
+	// system's two hours. They are set on the worker's socket and, with
+	// set_config, on the server's side of the session (tcp_keepalives_idle,
+	// tcp_keepalives_interval, tcp_keepalives_count, tcp_user_timeout: any
+	// role may set them). The server matters most: only when it ends the
+	// session are the session's task locks released and its tasks rescued.
+	//
+	// An idle connection is probed after TCPKeepaliveIdle, then every
+	// TCPKeepaliveInterval; it is dropped after TCPKeepaliveCount
+	// unanswered probes, or once TCPUserTimeout has passed without an
+	// answer, whichever comes first. Data sent and not acknowledged for
+	// TCPUserTimeout also drops it. With the defaults (5s, 2s, 3, 10s) a
+	// dead peer is detected by either side within 5s + 3×2s = 11s, and
+	// the rescuer returns its tasks within one RescueInterval more: about
+	// 12s. Over a Unix socket none of this applies (nor is it needed).
+	// Negative leaves the operating system's setting. Default to
+	// DefaultTCPKeepaliveIdle (5s), DefaultTCPKeepaliveInterval (2s),
+	// DefaultTCPKeepaliveCount (3) and DefaultTCPUserTimeout (10s).
+	TCPKeepaliveIdle     time.Duration
+	TCPKeepaliveInterval time.Duration
+	TCPKeepaliveCount    int
+	TCPUserTimeout       time.Duration
+
+	// StaleAfter is the second line of defence against a silent network,
+	// one that needs no TCP: each worker writes a heartbeat through its lock
+	// session every StaleAfter/5, and the elected rescuer ends
+	// (pg_terminate_backend) the lock session of a worker whose heartbeat is
+	// older than StaleAfter, which releases its locks, then rescues its
+	// tasks as usual. Any worker does the same to a session that holds the
+	// rescuer's or the scheduler's election while its heartbeat is stale,
+	// and takes the job over. Ending another worker's session needs the same
+	// database role as that worker (or superuser; pg_signal_backend with
+	// pg_read_all_stats also does): without it the rescuer logs one warning
+	// and the TCP settings above still bound the wait. A worker cut off
+	// stops its own handlers well before (see PingTimeout). Negative
+	// disables it. Defaults to DefaultStaleAfter (15s).
+	StaleAfter time.Duration
 
 	// RetainCompleted, RetainFailed and RetainCancelled are how long tasks
 	// that finished so stay in the table before the elected worker deletes
@@ -169,6 +226,9 @@ type Config struct {
 	Observer Observer
 
 	now func() time.Time // the scheduler's clock; tests move it
+	// rescuePassed, if set, is called after each rescue pass of the
+	// elected rescuer: a signal for tests.
+	rescuePassed func()
 }
 
 // RateLimit allows at most Limit tasks to start per window of Per, counted
@@ -236,6 +296,24 @@ func (c Config) withDefaults() (Config, error) {
 	if c.LeaseDuration == 0 {
 		c.LeaseDuration = DefaultLeaseDuration
 	}
+	if c.PingTimeout == 0 {
+		c.PingTimeout = DefaultPingTimeout
+	}
+	if c.TCPKeepaliveIdle == 0 {
+		c.TCPKeepaliveIdle = DefaultTCPKeepaliveIdle
+	}
+	if c.TCPKeepaliveInterval == 0 {
+		c.TCPKeepaliveInterval = DefaultTCPKeepaliveInterval
+	}
+	if c.TCPKeepaliveCount == 0 {
+		c.TCPKeepaliveCount = DefaultTCPKeepaliveCount
+	}
+	if c.TCPUserTimeout == 0 {
+		c.TCPUserTimeout = DefaultTCPUserTimeout
+	}
+	if c.StaleAfter == 0 {
+		c.StaleAfter = DefaultStaleAfter
+	}
 	if c.RetainCompleted == 0 {
 		c.RetainCompleted = DefaultRetainCompleted
 	}
@@ -274,6 +352,13 @@ func (c Config) withDefaults() (Config, error) {
 	check(c.HealthInterval > 0, "HealthInterval must be positive, got %s", c.HealthInterval)
 	check(c.Mode == ModeAdvisory || c.Mode == ModeLease, "Mode %d is not ModeAdvisory or ModeLease", c.Mode)
 	check(c.LeaseDuration >= time.Second, "LeaseDuration must be at least 1s, got %s", c.LeaseDuration)
+	check(c.PingTimeout > 0, "PingTimeout must be positive, got %s", c.PingTimeout)
+	check(c.StaleAfter < 0 || c.StaleAfter >= 2*c.PingTimeout,
+		"StaleAfter must be at least twice PingTimeout (%s), so that a cut-off worker stops its handlers before its session is ended; got %s",
+		2*c.PingTimeout, c.StaleAfter)
+	check(c.TCPKeepaliveIdle < 0 || c.TCPKeepaliveIdle >= time.Second, "TCPKeepaliveIdle must be at least 1s (or negative: the system's), got %s", c.TCPKeepaliveIdle)
+	check(c.TCPKeepaliveInterval < 0 || c.TCPKeepaliveInterval >= time.Second, "TCPKeepaliveInterval must be at least 1s (or negative: the system's), got %s", c.TCPKeepaliveInterval)
+	check(c.TCPUserTimeout < 0 || c.TCPUserTimeout >= time.Millisecond, "TCPUserTimeout must be at least 1ms (or negative: the system's), got %s", c.TCPUserTimeout)
 	for q, n := range c.QueueConcurrency {
 		check(n > 0, "QueueConcurrency[%q] must be positive, got %d", q, n)
 	}

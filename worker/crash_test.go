@@ -42,7 +42,7 @@ func TestRescueAndFencing(t *testing.T) {
 	aReturned := make(chan struct{})
 	// One slot, which A's hanging handler keeps: A cannot claim the task
 	// again, so B runs it.
-	a, _ := start(t, pgtest.NewPool(t, b.schema), worker.Config{Concurrency: 1}, worker.Handlers{"job": func(ctx context.Context, task *worker.Task) error {
+	a, stopA := start(t, pgtest.NewPool(t, b.schema), worker.Config{Concurrency: 1}, worker.Handlers{"job": func(ctx context.Context, task *worker.Task) error {
 		defer close(aReturned)
 		<-ctx.Done()
 		aCancelled.Store(true)
@@ -69,14 +69,14 @@ func TestRescueAndFencing(t *testing.T) {
 
 	select {
 	case <-aReturned:
-	case <-time.After(10 * time.Second):
+	case <-time.After(pgtest.Patient(10 * time.Second)):
 		t.Fatal("A's handler was not cancelled after its lock session died")
 	}
 	if !aCancelled.Load() {
 		t.Fatal("A's handler context was not cancelled")
 	}
-	// Let A's completer try its fenced write.
-	time.Sleep(300 * time.Millisecond)
+	// A's fenced write: stopping A waits for its completer to write.
+	stopA()
 	task := b.get(t, id)
 	if task.Status != queue.StatusCompleted || task.WorkerID != bw.ID() || task.Attempt != 2 {
 		t.Fatalf("fenced worker overwrote the task: %+v", task)
@@ -102,12 +102,14 @@ func TestRescueThousands(t *testing.T) {
 		t.Fatal(err)
 	}
 	hold := func(ctx context.Context, task *worker.Task) error { <-ctx.Done(); return ctx.Err() }
-	a, stopA := start(t, pgtest.NewPool(t, b.schema), worker.Config{Concurrency: n, AbandonAfter: time.Second},
-		worker.Handlers{"hold": hold})
+	aCfg := worker.Config{Concurrency: n, AbandonAfter: time.Second}
+	var passes atomic.Int64
+	worker.SetRescuePassed(&aCfg, func() { passes.Add(1) })
+	a, stopA := start(t, pgtest.NewPool(t, b.schema), aCfg, worker.Handlers{"hold": hold})
 	waitFor(t, 30*time.Second, "all running", func() bool { return b.count(t, "status = 'running'") == n })
 	// The rescuer (A itself here) runs every 100ms; a dozen passes with
 	// every lock held must rescue nothing.
-	time.Sleep(1200 * time.Millisecond)
+	waitPasses(t, &passes, 12)
 	if r := b.count(t, "errors <> '[]'"); r != 0 {
 		t.Fatalf("rescuer touched %d tasks whose locks are held", r)
 	}
@@ -126,17 +128,27 @@ func TestRescueThousands(t *testing.T) {
 	// recorded it (a fenced write that wins while nobody else claimed it),
 	// or "abandoned" when, on a loaded machine, A's cancelled handler did
 	// not return within AbandonAfter.
-	deadline := time.Now().Add(5 * time.Second)
+	patience := pgtest.Patient(5 * time.Second)
+	deadline := time.Now().Add(patience)
 	for b.count(t, `status = 'pending' AND jsonb_array_length(errors) = 1
 			AND errors->0->>'outcome' IN ('rescued', 'lock_lost', 'abandoned')`) != n {
 		if time.Now().After(deadline) {
-			t.Fatalf("not all %d tasks returned to pending within 5s: %s", n, b.breakdown(t))
+			t.Fatalf("not all %d tasks returned to pending within %s: %s", n, patience, b.breakdown(t))
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Logf("%d rescued, %d recorded by their own worker", b.count(t, "errors->0->>'outcome' = 'rescued'"),
 		b.count(t, "errors->0->>'outcome' = 'lock_lost'"))
 	t.Logf("rescued %d tasks %s after their session ended", n, time.Since(killed))
+}
+
+// waitPasses waits until the rescuer counting passes has made n more.
+func waitPasses(t *testing.T, passes *atomic.Int64, n int64) {
+	t.Helper()
+	from := passes.Load()
+	waitFor(t, time.Duration(n)*100*time.Millisecond, fmt.Sprintf("%d more rescue passes", n), func() bool {
+		return passes.Load() >= from+n
+	})
 }
 
 func TestTimeoutRetriesThenFails(t *testing.T) {
@@ -213,6 +225,8 @@ func TestGracefulShutdownFinishesWork(t *testing.T) {
 	}
 	// A stopped worker claims nothing.
 	late := b.enqueue(t, "work", nil)
+	// Run has returned, so no event can come; a bounded look catches a
+	// claim loop left running.
 	time.Sleep(200 * time.Millisecond)
 	if s := b.get(t, late).Status; s != queue.StatusPending {
 		t.Fatalf("task enqueued after shutdown is %s", s)

@@ -211,6 +211,12 @@ func (w *Worker) finishFor(e *execution, res result) finish {
 		f.status, f.refund = queue.StatusPending, 1
 	case res.outcome == outcomeCancelled:
 		f.status = queue.StatusCancelled
+	case res.outcome == outcomeLockLost && t.Attempt < t.MaxAttempts:
+		// As the rescuer would have it: the attempt is spent, and the task
+		// keeps its place in line (its run_at) rather than going behind
+		// the backlog. It may already run elsewhere; then this write is
+		// fenced off.
+		f.status = queue.StatusPending
 	case res.permanent || t.Attempt >= t.MaxAttempts:
 		f.status = queue.StatusFailed
 	default:
@@ -221,6 +227,7 @@ func (w *Worker) finishFor(e *execution, res result) finish {
 		Attempt:    t.Attempt,
 		Outcome:    res.outcome,
 		Error:      res.err,
+		Permanent:  res.permanent && f.status == queue.StatusFailed,
 		WorkerID:   w.cfg.WorkerID,
 		Host:       w.host,
 		PID:        w.pid,
@@ -228,4 +235,28 @@ func (w *Worker) finishFor(e *execution, res result) finish {
 		FinishedAt: time.Now(),
 	}
 	return f
+}
+
+// queueTask converts a claimed row for handlers.
+func queueTask(r db.TaskClaimRow) *Task {
+	return &Task{
+		ID:          r.ID,
+		Name:        r.Name,
+		Queue:       r.Queue,
+		Payload:     r.Payload,
+		Metadata:    r.Metadata,
+		Priority:    int(r.Priority),
+		Attempt:     int(r.Attempt),
+		MaxAttempts: int(r.MaxAttempts),
+		CreatedAt:   r.CreatedAt,
+		RunAt:       r.RunAt,
+		StartedAt:   derefTime(r.StartedAt),
+	}
+}
+
+func derefTime(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return *t
 }

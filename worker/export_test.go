@@ -4,3 +4,17 @@ import "time"
 
 // SetClock replaces the periodic scheduler's clock, for tests.
 func SetClock(cfg *Config, now func() time.Time) { cfg.now = now }
+
+// SetRescuePassed makes the worker call passed after each pass it makes
+// as the elected rescuer.
+func SetRescuePassed(cfg *Config, passed func()) { cfg.rescuePassed = passed }
+
+// ForceCursor makes the next claims of queueName (without name filters)
+// start at the cursor, as if a claim from the head had just been expensive,
+// until the next claim from the head (headEvery from now).
+func ForceCursor(w *Worker, queueName string) {
+	c := w.cursors.get(queueName, nil, nil)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.costly, c.lastHead, c.headCost = true, time.Now(), 0
+}

@@ -25,6 +25,20 @@ func (b *bundle) startThree(t *testing.T, cfg worker.Config, handlers worker.Han
 	return ws
 }
 
+// startThreeCounted is startThree with each worker's claims counted.
+func (b *bundle) startThreeCounted(t *testing.T, cfg worker.Config, handlers worker.Handlers) []*claims {
+	t.Helper()
+	var cs []*claims
+	for range 3 {
+		c := &claims{}
+		cfg := cfg
+		cfg.Observer = c
+		start(t, pgtest.NewPool(t, b.schema), cfg, handlers)
+		cs = append(cs, c)
+	}
+	return cs
+}
+
 func TestUniqueKeysUnderConcurrentEnqueue(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -158,7 +172,7 @@ func TestRateLimitNeverExceeded(t *testing.T) {
 	// An hour-long window makes the count exact: wait out a boundary that is
 	// about to pass rather than straddle it.
 	if rem := time.Hour - time.Duration(time.Now().UnixNano())%time.Hour; rem < 30*time.Second {
-		time.Sleep(rem + time.Second)
+		time.Sleep(rem + time.Second) // waits for the wall clock, not for an event
 	}
 	b := setup(t)
 	for i := range 20 {
@@ -166,13 +180,13 @@ func TestRateLimitNeverExceeded(t *testing.T) {
 		b.enqueue(t, "free", i)
 	}
 	var calls atomic.Int32
-	b.startThree(t, worker.Config{RateLimits: []worker.RateLimit{{Name: "api.call", Limit: 5, Per: time.Hour}}},
+	polls := b.startThreeCounted(t, worker.Config{RateLimits: []worker.RateLimit{{Name: "api.call", Limit: 5, Per: time.Hour}}},
 		worker.Handlers{
 			"api.call": func(context.Context, *worker.Task) error { calls.Add(1); return nil },
 			"free":     func(context.Context, *worker.Task) error { return nil },
 		})
 	waitFor(t, 10*time.Second, "unlimited tasks done", func() bool { return b.count(t, "name = 'free' AND status = 'completed'") == 20 })
-	time.Sleep(500 * time.Millisecond) // ten poll intervals of three workers
+	waitClaims(t, 10, polls...) // ten claims by each of the three workers
 	if c := calls.Load(); c != 5 {
 		t.Fatalf("%d calls in the window, limit 5", c)
 	}
@@ -207,12 +221,12 @@ func TestPauseAndResume(t *testing.T) {
 	if err := b.client.PauseQueue(context.Background(), "default"); err != nil {
 		t.Fatal(err)
 	}
-	b.startThree(t, worker.Config{}, worker.Handlers{"job": func(context.Context, *worker.Task) error { return nil }})
+	polls := b.startThreeCounted(t, worker.Config{}, worker.Handlers{"job": func(context.Context, *worker.Task) error { return nil }})
 	for i := range 10 {
 		b.enqueue(t, "job", i)
 	}
 	other := b.enqueue(t, "job", nil, queue.WithQueue("other"))
-	time.Sleep(500 * time.Millisecond) // ten poll intervals
+	waitClaims(t, 10, polls...) // ten claims of the paused queue by each worker
 	if n := b.count(t, "status = 'pending' AND queue = 'default'"); n != 10 {
 		t.Fatalf("paused queue: %d of 10 pending", n)
 	}
@@ -254,7 +268,7 @@ func TestCancelRunningTask(t *testing.T) {
 		}
 		// NOTIFY, not the (hour-long) poll, delivered it.
 		t.Logf("handler cancelled %s after the request", time.Since(requested))
-	case <-time.After(5 * time.Second):
+	case <-time.After(pgtest.Patient(5 * time.Second)):
 		t.Fatal("handler not cancelled")
 	}
 	waitFor(t, 5*time.Second, "cancelled", func() bool { return b.get(t, id).Status == queue.StatusCancelled })
@@ -280,7 +294,7 @@ func TestCancelRequestFallbackPoll(t *testing.T) {
 	}
 	select {
 	case <-cancelled:
-	case <-time.After(5 * time.Second):
+	case <-time.After(pgtest.Patient(5 * time.Second)):
 		t.Fatal("request without NOTIFY never reached the handler")
 	}
 }

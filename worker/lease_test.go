@@ -108,7 +108,7 @@ func TestLeaseExpiryRescueAndFencing(t *testing.T) {
 	// again, so B runs it.
 	aCfg := cfg
 	aCfg.Concurrency = 1
-	a, _ := start(t, b.bouncerPool(t, bouncer), aCfg, worker.Handlers{"job": func(ctx context.Context, task *worker.Task) error {
+	a, stopA := start(t, b.bouncerPool(t, bouncer), aCfg, worker.Handlers{"job": func(ctx context.Context, task *worker.Task) error {
 		<-ctx.Done()
 		cancelled <- context.Cause(ctx)
 		for b.get(t, task.ID).Status != queue.StatusCompleted {
@@ -118,22 +118,33 @@ func TestLeaseExpiryRescueAndFencing(t *testing.T) {
 	}})
 	id := b.enqueue(t, "job", nil)
 	waitFor(t, 10*time.Second, "A running it", func() bool { return b.get(t, id).WorkerID == a.ID() })
-	// A freezes in the eyes of the database: its lease runs out. (A real
-	// death is the chaos test's.)
-	if _, err := b.pool.Exec(context.Background(), "UPDATE skiplock_tasks SET locked_until = now() - interval '1s' WHERE id = $1", id); err != nil {
-		t.Fatal(err)
+	// A freezes in the eyes of the database: its lease runs out, and stays
+	// out until the rescuer sees it, as if A's heartbeats no longer landed.
+	// (Expired once, A's next heartbeat could renew it before a rescuer
+	// that is slow to start on a busy machine looks. A real death is the
+	// chaos test's.)
+	expire := func() {
+		_, err := b.pool.Exec(context.Background(), `UPDATE skiplock_tasks SET locked_until = now() - interval '1s'
+			WHERE id = $1 AND worker_id = $2 AND status = 'running'`, id, a.ID())
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
+	expire()
 	bw, _ := start(t, b.bouncerPool(t, bouncer), cfg, worker.Handlers{"job": func(context.Context, *worker.Task) error { return nil }})
 	waitFor(t, 5*time.Second, "rescued and completed by B", func() bool {
+		expire()
 		task := b.get(t, id)
 		return task.Status == queue.StatusCompleted && task.WorkerID == bw.ID()
 	})
 	select {
 	case <-cancelled:
-	case <-time.After(5 * time.Second):
+	case <-time.After(pgtest.Patient(5 * time.Second)):
 		t.Fatal("A's handler was not cancelled when its lease was lost")
 	}
-	time.Sleep(300 * time.Millisecond) // A's fenced write
+	// A's fenced write: stopping A waits for its handler to return and for
+	// its completer to write the outcome, which the fence must discard.
+	stopA()
 	task := b.get(t, id)
 	if task.WorkerID != bw.ID() || task.Attempt != 2 || len(task.Errors) != 1 || task.Errors[0].Outcome != "rescued" {
 		t.Fatalf("task = %+v", task)

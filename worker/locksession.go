@@ -6,14 +6,18 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 
 	"github.com/skiplock/skiplock/db"
+	"github.com/skiplock/skiplock/internal/pgerr"
 )
 
 // errSessionDown is returned by lock session calls while it reconnects.
@@ -29,6 +33,39 @@ const unlockDelay = 2 * time.Millisecond
 // and its locks.
 const lockQueryTimeout = 30 * time.Second
 
+// errPingTimeout is the cause of a ping's deadline: the session is given up
+// at once rather than after a cancel request, which a silent network would
+// not carry either.
+var errPingTimeout = errors.New("skiplock: lock session ping timed out")
+
+// sessionTuning is how the lock session detects a dead peer; see the
+// TCP and PingTimeout fields of Config.
+type sessionTuning struct {
+	keepIdle, keepInterval time.Duration // <= 0: the system's
+	keepCount              int           // <= 0: the system's
+	userTimeout            time.Duration // <= 0: the system's
+	pingTimeout            time.Duration
+	appName                string
+}
+
+func (c Config) sessionTuning() sessionTuning {
+	return sessionTuning{
+		keepIdle: c.TCPKeepaliveIdle, keepInterval: c.TCPKeepaliveInterval, keepCount: c.TCPKeepaliveCount,
+		userTimeout: c.TCPUserTimeout, pingTimeout: c.PingTimeout,
+		appName: appName("skiplock lock session " + c.WorkerID),
+	}
+}
+
+// appName clips an application_name as PostgreSQL would (63 bytes), on a
+// rune boundary.
+func appName(s string) string {
+	for len(s) > 63 {
+		_, size := utf8.DecodeLastRuneInString(s)
+		s = s[:len(s)-size]
+	}
+	return s
+}
+
 // lockSession is the one connection of a worker process that holds the
 // advisory locks of all its running tasks: one session holds any number of
 // locks, so concurrency is not capped by the pool. Every statement that
@@ -43,9 +80,13 @@ type lockSession struct {
 	queries  *db.Queries
 	class    int32 // first key of every task lock: the OID of skiplock_tasks
 	classOID int64 // the same, as pg_locks shows it (unsigned)
+	tuning   sessionTuning
 	log      *slog.Logger
 	onLost   func(gen uint64) // called without mu held, once per lost generation
 	onUp     func(gen uint64, backendPID uint32)
+	// register records the session in skiplock_workers, on the session
+	// itself, before it is used.
+	register func(ctx context.Context, conn *pgx.Conn, backendPID int32) error
 
 	mu       sync.Mutex
 	conn     *pgx.Conn // nil while down
@@ -57,6 +98,13 @@ type lockSession struct {
 	closed   bool
 	stop     chan struct{} // closed by close(); ends reconnect attempts
 
+	// Read without mu, by the watchdog: the socket of the current
+	// generation, when its last statement began (0: none in flight), and
+	// when the server last answered.
+	sock      atomic.Pointer[pgconn.PgConn]
+	busySince atomic.Int64 // unix nanoseconds
+	lastProof atomic.Int64 // unix nanoseconds
+
 	// Locks to release, of the current generation: the next claim carries
 	// them, or a flush unlockDelay after the first was queued.
 	umu        sync.Mutex
@@ -65,38 +113,76 @@ type lockSession struct {
 	flushTimer *time.Timer
 }
 
-func newLockSession(config *pgx.ConnConfig, class int32, classOID int64, log *slog.Logger) *lockSession {
+func newLockSession(config *pgx.ConnConfig, class int32, classOID int64, tuning sessionTuning, log *slog.Logger) *lockSession {
 	config = config.Copy()
 	// A dead peer must be noticed in seconds, not after the kernel's two
-	// hours: keepalives probe an idle socket.
+	// hours: keepalives probe an idle socket, and TCP_USER_TIMEOUT bounds
+	// data left unacknowledged (and probes left unanswered).
 	dialer := &net.Dialer{
 		Timeout: 10 * time.Second,
 		KeepAliveConfig: net.KeepAliveConfig{
-			Enable: true, Idle: 5 * time.Second, Interval: 2 * time.Second, Count: 3,
+			Enable: true, Idle: tuning.keepIdle, Interval: tuning.keepInterval, Count: tuning.keepCount,
 		},
+		Control: setUserTimeout(tuning.userTimeout),
 	}
 	config.DialFunc = dialer.DialContext
 	// pgx's default reaction to a cancelled context is to break the
 	// connection, which here would drop every task lock at once. Send a
 	// cancel request instead and give up on the socket only if the server
-	// does not answer that either.
+	// does not answer that either; a ping that timed out gives up at once.
 	config.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
-		return &pgconn.CancelRequestContextWatcherHandler{Conn: c, DeadlineDelay: 10 * time.Second}
+		return &watchHandler{conn: c, soft: &pgconn.CancelRequestContextWatcherHandler{Conn: c, DeadlineDelay: 10 * time.Second}}
 	}
 	if config.RuntimeParams == nil {
 		config.RuntimeParams = map[string]string{}
 	}
-	config.RuntimeParams["application_name"] = "skiplock lock session"
+	config.RuntimeParams["application_name"] = tuning.appName
 	return &lockSession{
 		config:   config,
 		queries:  db.New(),
 		class:    class,
 		classOID: classOID,
+		tuning:   tuning,
 		log:      log,
 		up:       make(chan struct{}),
 		held:     map[int64]int{},
 		stop:     make(chan struct{}),
 	}
+}
+
+// watchHandler reacts to a statement's cancelled context: a ping's deadline
+// (errPingTimeout) closes the socket at once; anything else sends a cancel
+// request, which keeps the session and its locks.
+type watchHandler struct {
+	conn *pgconn.PgConn
+	soft *pgconn.CancelRequestContextWatcherHandler
+	hard bool
+}
+
+func (h *watchHandler) HandleCancel(ctx context.Context) {
+	h.hard = errors.Is(context.Cause(ctx), errPingTimeout)
+	if h.hard {
+		h.conn.Conn().SetDeadline(time.Now())
+		return
+	}
+	h.soft.HandleCancel(ctx)
+}
+
+func (h *watchHandler) HandleUnwatchAfterCancel() {
+	if h.hard {
+		h.conn.Conn().SetDeadline(time.Time{})
+		return
+	}
+	h.soft.HandleUnwatchAfterCancel()
+}
+
+// seconds is a duration as the server's whole-second settings take it; 0
+// leaves the system's.
+func seconds(d time.Duration) string {
+	if d <= 0 {
+		return "0"
+	}
+	return strconv.FormatInt(int64((d+time.Second-1)/time.Second), 10)
 }
 
 // connect opens the first session; Run fails fast when it cannot.
@@ -110,6 +196,18 @@ func (s *lockSession) connect(ctx context.Context) error {
 
 func (s *lockSession) installConn(ctx context.Context, conn *pgx.Conn) error {
 	backend, err := s.queries.SessionBackendPID(ctx, conn)
+	if err == nil {
+		t := s.tuning
+		err = s.queries.SessionTune(ctx, conn, db.SessionTuneParams{
+			KeepaliveIdleSeconds:     seconds(t.keepIdle),
+			KeepaliveIntervalSeconds: seconds(t.keepInterval),
+			KeepaliveCount:           strconv.Itoa(max(t.keepCount, 0)),
+			UserTimeoutMs:            strconv.FormatInt(max(t.userTimeout.Milliseconds(), 0), 10),
+		})
+	}
+	if err == nil && s.register != nil {
+		err = s.register(ctx, conn, backend)
+	}
 	if err != nil {
 		conn.Close(context.Background())
 		return err
@@ -117,6 +215,8 @@ func (s *lockSession) installConn(ctx context.Context, conn *pgx.Conn) error {
 	s.mu.Lock()
 	s.backend = backend
 	s.conn = conn
+	s.sock.Store(conn.PgConn())
+	s.lastProof.Store(time.Now().UnixNano())
 	s.gen++
 	gen := s.gen
 	s.held = map[int64]int{}
@@ -151,21 +251,33 @@ func (s *lockSession) generation() (uint64, bool) {
 // is gone, the session is marked down, its generation reported lost, and a
 // reconnect started.
 func (s *lockSession) do(fn func(ctx context.Context, conn *pgx.Conn, gen uint64) error) error {
+	return s.doWithin(lockQueryTimeout, nil, fn)
+}
+
+// doWithin is do with a timeout of its own; a cause of errPingTimeout makes
+// the timeout close the socket rather than send a cancel request.
+func (s *lockSession) doWithin(timeout time.Duration, cause error, fn func(ctx context.Context, conn *pgx.Conn, gen uint64) error) error {
 	s.mu.Lock()
 	if s.conn == nil {
 		s.mu.Unlock()
 		return errSessionDown
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), lockQueryTimeout)
+	ctx, cancel := context.WithTimeoutCause(context.Background(), timeout, cause)
 	defer cancel()
+	s.busySince.Store(time.Now().UnixNano())
 	err := fn(ctx, s.conn, s.gen)
+	s.busySince.Store(0)
 	s.lastUsed = time.Now()
+	if err == nil || pgerr.Code(err) != "" {
+		s.lastProof.Store(s.lastUsed.UnixNano()) // the server answered
+	}
 	if err == nil || !s.conn.IsClosed() {
 		s.mu.Unlock()
 		return err
 	}
 	lost := s.gen
 	s.conn = nil
+	s.sock.Store(nil)
 	s.up = make(chan struct{})
 	closed := s.closed
 	s.mu.Unlock()
@@ -182,6 +294,10 @@ func (s *lockSession) do(fn func(ctx context.Context, conn *pgx.Conn, gen uint64
 
 func (s *lockSession) reconnect() {
 	backoff := 100 * time.Millisecond
+	// One line when reconnecting starts failing and when its error changes,
+	// not one per attempt: a failover or a long outage retries for minutes.
+	o := &outage{log: s.log, what: "lock session reconnecting"}
+	start := time.Now()
 	for {
 		select {
 		case <-s.stop:
@@ -203,10 +319,13 @@ func (s *lockSession) reconnect() {
 		}
 		cancel()
 		if err == nil {
-			s.log.Info("skiplock: lock session reconnected")
+			o.mu.Lock()
+			failures := o.failures
+			o.mu.Unlock()
+			s.log.Info("skiplock: lock session reconnected", "after", time.Since(start).Round(time.Millisecond), "failed_attempts", failures)
 			return
 		}
-		s.log.Warn("skiplock: lock session reconnect failed", "error", err, "retry_in", backoff)
+		o.failed(err)
 		backoff = min(backoff*2, 5*time.Second)
 	}
 }
@@ -343,18 +462,24 @@ func (s *lockSession) tryLeader(key int64) (acquired bool, gen uint64, err error
 	return acquired, gen, err
 }
 
-// pingIfIdle checks an idle session, so that a session the server ended (or
-// a network that died) is noticed even while no claim runs. It also checks
-// that the session is one: behind a transaction pooler the server process
-// changes, and with it the locks this session believes it holds.
-func (s *lockSession) pingIfIdle(idle time.Duration) error {
+// ping checks the session, so that a session the server ended (or a
+// network that died) is noticed even while no claim runs: with heartbeat
+// set it writes the worker's heartbeat through it, otherwise it pings only
+// a session idle for idle. An answer not back within PingTimeout ends the
+// session. It also checks that the session is one: behind a transaction
+// pooler the server process changes, and with it the locks this session
+// believes it holds.
+func (s *lockSession) ping(idle time.Duration, heartbeat func(ctx context.Context, conn *pgx.Conn) error) error {
 	s.mu.Lock()
 	recent := time.Since(s.lastUsed) < idle
 	s.mu.Unlock()
-	if recent {
+	if recent && heartbeat == nil {
 		return nil
 	}
-	return s.do(func(ctx context.Context, conn *pgx.Conn, _ uint64) error {
+	return s.doWithin(s.tuning.pingTimeout, errPingTimeout, func(ctx context.Context, conn *pgx.Conn, _ uint64) error {
+		if heartbeat != nil {
+			return heartbeat(ctx, conn)
+		}
 		backend, err := s.queries.SessionBackendPID(ctx, conn)
 		if err == nil && backend != s.backend {
 			s.log.Error(ErrTransactionPooling.Error(), "was", s.backend, "now", backend)
@@ -362,6 +487,26 @@ func (s *lockSession) pingIfIdle(idle time.Duration) error {
 		}
 		return err
 	})
+}
+
+// watchdog gives up a session whose statement in flight has gone without
+// any answer from the server for silence: the network, not the server, is
+// the likely culprit, and the rescuer will end the server's side of the
+// session after StaleAfter anyway. Closing the socket fails the statement,
+// which reports the generation lost and reconnects. It never blocks.
+func (s *lockSession) watchdog(silence time.Duration) {
+	busy := s.busySince.Load()
+	sock := s.sock.Load()
+	if busy == 0 || sock == nil {
+		return
+	}
+	now := time.Now()
+	since := now.Sub(time.Unix(0, max(busy, s.lastProof.Load())))
+	if since < silence {
+		return
+	}
+	s.log.Error("skiplock: lock session silent; giving it up", "silent_for", since.Round(time.Millisecond))
+	sock.Conn().SetDeadline(now)
 }
 
 // close ends the session, releasing every lock it still holds: queued
@@ -378,6 +523,7 @@ func (s *lockSession) close() {
 	close(s.stop)
 	conn := s.conn
 	s.conn = nil
+	s.sock.Store(nil)
 	s.mu.Unlock()
 	if conn != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

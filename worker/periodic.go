@@ -4,19 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/robfig/cron/v3"
 
 	"github.com/skiplock/skiplock/db"
+	"github.com/skiplock/skiplock/internal/pgerr"
 	"github.com/skiplock/skiplock/queue"
 )
-
-const leaderJobScheduler = 2
 
 // onTimeWithin is how late a tick may be enqueued and still count as on
 // time rather than missed: it covers a scheduler handover and a slow pass.
@@ -144,27 +145,46 @@ func (s schedule) latestTick(after, now time.Time) (tick time.Time, count int) {
 	return tick, count
 }
 
-// schedulePeriodic is the elected scheduler: each pass enqueues the ticks
-// that came due.
-func (w *Worker) schedulePeriodic(ctx context.Context) {
-	if len(w.schedules) == 0 {
+// scheduler is the elected periodic scheduler: each pass (every second, or
+// PollInterval if shorter) enqueues the ticks that came due, while this
+// worker leads.
+type scheduler struct {
+	schedules []schedule
+	elector   *elector
+	pool      *pgxpool.Pool
+	queries   *db.Queries
+	producer  *queue.Client
+	now       func() time.Time
+	every     time.Duration
+	log       *slog.Logger
+}
+
+func (w *Worker) scheduler() *scheduler {
+	return &scheduler{
+		schedules: w.schedules, elector: newElector(schedulerJob, w.guard, w.log, w.cfg.WorkerID),
+		pool: w.pool, queries: w.queries, producer: w.producer, now: w.now,
+		every: min(time.Second, w.cfg.PollInterval), log: w.log,
+	}
+}
+
+func (s *scheduler) run(ctx context.Context) {
+	if len(s.schedules) == 0 {
 		return
 	}
-	tick := time.NewTicker(min(time.Second, w.cfg.PollInterval))
+	tick := time.NewTicker(s.every)
 	defer tick.Stop()
-	scheduler := schedulerJob
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
-		if !w.lead(ctx, &scheduler) {
+		if !s.elector.lead(ctx) {
 			continue
 		}
-		for _, s := range w.schedules {
-			if err := w.scheduleOne(ctx, s); err != nil && ctx.Err() == nil {
-				w.log.Warn("skiplock: enqueueing a periodic task", "schedule", s.ID, "error", err)
+		for _, sc := range s.schedules {
+			if err := s.scheduleOne(ctx, sc); err != nil && ctx.Err() == nil {
+				s.log.Warn("skiplock: enqueueing a periodic task", "schedule", sc.ID, "error", err)
 			}
 		}
 	}
@@ -172,17 +192,17 @@ func (w *Worker) schedulePeriodic(ctx context.Context) {
 
 // scheduleOne enqueues the due tick of one schedule, if any, and records it
 // as the schedule's last, in one transaction.
-func (w *Worker) scheduleOne(ctx context.Context, s schedule) error {
-	now := w.now()
-	return pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
-		last, err := w.queries.PeriodicLastTick(ctx, tx, s.ID)
-		if errors.Is(err, pgx.ErrNoRows) {
+func (sc *scheduler) scheduleOne(ctx context.Context, s schedule) error {
+	now := sc.now()
+	return pgx.BeginFunc(ctx, sc.pool, func(tx pgx.Tx) error {
+		last, err := sc.queries.PeriodicLastTick(ctx, pgerr.Interpreting(tx), s.ID)
+		if errors.Is(err, pgerr.ErrNotFound) {
 			// A new schedule starts with its next tick, not with the past.
 			first, _ := s.latestTick(time.Unix(0, 0), now)
 			if first.IsZero() {
 				first = now
 			}
-			return w.queries.PeriodicSetLastTick(ctx, tx, db.PeriodicSetLastTickParams{Schedule: s.ID, LastTick: first})
+			return sc.queries.PeriodicSetLastTick(ctx, tx, db.PeriodicSetLastTickParams{Schedule: s.ID, LastTick: first})
 		}
 		if err != nil {
 			return err
@@ -193,7 +213,7 @@ func (w *Worker) scheduleOne(ctx context.Context, s schedule) error {
 		}
 		late := now.Sub(tick) > onTimeWithin
 		if count > 1 || late {
-			w.log.Warn("skiplock: periodic schedule missed ticks while no worker ran", "schedule", s.ID,
+			sc.log.Warn("skiplock: periodic schedule missed ticks while no worker ran", "schedule", s.ID,
 				"missed", count-1+map[bool]int{true: 1, false: 0}[late], "policy", map[MissedTicks]string{SkipMissed: "skip", CatchUpOnce: "catch up once"}[s.Missed])
 		}
 		if !late || s.Missed == CatchUpOnce {
@@ -203,10 +223,10 @@ func (w *Worker) scheduleOne(ctx context.Context, s schedule) error {
 				// the schedule and the tick.
 				queue.WithUniqueKey("periodic:"+s.ID+":"+strconv.FormatInt(tick.UnixNano(), 10)),
 				queue.WithUniqueWindow(time.Duration(math.MaxInt64)))
-			if _, err := w.producer.EnqueueTx(ctx, tx, s.Name, s.Payload, opts...); err != nil && !errors.Is(err, queue.ErrDuplicate) {
+			if _, err := sc.producer.EnqueueTx(ctx, tx, s.Name, s.Payload, opts...); err != nil && !errors.Is(err, queue.ErrDuplicate) {
 				return err
 			}
 		}
-		return w.queries.PeriodicSetLastTick(ctx, tx, db.PeriodicSetLastTickParams{Schedule: s.ID, LastTick: tick})
+		return sc.queries.PeriodicSetLastTick(ctx, tx, db.PeriodicSetLastTickParams{Schedule: s.ID, LastTick: tick})
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -40,20 +41,30 @@ func TestPeriodicEachTickOnce(t *testing.T) {
 		w, _ := start(t, pgtest.NewPool(t, b.schema), cfg, handlers)
 		ws = append(ws, w)
 		if i == 0 {
-			time.Sleep(700 * time.Millisecond)
+			// The first worker is the scheduler before the others start.
+			waitFor(t, time.Second, "an elected scheduler", func() bool { return b.schedulerPID(t) != 0 })
 		}
 	}
-	time.Sleep(1500 * time.Millisecond)
+	// Ticks are flowing before the handover, and none is running: ending
+	// the session that holds task locks would (rightly) run it again.
+	waitFor(t, 2*time.Second, "a tick of each schedule run", func() bool {
+		return b.count(t, "queue = 'default'") >= 1 && b.count(t, "queue = 'cron'") >= 1 &&
+			b.count(t, "status <> 'completed'") == 0
+	})
 	// Take the scheduler's session away: another worker (or the same,
 	// reconnected) must go on without losing or repeating a tick.
-	var pid int32
-	err := b.pool.QueryRow(context.Background(), `SELECT pid FROM pg_locks WHERE locktype = 'advisory'
-		AND objsubid = 1 AND objid = 2 AND classid = 'skiplock_tasks'::regclass::oid`).Scan(&pid)
-	if err != nil {
-		t.Fatalf("no elected scheduler: %v", err)
+	pid := b.schedulerPID(t)
+	if pid == 0 {
+		t.Fatal("no elected scheduler")
 	}
+	before := b.count(t, "queue = 'default'") + b.count(t, "queue = 'cron'")
 	b.pool.Exec(context.Background(), "SELECT pg_terminate_backend($1)", pid)
-	time.Sleep(2500 * time.Millisecond)
+	// Ticks go on after it: wait for two more of each schedule (a busy
+	// machine is slow to reconnect and elect, which is no failure).
+	waitFor(t, 2500*time.Millisecond, "ticks after the scheduler's session ended", func() bool {
+		return b.count(t, "queue = 'default'")+b.count(t, "queue = 'cron'") >= before+4 &&
+			b.count(t, "queue = 'default'") >= 3 && b.count(t, "queue = 'cron'") >= 3
+	})
 
 	for _, q := range []string{"default", "cron"} {
 		rows, err := b.pool.Query(context.Background(), `SELECT run_at FROM skiplock_tasks WHERE queue = $1 ORDER BY run_at`, q)
@@ -68,7 +79,7 @@ func TestPeriodicEachTickOnce(t *testing.T) {
 		}
 		rows.Close()
 		if len(ticks) < 3 {
-			t.Fatalf("%s: only %d ticks enqueued in about 4.7s", q, len(ticks))
+			t.Fatalf("%s: only %d ticks enqueued", q, len(ticks))
 		}
 		for i, at := range ticks {
 			if at.Nanosecond() != 0 {
@@ -106,10 +117,15 @@ func TestPeriodicMissedTicks(t *testing.T) {
 		{ID: "skip", Every: 10 * time.Minute, Name: "report"},
 		{ID: "catchup", Every: 10 * time.Minute, Name: "report", Payload: "catchup", Missed: worker.CatchUpOnce},
 	}}
-	worker.SetClock(&cfg, func() time.Time { return now })
+	var clockReads atomic.Int64 // one per schedule per scheduler pass
+	worker.SetClock(&cfg, func() time.Time { clockReads.Add(1); return now })
 	start(t, b.pool, cfg, worker.Handlers{"report": func(context.Context, *worker.Task) error { return nil }})
 	waitFor(t, 5*time.Second, "catch-up tick", func() bool { return b.count(t, "true") == 1 })
-	time.Sleep(300 * time.Millisecond) // more scheduler passes change nothing
+	// More scheduler passes change nothing. A pass reads the clock before
+	// each schedule, one after another, so three more reads mean two more
+	// schedule runs have finished: a whole pass over both schedules.
+	passed := clockReads.Load() + 3
+	waitFor(t, 2*time.Second, "another scheduler pass", func() bool { return clockReads.Load() >= passed })
 	var payload string
 	var runAt time.Time
 	if err := b.pool.QueryRow(context.Background(), "SELECT payload::text, run_at FROM skiplock_tasks").Scan(&payload, &runAt); err != nil {
@@ -139,4 +155,17 @@ func TestPeriodicInvalid(t *testing.T) {
 			t.Errorf("%+v: err = %v, want %q", tc.p, err, tc.want)
 		}
 	}
+}
+
+// schedulerPID is the backend holding the periodic scheduler's election
+// lock, or 0 while no worker holds it.
+func (b *bundle) schedulerPID(t *testing.T) int32 {
+	t.Helper()
+	var pid int32
+	err := b.pool.QueryRow(context.Background(), `SELECT coalesce(max(pid), 0) FROM pg_locks WHERE locktype = 'advisory'
+		AND objsubid = 1 AND objid = 2 AND classid = 'skiplock_tasks'::regclass::oid AND granted`).Scan(&pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pid
 }

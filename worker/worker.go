@@ -12,14 +12,12 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sync/semaphore"
 
 	"github.com/skiplock/skiplock/db"
 	"github.com/skiplock/skiplock/internal/pgerr"
-	"github.com/skiplock/skiplock/migrations"
 	"github.com/skiplock/skiplock/queue"
 )
 
@@ -56,18 +54,17 @@ type Worker struct {
 	nameLimits   []RateLimit                    // rate limits by task name
 	limitedNames []string
 
+	guard guard // advisory locks or leases, as Config.Mode says
+
 	// Set by Run.
-	handlers  Handlers
-	ls        *lockSession
-	slots     *semaphore.Weighted
-	slotFreed chan struct{} // a slot was released; for coalescing claims
-	settled   sync.WaitGroup
-	comp      *completer
-	lease     bool  // Mode == ModeLease: no lock session
-	classOID  int64 // skiplock_tasks' OID: the advisory lock class
-	schema    string
-	channel   string // work notifications: queue names
-	control   string // commands to workers: "cancel:<id>"
+	handlers Handlers
+	slots    *slots
+	cursors  claimCursors // where each claim loop's claims start (cursor.go)
+	settled  sync.WaitGroup
+	comp     *completer
+	classOID int64  // skiplock_tasks' OID: the advisory lock class
+	channel  string // work notifications: queue names
+	control  string // commands to workers (internal/control)
 }
 
 // New returns a Worker that runs on pool. The pool's search_path must reach
@@ -76,7 +73,7 @@ func New(pool *pgxpool.Pool, cfg Config) *Worker {
 	cfg, err := cfg.withDefaults()
 	schedules, serr := parseSchedules(cfg.Periodic)
 	host, _ := os.Hostname()
-	return &Worker{
+	w := &Worker{
 		schedules: schedules,
 		producer:  queue.New(pool),
 		pool:      pool,
@@ -88,8 +85,13 @@ func New(pool *pgxpool.Pool, cfg Config) *Worker {
 		pid:       os.Getpid(),
 		inflight:  map[*execution]struct{}{},
 		wakes:     map[string]chan struct{}{},
-		lease:     cfg.Mode == ModeLease,
 	}
+	w.guard = newGuard(guardDeps{
+		pool: pool, queries: w.queries, cfg: cfg, log: w.log,
+		row:     workerRow{queries: w.queries, id: cfg.WorkerID, host: host, pid: int32(w.pid), queues: cfg.Queues},
+		running: w.inflightSnapshot, cancel: w.cancelExecution, wakeAll: w.wakeAll,
+	})
+	return w
 }
 
 func (w *Worker) now() time.Time { return w.cfg.now() }
@@ -101,8 +103,15 @@ func (w *Worker) ID() string { return w.cfg.WorkerID }
 // gracefully: it stops claiming, lets running handlers finish for up to
 // Config.ShutdownGrace, cancels the rest and returns their tasks to pending
 // without spending an attempt, records every outcome, releases every lock
-// and returns nil. It returns an error at once when the database cannot be
-// reached, the schema is not migrated, or cfg or handlers are invalid.
+// and returns nil. It returns only then, or at once on a configuration
+// error: invalid cfg or handlers (ErrNoHandlers), a schema not migrated
+// (ErrNotMigrated), a transaction pooler in advisory mode
+// (ErrTransactionPooling) or a statement cache behind one
+// (ErrStatementCache), a login the server refuses, or a database that does
+// not exist. A database that cannot be reached at start (or that is
+// read-only: a standby, or a primary during a failover) is waited for,
+// with backoff and one log line per change of state; so is one that goes
+// away while the worker runs.
 func (w *Worker) Run(ctx context.Context, handlers Handlers) error {
 	if w.cfgErr != nil {
 		return w.cfgErr
@@ -120,25 +129,27 @@ func (w *Worker) Run(ctx context.Context, handlers Handlers) error {
 	w.handlers = wrap(handlers, w.cfg.Middleware)
 
 	if err := w.start(ctx); err != nil {
+		if ctx.Err() != nil {
+			// Stopped while waiting for the database: nothing ran, nothing
+			// to shut down.
+			return nil
+		}
 		return err
 	}
-	if w.ls != nil {
-		defer w.ls.close()
-	}
+	defer w.guard.close()
 
-	// Background loops live until shutdown is complete, not until ctx ends:
-	// the completer must still write outcomes after ctx is done.
+	// Background jobs live until shutdown is complete, not until ctx ends:
+	// the completer must still write outcomes after ctx is done. The
+	// periodic scheduler stops with ctx: nothing new is enqueued once
+	// shutdown starts.
 	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
 	background, bgCtx := errgroup.WithContext(bgCtx)
 	background.Go(func() error { w.comp.run(); return nil })
 	listening := make(chan struct{})
-	background.Go(func() error { w.listen(bgCtx, listening); return nil })
-	background.Go(func() error { w.maintain(bgCtx); return nil })
-	background.Go(func() error { w.health(bgCtx); return nil })
-	if w.lease {
-		background.Go(func() error { w.heartbeat(bgCtx); return nil })
+	for _, job := range w.backgroundJobs(listening) {
+		background.Go(func() error { job(bgCtx); return nil })
 	}
-	background.Go(func() error { w.schedulePeriodic(ctx); return nil })
+	background.Go(func() error { w.scheduler().run(ctx); return nil })
 
 	// Claim only once notifications can arrive, so that none sent after Run
 	// starts is missed; if LISTEN cannot be had, polling still works.
@@ -164,108 +175,32 @@ func (w *Worker) Run(ctx context.Context, handlers Handlers) error {
 	w.comp.close()
 	stopBackground()
 	_ = background.Wait()
-	w.resign()
+	w.guard.resign(electedJobs)
 	w.log.Info("skiplock: worker stopped", "worker_id", w.cfg.WorkerID)
 	return nil
 }
 
-// start checks the schema, opens the lock session and registers the worker.
-func (w *Worker) start(ctx context.Context) error {
-	// First, before any statement that a pooler could break: are sessions
-	// real?
-	pooled, err := transactionPooled(ctx, w.pool)
-	if err != nil {
-		return fmt.Errorf("skiplock: connecting to the database: %w", pgerr.Wrap(err))
+// backgroundJobs are the loops that run beside the claim loops, each in a
+// goroutine of its own, until shutdown is complete. listening is closed
+// once the listener's first LISTEN holds.
+func (w *Worker) backgroundJobs(listening chan struct{}) []func(context.Context) {
+	rescuerElection := newElector(rescuerJob, w.guard, w.log, w.cfg.WorkerID)
+	l := &listener{
+		config: w.guard.listenConfig(), work: w.channel, control: w.control,
+		onWork: w.wake, onControl: w.handleControl, onListen: w.wakeAll,
+		log: w.log, listening: listening,
 	}
-	switch {
-	case pooled && !w.lease:
-		return ErrTransactionPooling
-	case pooled && cachesStatements(w.pool):
-		return ErrStatementCache
+	r := &rescuer{
+		elector: rescuerElection, queries: w.queries, pool: w.pool, classOID: w.classOID, channel: w.channel,
+		interval: w.cfg.RescueInterval, beforeRescue: w.guard.beforeRescue, observer: w.cfg.Observer, log: w.log,
+		passed: w.cfg.rescuePassed,
 	}
-	table, err := w.queries.SchemaTaskTable(ctx, w.pool)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("%w (table skiplock_tasks not found in search_path)", ErrNotMigrated)
+	ret := newRetirer(w.cfg, rescuerElection.isLeader, w.queries, w.pool, w.log)
+	cp := &cancelPoller{
+		queries: w.queries, pool: w.pool, interval: w.cfg.HealthInterval,
+		running: w.inflightSnapshot, cancel: w.cancelTasks,
 	}
-	if err != nil {
-		return fmt.Errorf("skiplock: connecting to the database: %w", pgerr.Wrap(err))
-	}
-	version, err := w.queries.SchemaVersion(ctx, w.pool)
-	if err != nil {
-		return fmt.Errorf("skiplock: reading schema version: %w", pgerr.Wrap(err))
-	}
-	if version.Dirty || uint(version.Version) < migrations.Latest {
-		return fmt.Errorf("%w (schema at version %d%s, this build needs %d)", ErrNotMigrated,
-			version.Version, map[bool]string{true: ", dirty", false: ""}[version.Dirty], migrations.Latest)
-	}
-	w.schema = table.Schema
-	w.channel, w.control = queue.Channels(table.Schema)
-	w.queueSlots = map[string]*semaphore.Weighted{}
-	w.queueLimits = map[string]RateLimit{}
-	for _, q := range w.cfg.Queues {
-		w.wakes[q] = make(chan struct{}, 1)
-		if n, ok := w.cfg.QueueConcurrency[q]; ok {
-			w.queueSlots[q] = semaphore.NewWeighted(int64(n))
-		}
-	}
-	for _, r := range w.cfg.RateLimits {
-		if r.Queue != "" {
-			w.queueLimits[r.Queue] = r
-		} else {
-			w.nameLimits = append(w.nameLimits, r)
-			w.limitedNames = append(w.limitedNames, r.Name)
-		}
-	}
-
-	w.classOID = table.Oid
-	w.slots = semaphore.NewWeighted(int64(w.cfg.Concurrency))
-	w.slotFreed = make(chan struct{}, 1)
-	w.comp = newCompleter(w)
-
-	if w.lease {
-		w.lockSessionUp(1, 0)
-		return nil
-	}
-	if entries, err := w.queries.SchemaLockTableSize(ctx, w.pool); err == nil && int64(w.cfg.Concurrency) > entries/4 {
-		w.log.Warn("skiplock: Concurrency is a large share of PostgreSQL's lock table, which every running task's advisory lock "+
-			"and every session's locks share; past it, claims back off. Lower Concurrency, run fewer workers, or raise max_locks_per_transaction.",
-			"concurrency", w.cfg.Concurrency, "lock_table_entries", entries)
-	}
-	w.ls = newLockSession(w.pool.Config().ConnConfig, int32(uint32(table.Oid)), table.Oid, w.log)
-	w.ls.onLost = w.lockSessionLost
-	w.ls.onUp = w.lockSessionUp
-	if err := w.ls.connect(ctx); err != nil {
-		return fmt.Errorf("skiplock: opening the lock session: %w", err)
-	}
-	return nil
-}
-
-func (w *Worker) lockSessionUp(gen uint64, backendPID uint32) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	err := w.queries.WorkerRegister(ctx, w.pool, db.WorkerRegisterParams{
-		ID: w.cfg.WorkerID, Host: w.host, Pid: int32(w.pid), Queues: w.cfg.Queues, LockBackendPid: int32(backendPID),
-	})
-	if err != nil {
-		w.log.Warn("skiplock: registering worker", "error", err)
-	}
-	if gen > 1 {
-		w.cfg.Observer.LockSessionReconnected()
-		w.wakeAll()
-	}
-}
-
-// lockSessionLost cancels the handlers whose locks died with the session:
-// their tasks are now free for the rescuer and other workers.
-func (w *Worker) lockSessionLost(gen uint64) {
-	cancelled := 0
-	for _, e := range w.inflightSnapshot() {
-		if e.gen == gen {
-			w.cancelExecution(e, errLockLost)
-			cancelled++
-		}
-	}
-	w.cfg.Observer.LockSessionLost(cancelled)
+	return append([]func(context.Context){l.run, r.run, ret.run, cp.run}, w.guard.jobs()...)
 }
 
 func (w *Worker) inflightSnapshot() []*execution {
@@ -345,28 +280,4 @@ func handlerNames(h Handlers) []string {
 	}
 	sort.Strings(names)
 	return names
-}
-
-// queueTask converts a claimed row for handlers.
-func queueTask(r db.TaskClaimRow) *Task {
-	return &Task{
-		ID:          r.ID,
-		Name:        r.Name,
-		Queue:       r.Queue,
-		Payload:     r.Payload,
-		Metadata:    r.Metadata,
-		Priority:    int(r.Priority),
-		Attempt:     int(r.Attempt),
-		MaxAttempts: int(r.MaxAttempts),
-		CreatedAt:   r.CreatedAt,
-		RunAt:       r.RunAt,
-		StartedAt:   derefTime(r.StartedAt),
-	}
-}
-
-func derefTime(t *time.Time) time.Time {
-	if t == nil {
-		return time.Time{}
-	}
-	return *t
 }

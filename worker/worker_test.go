@@ -14,8 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/skiplock/skiplock/db"
 	"github.com/skiplock/skiplock/internal/pgtest"
 	"github.com/skiplock/skiplock/queue"
 	"github.com/skiplock/skiplock/worker"
@@ -79,7 +81,7 @@ func start(t *testing.T, pool *pgxpool.Pool, cfg worker.Config, handlers worker.
 				if err != nil {
 					t.Errorf("Run: %v", err)
 				}
-			case <-time.After(60 * time.Second):
+			case <-time.After(pgtest.Patient(60 * time.Second)):
 				t.Errorf("Run did not return within 60s of cancellation")
 			}
 		})
@@ -88,15 +90,35 @@ func start(t *testing.T, pool *pgxpool.Pool, cfg worker.Config, handlers worker.
 	return w, stop
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+// waitFor is pgtest.Eventually: expect is how long cond takes to hold on
+// an idle machine.
+func waitFor(t *testing.T, expect time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
+	pgtest.Eventually(t, expect, what, cond)
+}
+
+// claims counts a worker's claim queries (as its Observer): the signal
+// that its claim loop has gone round, for checks that something did not
+// happen.
+type claims struct {
+	worker.NopObserver
+	n atomic.Int64
+}
+
+func (c *claims) Claimed(string, int, int) { c.n.Add(1) }
+
+// waitClaims waits until each worker has made n more claim queries than
+// when it was called.
+func waitClaims(t *testing.T, n int64, cs ...*claims) {
+	t.Helper()
+	from := make([]int64, len(cs))
+	for i, c := range cs {
+		from[i] = c.n.Load()
+	}
+	for i, c := range cs {
+		waitFor(t, time.Duration(n)*100*time.Millisecond, fmt.Sprintf("%d more claims of worker %d", n, i), func() bool {
+			return c.n.Load() >= from[i]+n
+		})
 	}
 }
 
@@ -223,7 +245,8 @@ func TestRetriesExhausted(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	id := b.enqueue(t, "broken", nil, queue.WithMaxAttempts(3))
-	w, _ := start(t, b.pool, worker.Config{}, worker.Handlers{"broken": func(ctx context.Context, task *worker.Task) error {
+	polls := &claims{}
+	w, _ := start(t, b.pool, worker.Config{Observer: polls}, worker.Handlers{"broken": func(ctx context.Context, task *worker.Task) error {
 		return fmt.Errorf("attempt %d failed", task.Attempt)
 	}})
 	waitFor(t, 10*time.Second, "failure", func() bool { return b.get(t, id).Status == queue.StatusFailed })
@@ -238,8 +261,8 @@ func TestRetriesExhausted(t *testing.T) {
 			t.Fatalf("errors[%d] = %+v", i, e)
 		}
 	}
-	// It stays failed: nothing claims it again.
-	time.Sleep(200 * time.Millisecond)
+	// It stays failed: the worker goes on claiming, but not it.
+	waitClaims(t, 4, polls)
 	if got := b.get(t, id); got.Attempt != 3 || got.Status != queue.StatusFailed {
 		t.Fatalf("failed task changed: %+v", got)
 	}
@@ -338,8 +361,9 @@ func TestAdvisoryLocks(t *testing.T) {
 					}
 				}})
 			waitFor(t, 30*time.Second, "tasks running", func() bool { return b.count(t, "status = 'running'") == tc.concurrency })
-			// Give a wrong claim time to take extra locks before counting.
-			time.Sleep(300 * time.Millisecond)
+			// No claim is in flight to take extra locks later: every slot
+			// holds a running task, the claim loop claims only into a free
+			// slot, and a claim locks and marks running in one statement.
 			if running, locks := b.count(t, "status = 'running'"), b.taskLocks(t); running != tc.concurrency || locks != running {
 				t.Fatalf("%d running tasks hold %d advisory locks, want %d each", running, locks, tc.concurrency)
 			}
@@ -362,17 +386,20 @@ func TestNotifyWakesIdleWorker(t *testing.T) {
 	b := setup(t)
 	done := make(chan time.Time, 1)
 	// A poll interval far beyond the test's deadline: only NOTIFY can wake it.
-	start(t, b.pool, worker.Config{PollInterval: time.Hour}, worker.Handlers{"ping": func(context.Context, *worker.Task) error {
+	polls := &claims{}
+	start(t, b.pool, worker.Config{PollInterval: time.Hour, Observer: polls}, worker.Handlers{"ping": func(context.Context, *worker.Task) error {
 		done <- time.Now()
 		return nil
 	}})
-	time.Sleep(300 * time.Millisecond) // the worker is idle and listening
+	// Idle and listening: Run claims only once LISTEN holds, and its first
+	// claim finds nothing.
+	waitFor(t, time.Second, "the first claim", func() bool { return polls.n.Load() > 0 })
 	enqueued := time.Now()
 	b.enqueue(t, "ping", nil)
 	select {
 	case at := <-done:
 		t.Logf("enqueue to handler start: %s", at.Sub(enqueued))
-	case <-time.After(10 * time.Second):
+	case <-time.After(pgtest.Patient(10 * time.Second)):
 		t.Fatal("idle worker not woken by NOTIFY")
 	}
 }
@@ -392,7 +419,7 @@ func TestDelayedTaskWaits(t *testing.T) {
 		if at.Before(task.RunAt) {
 			t.Fatalf("ran at %s, before its run_at %s", at, task.RunAt)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(pgtest.Patient(10 * time.Second)):
 		t.Fatal("delayed task never ran")
 	}
 }
@@ -419,14 +446,53 @@ func TestPriorityOrder(t *testing.T) {
 	}
 }
 
+// TestCursorLeavesNothingBehind: while claims start at the cursor (the head
+// of the claim index is expensive), a task that sorts before the cursor (a
+// higher priority) is still claimed, by the next claim from the head. The
+// worker polls once an hour: the notification wakes it for a claim from the
+// cursor, which cannot see the task, and the loop must wake itself for the
+// head claim when it falls due.
+func TestCursorLeavesNothingBehind(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var mu sync.Mutex
+	ran := map[int]int{}
+	w, _ := start(t, b.pool, worker.Config{PollInterval: time.Hour}, worker.Handlers{"c": func(ctx context.Context, task *worker.Task) error {
+		var p struct{ I int }
+		if err := json.Unmarshal(task.Payload, &p); err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		ran[p.I]++
+		return nil
+	}})
+	b.enqueue(t, "c", map[string]int{"i": 1})
+	waitFor(t, 10*time.Second, "the first task ran", func() bool { return b.count(t, "status = 'completed'") == 1 })
+	worker.ForceCursor(w, queue.DefaultQueue)
+	if _, err := b.client.EnqueueMany(context.Background(), []queue.NewTask{
+		{Name: "c", Payload: map[string]int{"i": 2}, Options: []queue.Option{queue.WithPriority(-5)}},
+		{Name: "c", Payload: map[string]int{"i": 3}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 15*time.Second, "all ran", func() bool { return b.count(t, "status = 'completed'") == 3 })
+	mu.Lock()
+	defer mu.Unlock()
+	if fmt.Sprint(ran) != "map[1:1 2:1 3:1]" {
+		t.Fatalf("runs per task: %v", ran)
+	}
+}
+
 func TestQueuesAreSeparate(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	other := b.enqueue(t, "job", nil, queue.WithQueue("other"))
 	mine := b.enqueue(t, "job", nil, queue.WithQueue("mine"))
-	start(t, b.pool, worker.Config{Queues: []string{"mine"}}, worker.Handlers{"job": func(context.Context, *worker.Task) error { return nil }})
+	polls := &claims{}
+	start(t, b.pool, worker.Config{Queues: []string{"mine"}, Observer: polls}, worker.Handlers{"job": func(context.Context, *worker.Task) error { return nil }})
 	waitFor(t, 10*time.Second, "own queue's task", func() bool { return b.get(t, mine).Status == queue.StatusCompleted })
-	time.Sleep(200 * time.Millisecond)
+	waitClaims(t, 4, polls)
 	if s := b.get(t, other).Status; s != queue.StatusPending {
 		t.Fatalf("task of another queue is %s", s)
 	}
@@ -460,15 +526,62 @@ func TestRunErrors(t *testing.T) {
 		}
 	})
 	t.Run("unreachable database", func(t *testing.T) {
+		// Not a configuration error: Run waits for the database until its
+		// context ends (TestStartWaitsForDatabase), then returns nil.
 		t.Parallel()
 		pool, err := pgxpool.New(context.Background(), "postgres://nobody@127.0.0.1:1/none?connect_timeout=2")
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer pool.Close()
-		err = worker.New(pool, worker.Config{Logger: quiet}).Run(context.Background(), ok)
-		if err == nil || !strings.Contains(err.Error(), "connecting to the database") {
-			t.Fatalf("err = %v", err)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if err := worker.New(pool, worker.Config{Logger: quiet}).Run(ctx, ok); err != nil {
+			t.Fatalf("err = %v, want nil once the context ends", err)
 		}
 	})
+}
+
+// TestOutcomeWritePlan: on a table that was never analyzed, with the
+// entries of thousands of finished tasks still in the running index (a
+// fresh backlog worked without vacuum), the outcome write must not read the
+// partial running index and compare every running row with every row of
+// the batch (a nested loop with a join filter): it probes the primary key
+// per row, or hashes the batch on a table small enough to scan.
+func TestOutcomeWritePlan(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	for _, sql := range []string{
+		`INSERT INTO skiplock_tasks (name) SELECT 'p' FROM generate_series(1, 3000)`,
+		`UPDATE skiplock_tasks SET status = 'running', attempt = 1, worker_id = 'w' WHERE id IN (SELECT id FROM skiplock_tasks ORDER BY id LIMIT 2500)`,
+		`UPDATE skiplock_tasks SET status = 'completed', finished_at = now() WHERE status = 'running'`,
+		`UPDATE skiplock_tasks SET status = 'running', attempt = 1, worker_id = 'w' WHERE id IN (SELECT id FROM skiplock_tasks WHERE status = 'pending' ORDER BY id LIMIT 250)`,
+	} {
+		if _, err := b.pool.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var ids []int64
+	if err := b.pool.QueryRow(ctx, `SELECT array_agg(id ORDER BY id) FROM skiplock_tasks WHERE status = 'running'`).Scan(&ids); err != nil {
+		t.Fatal(err)
+	}
+	n := len(ids)
+	attempts, statuses, delays, refunds, errs := make([]int32, n), make([]string, n), make([]int64, n), make([]int32, n), make([]json.RawMessage, n)
+	for i := range n {
+		attempts[i], statuses[i], delays[i], errs[i] = 1, "completed", -1, json.RawMessage("null")
+	}
+	rows, err := b.pool.Query(ctx, "EXPLAIN "+db.TaskFinishManySQL, pgx.QueryExecModeExec, "w", ids, attempts, statuses, delays, refunds, errs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan := strings.Join(lines, "\n")
+	if strings.Contains(plan, "skiplock_tasks_running_idx") || strings.Contains(plan, "Join Filter") ||
+		!(strings.Contains(plan, "Index Scan using skiplock_tasks_pkey") || strings.Contains(plan, "Hash Join")) {
+		t.Fatalf("the outcome write of %d rows is planned as a scan of running rows times the batch:\n%s", n, plan)
+	}
 }

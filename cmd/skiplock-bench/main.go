@@ -9,7 +9,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/skiplock/skiplock/internal/bench"
+	"github.com/skiplock/skiplock/cmd/skiplock-bench/internal/bench"
 )
 
 func main() {

@@ -1,22 +1,27 @@
-// Command quickstart shows skiplock end to end: it finds PostgreSQL (or
-// boots a throwaway server), migrates a schema of its own, enqueues a few
-// tasks, works them with a worker, and prints what happened to each.
+// Command quickstart shows skiplock end to end, as an application of your
+// own uses it: it migrates the database that DATABASE_URL names, enqueues a
+// few tasks, works them with a worker, and prints what happened to each. It
+// imports skiplock's public packages only, so you can copy it into a module
+// of your own.
 //
+//	export DATABASE_URL='postgres://app@localhost:5432/app?search_path=skiplock_demo'
+//	psql "postgres://app@localhost:5432/app" -c 'CREATE SCHEMA skiplock_demo'
 //	go run ./examples/quickstart
 //
-// It uses DATABASE_URL when set, else a server on 127.0.0.1:5432, else a
-// throwaway cluster from the installed PostgreSQL binaries. Its schema
-// (skiplock_quickstart) is dropped at the end unless -keep is given.
+// In skiplock's repository, `go run ./cmd/skiplock-quickstart` runs it with
+// nothing set up: it finds PostgreSQL (or boots a throwaway server), gives
+// the example a scratch schema and drops it afterwards.
 package main
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"text/tabwriter"
 	"time"
@@ -24,18 +29,15 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/skiplock/skiplock/internal/devpg"
 	"github.com/skiplock/skiplock/migrations"
 	"github.com/skiplock/skiplock/queue"
 	"github.com/skiplock/skiplock/worker"
 )
 
-const schema = "skiplock_quickstart"
-
 func main() {
-	keep := flag.Bool("keep", false, "keep the "+schema+" schema after the run")
-	flag.Parse()
-	if err := run(*keep); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := run(ctx, os.Stdout, os.Getenv("DATABASE_URL")); err != nil {
 		fmt.Fprintln(os.Stderr, "quickstart:", err)
 		os.Exit(1)
 	}
@@ -46,47 +48,52 @@ type email struct {
 	Subject string `json:"subject"`
 }
 
-func run(keep bool) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+// connect opens a pool on databaseURL and checks that the server answers,
+// saying in one line what is wrong when it does not.
+func connect(ctx context.Context, databaseURL string) (*pgxpool.Pool, error) {
+	if databaseURL == "" {
+		return nil, errors.New("DATABASE_URL is not set: export DATABASE_URL=postgres://user@host:5432/dbname " +
+			"(add ?search_path=SCHEMA to keep skiplock's tables in a schema of their own)")
+	}
+	pool, err := pgxpool.New(ctx, databaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	if err := pool.Ping(pingCtx); err != nil {
+		pool.Close()
+		// pgx reports each connection attempt on a line of its own (each
+		// host, and with sslmode=prefer each twice); the last says why.
+		msg := err.Error()
+		if i := strings.LastIndex(msg, "\n"); i >= 0 {
+			msg = strings.TrimSpace(msg[i:])
+		}
+		return nil, fmt.Errorf("cannot connect to DATABASE_URL: %s", msg)
+	}
+	return pool, nil
+}
 
-	srv, err := devpg.Find(ctx, devpg.Options{EnvVars: []string{"DATABASE_URL"}, Log: os.Stdout})
-	if err != nil {
-		return err
-	}
-	defer srv.Close()
-	fmt.Printf("PostgreSQL: %s (%s)\n", redact(srv.URL), srv.Source)
-
-	// A schema of our own, so the example never touches other tables.
-	admin, err := pgx.Connect(ctx, srv.URL)
-	if err != nil {
-		return err
-	}
-	defer admin.Close(context.Background())
-	if _, err := admin.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+schema); err != nil {
-		return err
-	}
-	if !keep {
-		defer admin.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE")
-	}
-	cfg, err := pgxpool.ParseConfig(srv.URL)
-	if err != nil {
-		return err
-	}
-	cfg.ConnConfig.RuntimeParams["search_path"] = schema
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+func run(ctx context.Context, stdout io.Writer, databaseURL string) error {
+	out := &syncWriter{w: stdout} // handlers print from the worker's goroutines
+	pool, err := connect(ctx, databaseURL)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
 
+	// skiplock's tables go where the URL's search_path points.
 	if err := migrations.Up(ctx, pool); err != nil {
 		return err
 	}
-	fmt.Printf("Migrated schema %s to version %d.\n\n", schema, migrations.Latest)
+	client := queue.New(pool)
+	info, err := client.Schema(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "Migrated schema %s to version %d.\n\n", info.Name, info.Version)
 
 	// Producer side.
-	client := queue.New(pool)
 	var ids []int64
 	for _, to := range []string{"ada@example.com", "grace@example.com", "linus@example.com"} {
 		id, err := client.Enqueue(ctx, "email.send", email{To: to, Subject: "Welcome"})
@@ -115,7 +122,7 @@ func run(keep bool) error {
 		return err
 	}
 	ids = append(ids, id)
-	fmt.Printf("Enqueued %d tasks.\n", len(ids))
+	fmt.Fprintf(out, "Enqueued %d tasks.\n", len(ids))
 
 	// Consumer side.
 	var captureCalls atomic.Int32
@@ -125,23 +132,23 @@ func run(keep bool) error {
 			if err != nil {
 				return err
 			}
-			fmt.Printf("  task %d: sending %q to %s\n", t.ID, e.Subject, e.To)
+			fmt.Fprintf(out, "  task %d: sending %q to %s\n", t.ID, e.Subject, e.To)
 			return nil
 		},
 		"report.build": func(ctx context.Context, t *worker.Task) error {
-			fmt.Printf("  task %d: building the monthly report (enqueued in a transaction)\n", t.ID)
+			fmt.Fprintf(out, "  task %d: building the monthly report (enqueued in a transaction)\n", t.ID)
 			return nil
 		},
 		"payment.capture": func(ctx context.Context, t *worker.Task) error {
 			if captureCalls.Add(1) == 1 {
-				fmt.Printf("  task %d: payment gateway timed out on attempt %d; will retry\n", t.ID, t.Attempt)
+				fmt.Fprintf(out, "  task %d: payment gateway timed out on attempt %d; will retry\n", t.ID, t.Attempt)
 				return errors.New("gateway timeout")
 			}
-			fmt.Printf("  task %d: payment captured on attempt %d\n", t.ID, t.Attempt)
+			fmt.Fprintf(out, "  task %d: payment captured on attempt %d\n", t.ID, t.Attempt)
 			return nil
 		},
 		"image.resize": func(ctx context.Context, t *worker.Task) error {
-			fmt.Printf("  task %d: cannot decode image (attempt %d of %d)\n", t.ID, t.Attempt, t.MaxAttempts)
+			fmt.Fprintf(out, "  task %d: cannot decode image (attempt %d of %d)\n", t.ID, t.Attempt, t.MaxAttempts)
 			return errors.New("image: unknown format")
 		},
 	}
@@ -153,26 +160,24 @@ func run(keep bool) error {
 		Logger:       slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	workCtx, stopWorker := context.WithCancel(ctx)
+	defer stopWorker()
 	done := make(chan error, 1)
 	go func() { done <- w.Run(workCtx, handlers) }()
 
-	fmt.Println("Worker running:")
+	fmt.Fprintln(out, "Worker running:")
+	unfinished := queue.ListFilter{IDs: ids, Filter: queue.Filter{Statuses: []queue.Status{queue.StatusPending, queue.StatusRunning}}}
 	for {
-		var unfinished int
-		err := pool.QueryRow(ctx, "SELECT count(*) FROM skiplock_tasks WHERE status IN ('pending', 'running')").Scan(&unfinished)
+		n, err := client.Count(ctx, unfinished)
 		if err != nil {
-			stopWorker()
 			return err
 		}
-		if unfinished == 0 {
+		if n == 0 {
 			break
 		}
 		select {
 		case <-ctx.Done():
-			stopWorker()
-			return errors.New("tasks did not finish within 2 minutes")
+			return errors.New("tasks did not finish in time")
 		case err := <-done:
-			stopWorker()
 			return fmt.Errorf("worker stopped: %w", err)
 		case <-time.After(50 * time.Millisecond):
 		}
@@ -182,8 +187,8 @@ func run(keep bool) error {
 		return err
 	}
 
-	fmt.Println("\nWhat happened:")
-	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(out, "\nWhat happened:")
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tNAME\tSTATUS\tATTEMPTS\tERRORS")
 	for _, id := range ids {
 		t, err := client.Get(ctx, id)
@@ -197,15 +202,18 @@ func run(keep bool) error {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%d/%d\t%s\n", t.ID, t.Name, t.Status, t.Attempt, t.MaxAttempts, strings.Join(errs, "; "))
 	}
 	tw.Flush()
-	fmt.Println("\nFailed tasks stay in the table for an operator: `skiplock requeue --failed` puts them back.")
+	fmt.Fprintln(out, "\nFailed tasks stay in the table until an operator requeues them (skiplock requeue --failed) or purges them.")
 	return nil
 }
 
-// redact hides a password in a connection URL before printing it.
-func redact(url string) string {
-	cfg, err := pgx.ParseConfig(url)
-	if err != nil || cfg.Password == "" {
-		return url
-	}
-	return strings.Replace(url, cfg.Password, "****", 1)
+// syncWriter serializes writes to w.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
 }

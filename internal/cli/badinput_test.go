@@ -12,6 +12,7 @@ import (
 
 	"github.com/skiplock/skiplock/internal/cli"
 	"github.com/skiplock/skiplock/internal/pgtest"
+	"github.com/skiplock/skiplock/migrations"
 	"github.com/skiplock/skiplock/queue"
 	"github.com/skiplock/skiplock/worker"
 )
@@ -27,6 +28,8 @@ func TestBadInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	unmigrated := schemaURL(t, pgtest.Schema(t, false))
+	missing := b.schema + "_missing" // never created
+	noSchema := fmt.Sprintf(`schema %q does not exist: create it (CREATE SCHEMA "%s"), then migrate up`, missing, missing)
 
 	cases := []struct {
 		name string
@@ -44,7 +47,12 @@ func TestBadInput(t *testing.T) {
 		{"requeue IDs and filter", []string{"requeue", fmt.Sprint(failed), "--failed"}, cli.ExitUsage, "not both"},
 		{"requeue filter without --yes", []string{"requeue", "--failed"}, cli.ExitUsage, "Requeue 1 failed task?: refusing without confirmation, as stdin is not a terminal (pass --yes)"},
 		{"bad --since", []string{"requeue", "--failed", "--since", "yesterday", "--yes"}, cli.ExitUsage, `--since "yesterday" is neither a duration ago`},
-		{"bad batch size", []string{"requeue", "--failed", "--batch-size", "0", "--yes"}, cli.ExitUsage, "--batch-size must be 1 to"},
+		{"zero batch size", []string{"requeue", "--failed", "--batch-size", "0", "--yes"}, cli.ExitUsage, `invalid argument "0" for "--batch-size" flag: must be at least 1`},
+		{"batch size too large", []string{"cancel", "--status", "failed", "--batch-size", "100001", "--dry-run"}, cli.ExitUsage,
+			fmt.Sprintf("batch size must be 1 to %d, got 100001", queue.MaxBatch)},
+		{"dry-run limit too large", []string{"purge", "--dry-run", "--limit", "10001"}, cli.ExitUsage,
+			fmt.Sprintf("limit must be 1 to %d, got 10001", queue.MaxListLimit)},
+		{"list limit too large", []string{"list", "--limit", "10001"}, cli.ExitUsage, fmt.Sprintf("limit must be 1 to %d, got 10001", queue.MaxListLimit)},
 		{"invalid JSON payload", []string{"enqueue", "x", `{"a":`}, cli.ExitUsage, "payload is not valid JSON"},
 		{"empty payload", []string{"enqueue", "x", "-"}, cli.ExitUsage, "payload is not valid JSON: it is empty"},
 		{"enqueue without name", []string{"enqueue"}, cli.ExitUsage, "enqueue needs a task name"},
@@ -64,6 +72,22 @@ func TestBadInput(t *testing.T) {
 		{"unreachable database", []string{"list", "--database-url", "postgres://postgres@127.0.0.1:1/none"}, cli.ExitError,
 			"cannot connect to the database at 127.0.0.1:1"},
 		{"invalid database URL", []string{"list", "--database-url", "postgres://db.invalid:notaport/x"}, cli.ExitUsage, "invalid database URL"},
+		{"migrate sql, up backwards", []string{"migrate", "sql", "--from", "5", "--to", "3"}, cli.ExitUsage,
+			"up goes to a newer version, got --from 5 --to 3 (to revert: skiplock migrate sql down --from 5 --to 3)"},
+		{"migrate sql, down forwards", []string{"migrate", "sql", "down", "--from", "2", "--to", "4"}, cli.ExitUsage,
+			"down goes to an older version, got --from 2 --to 4"},
+		{"migrate sql, unknown version", []string{"migrate", "sql", "--to", "999"}, cli.ExitUsage, "--to 999 is not a migration version"},
+		{"migrate sql, negative version", []string{"migrate", "sql", "--from", "-1"}, cli.ExitUsage, `invalid argument "-1" for "--from" flag`},
+		{"migrate sql, bad direction", []string{"migrate", "sql", "sideways"}, cli.ExitUsage, `sql takes up or down, got "sideways"`},
+		{"migrate down, zero steps", []string{"migrate", "down", "--steps", "0", "--yes"}, cli.ExitUsage, "--steps must be at least 1, got 0"},
+		{"migrate down, too many steps", []string{"migrate", "down", "--steps", "99", "--yes"}, cli.ExitUsage,
+			fmt.Sprintf("--steps 99 is more than the %d migrations applied to schema %s", len(migrations.Versions()), b.schema)},
+		{"migrate down steps without --yes", []string{"migrate", "down", "--steps", "1"}, cli.ExitUsage,
+			fmt.Sprintf("Revert schema %s from version %d to %d?: refusing without confirmation, as stdin is not a terminal (pass --yes)",
+				b.schema, migrations.Latest, migrations.Versions()[len(migrations.Versions())-2])},
+		{"missing schema, migrate up", []string{"migrate", "up", "--database-url", schemaURL(t, missing)}, cli.ExitError, noSchema},
+		{"missing schema, migrate status", []string{"migrate", "status", "--database-url", schemaURL(t, missing)}, cli.ExitError, noSchema},
+		{"missing schema, stats", []string{"stats", "--database-url", schemaURL(t, missing)}, cli.ExitError, noSchema},
 		{"unmigrated schema", []string{"requeue", "--failed", "--yes", "--database-url", unmigrated}, cli.ExitError,
 			"schema not migrated: run `skiplock migrate up`"},
 		{"unmigrated schema, enqueue", []string{"enqueue", "x", "--database-url", unmigrated}, cli.ExitError, "skiplock migrate up"},
@@ -159,7 +183,7 @@ func TestRequeueWhileWorkersRun(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 30*time.Second, "5 slow tasks running and 30 flaky ones failed", func() bool {
+	waitFor(t, 3*time.Second, "5 slow tasks running and 30 flaky ones failed", func() bool {
 		return b.count(t, "name = 'slow' AND status = 'running'") == 5 && b.count(t, "name = 'flaky' AND status = 'failed'") == flaky
 	})
 	var runningBefore string
@@ -179,7 +203,7 @@ func TestRequeueWhileWorkersRun(t *testing.T) {
 	if out.Count != flaky {
 		t.Fatalf("requeued %d, want %d", out.Count, flaky)
 	}
-	waitFor(t, 30*time.Second, "the requeued tasks to complete", func() bool {
+	waitFor(t, 3*time.Second, "the requeued tasks to complete", func() bool {
 		return b.count(t, "name = 'flaky' AND status = 'completed' AND attempt = 2") == flaky
 	})
 	var runningAfter string
@@ -195,7 +219,7 @@ func TestRequeueWhileWorkersRun(t *testing.T) {
 	}
 
 	unblock()
-	waitFor(t, 30*time.Second, "the slow tasks to complete", func() bool {
+	waitFor(t, 3*time.Second, "the slow tasks to complete", func() bool {
 		return b.count(t, "status = 'completed'") == flaky+5
 	})
 }

@@ -18,7 +18,7 @@ const requeueReason = "requeued by skiplock requeue"
 // runningNotCancelled is said of a running task that cancel leaves alone.
 const (
 	runningNotCancelled    = "running, not cancelled (add --status running to stop running tasks too)"
-	runningCancelRequested = "running: cancellation requested; its worker stops the handler"
+	runningCancelRequested = "cancellation requested (running; its worker stops the handler)"
 )
 
 // changeJSON is what requeue, cancel and purge print with --json.
@@ -33,6 +33,9 @@ type changeJSON struct {
 	Skipped []skipJSON `json:"skipped,omitempty"`
 	// Tasks is a dry run's sample of the matching tasks, newest first.
 	Tasks []taskJSON `json:"tasks,omitempty"`
+	// Requested are the named running tasks whose cancellation was
+	// requested (cancel only).
+	Requested []int64 `json:"requested,omitempty"`
 }
 
 type skipJSON struct {
@@ -45,45 +48,38 @@ type skipJSON struct {
 
 // byIDs is a change of named tasks.
 type byIDs struct {
-	action   string // requeue
-	past     string // requeued
-	ids      []int64
-	statuses []queue.Status // the statuses the change applies to
-	target   queue.Status   // a task already here is fine
-	alsoOK   queue.Status   // a task skipped in this status is fine too
-	dryRun   bool
-	why      func(queue.Status) string
-	run      func(ctx context.Context) (changed []int64, skipped []queue.SkippedTask, err error)
+	action string // requeue
+	past   string // requeued
+	ids    []int64
+	target queue.Status // a task already here is fine
+	alsoOK queue.Status // a task skipped in this status is fine too
+	dryRun bool
+	why    func(queue.Status) string
+	run    func(ctx context.Context) (changed []int64, skipped []queue.SkippedTask, err error)
+	// runTx, for --dry-run, makes the same change within tx, which is
+	// rolled back: the statements that would change the tasks say which.
+	runTx func(ctx context.Context, tx queue.Executor) (changed []int64, skipped []queue.SkippedTask, err error)
+	// requested, if set, lists the skipped tasks that got a request
+	// instead (cancel: running tasks), once run has run.
+	requested func() []int64
 }
 
-func (a *app) changeByIDs(ctx context.Context, client *queue.Client, c byIDs) error {
+func (a *app) changeByIDs(ctx context.Context, c byIDs) error {
 	var (
 		changed []int64
 		skipped []queue.SkippedTask
+		err     error
 	)
 	if c.dryRun {
-		tasks, err := client.List(ctx, queue.ListFilter{IDs: c.ids, Limit: min(len(c.ids), queue.MaxListLimit)})
-		if err != nil {
+		err = a.rolledBack(ctx, func(tx queue.Executor) error {
+			changed, skipped, err = c.runTx(ctx, tx)
 			return err
-		}
-		status := map[int64]queue.Status{}
-		for _, t := range tasks {
-			status[t.ID] = t.Status
-		}
-		ids := slices.Clone(c.ids)
-		slices.Sort(ids)
-		for _, id := range slices.Compact(ids) {
-			if slices.Contains(c.statuses, status[id]) {
-				changed = append(changed, id)
-			} else {
-				skipped = append(skipped, queue.SkippedTask{ID: id, Status: status[id]})
-			}
-		}
+		})
 	} else {
-		var err error
-		if changed, skipped, err = c.run(ctx); err != nil {
-			return err
-		}
+		changed, skipped, err = c.run(ctx)
+	}
+	if err != nil {
+		return err
 	}
 
 	out := changeJSON{Action: c.action, DryRun: c.dryRun, Count: int64(len(changed)), IDs: changed}
@@ -93,13 +89,16 @@ func (a *app) changeByIDs(ctx context.Context, client *queue.Client, c byIDs) er
 		if s.Status != "" {
 			reason = c.why(s.Status)
 		}
-		ok := s.Status == c.target || (c.alsoOK != "" && s.Status == c.alsoOK)
+		ok := s.Status != "" && (s.Status == c.target || s.Status == c.alsoOK)
 		out.Skipped = append(out.Skipped, skipJSON{ID: s.ID, Status: s.Status, Reason: reason, OK: ok})
 		if !ok {
 			failed = append(failed, fmt.Sprintf("%d %s", s.ID, reason))
 		}
 	}
 
+	if c.requested != nil && !c.dryRun {
+		out.Requested = c.requested()
+	}
 	if a.json {
 		if err := a.printJSON(out); err != nil {
 			return err
@@ -109,18 +108,42 @@ func (a *app) changeByIDs(ctx context.Context, client *queue.Client, c byIDs) er
 		if c.dryRun {
 			verb = "would be " + c.past
 		}
-		tw := table(a.env.Stdout, "ID", "RESULT")
-		for _, id := range changed {
-			row(tw, id, verb)
-		}
-		for _, s := range out.Skipped {
-			row(tw, s.ID, s.Reason)
-		}
-		tw.Flush()
-		if c.dryRun {
-			fmt.Fprintf(a.env.Stdout, "Dry run: %s would be %s; nothing was changed.\n", plural(out.Count, "task", "tasks"), c.past)
-		} else {
-			fmt.Fprintf(a.env.Stdout, "%s %s.\n", capitalize(c.past), plural(out.Count, "task", "tasks"))
+		switch {
+		case len(changed)+len(out.Skipped) == 1:
+			// One task: one sentence says what happened to it.
+			var id int64
+			result := verb
+			if len(changed) == 1 {
+				id = changed[0]
+			} else {
+				id, result = out.Skipped[0].ID, out.Skipped[0].Reason
+			}
+			dry := ""
+			if c.dryRun {
+				dry = " (dry run: nothing was changed)"
+			}
+			fmt.Fprintf(a.env.Stdout, "Task %d: %s%s.\n", id, result, dry)
+		default:
+			tw := table(a.env.Stdout, "ID", "RESULT")
+			for _, id := range changed {
+				row(tw, id, verb)
+			}
+			for _, s := range out.Skipped {
+				row(tw, s.ID, s.Reason)
+			}
+			tw.Flush()
+			if c.dryRun {
+				fmt.Fprintf(a.env.Stdout, "Dry run: %s would be %s; nothing was changed.\n", plural(out.Count, "task", "tasks"), c.past)
+				break
+			}
+			var parts []string
+			if out.Count > 0 || len(out.Requested) == 0 {
+				parts = append(parts, fmt.Sprintf("%s %s", capitalize(c.past), plural(out.Count, "task", "tasks")))
+			}
+			if len(out.Requested) > 0 {
+				parts = append(parts, fmt.Sprintf("cancellation requested for %s", plural(int64(len(out.Requested)), "running task", "running tasks")))
+			}
+			fmt.Fprintf(a.env.Stdout, "%s.\n", capitalize(strings.Join(parts, "; ")))
 		}
 	}
 	if len(failed) > 0 {
@@ -210,6 +233,28 @@ func (a *app) changeBulk(ctx context.Context, client *queue.Client, b bulk) erro
 	return nil
 }
 
+// bulkFlags are the flags that requeue, cancel and purge share.
+type bulkFlags struct {
+	dryRun, yes  bool
+	batch, limit countFlag
+}
+
+func (f *bulkFlags) register(c *cobra.Command, batch int, dryRunUsage string) {
+	c.Flags().BoolVar(&f.dryRun, "dry-run", false, dryRunUsage)
+	c.Flags().BoolVarP(&f.yes, "yes", "y", false, "do not ask for confirmation")
+	f.batch.register(c, "batch-size", batch, "tasks per transaction")
+	f.limit.register(c, "limit", queue.DefaultListLimit, "with --dry-run, list at most this many tasks")
+}
+
+// open connects, unless the input is bad: the request's error (its
+// Validate), or a --limit that List would refuse.
+func (f *bulkFlags) open(ctx context.Context, a *app, request error) (*queue.Client, func(), error) {
+	if err := invalidInput(request, queue.ListFilter{Limit: int(f.limit)}.Validate()); err != nil {
+		return nil, nil, err
+	}
+	return a.open(ctx)
+}
+
 func capitalize(s string) string {
 	if s == "" {
 		return s
@@ -221,8 +266,7 @@ func (a *app) requeueCommand() *cobra.Command {
 	var (
 		ff                       filterFlags
 		failed, cancelled, reset bool
-		dryRun, yes              bool
-		batch, limit             int
+		bf                       bulkFlags
 	)
 	c := newCommand(&cobra.Command{
 		Use:   "requeue [ID...]",
@@ -275,28 +319,24 @@ not found); a task already pending is fine.`,
 			if err != nil {
 				return err
 			}
-			if batch < 1 || batch > queue.MaxBatch {
-				return usageErrorf("--batch-size must be 1 to %d, got %d", queue.MaxBatch, batch)
-			}
-			if limit < 1 || limit > queue.MaxListLimit {
-				return usageErrorf("--limit must be 1 to %d, got %d", queue.MaxListLimit, limit)
-			}
 			reason := requeueReason
 			if reset {
 				reason += " (attempts reset)"
 			}
-			client, done, err := a.open(cmd.Context())
+			req := queue.RequeueRequest{ResetAttempts: reset, Reason: reason, BatchSize: int(bf.batch), Filter: f}
+			if len(ids) > 0 {
+				req.IDs = ids
+				req.Filter = queue.Filter{Statuses: statuses}
+			}
+			client, done, err := bf.open(cmd.Context(), a, req.Validate())
 			if err != nil {
 				return err
 			}
 			defer done()
-			req := queue.RequeueRequest{ResetAttempts: reset, Reason: reason, BatchSize: batch, Filter: f}
 
 			if len(ids) > 0 {
-				req.IDs = ids
-				req.Filter = queue.Filter{Statuses: statuses}
-				return a.changeByIDs(cmd.Context(), client, byIDs{
-					action: "requeue", past: "requeued", ids: ids, statuses: statuses, target: queue.StatusPending, dryRun: dryRun,
+				return a.changeByIDs(cmd.Context(), byIDs{
+					action: "requeue", past: "requeued", ids: ids, target: queue.StatusPending, dryRun: bf.dryRun,
 					why: func(s queue.Status) string {
 						switch s {
 						case queue.StatusPending:
@@ -312,10 +352,14 @@ not found); a task already pending is fine.`,
 						res, err := client.Requeue(ctx, req)
 						return res.IDs, res.Skipped, err
 					},
+					runTx: func(ctx context.Context, tx queue.Executor) ([]int64, []queue.SkippedTask, error) {
+						res, err := client.RequeueTx(ctx, tx, req)
+						return res.IDs, res.Skipped, err
+					},
 				})
 			}
 			return a.changeBulk(cmd.Context(), client, bulk{
-				action: "requeue", past: "requeued", filter: f, dryRun: dryRun, yes: yes, limit: limit,
+				action: "requeue", past: "requeued", filter: f, dryRun: bf.dryRun, yes: bf.yes, limit: int(bf.limit),
 				run: func(ctx context.Context, progress func(int64)) (int64, error) {
 					req.Progress = progress
 					res, err := client.Requeue(ctx, req)
@@ -329,45 +373,17 @@ not found); a task already pending is fine.`,
 	fl.BoolVar(&failed, "failed", false, "select failed tasks (with the filters)")
 	fl.BoolVar(&cancelled, "cancelled", false, "select cancelled tasks too; with IDs, allow requeueing cancelled ones")
 	fl.BoolVar(&reset, "reset-attempts", false, "start the tasks' attempts again from zero")
-	fl.BoolVar(&dryRun, "dry-run", false, "show how many and which tasks would be requeued; change nothing")
-	fl.BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation")
-	fl.IntVar(&batch, "batch-size", queue.DefaultRequeueBatch, "tasks per transaction")
-	fl.IntVar(&limit, "limit", queue.DefaultListLimit, "with --dry-run, list at most this many tasks")
+	bf.register(c, queue.DefaultRequeueBatch, "show how many and which tasks would be requeued; change nothing")
 	return c
-}
-
-// requestCancelRunning asks for the cancellation of the running tasks that
-// match f. Running tasks are bounded by the lock table: a few pages.
-func requestCancelRunning(ctx context.Context, client *queue.Client, f queue.Filter) (int64, error) {
-	f.Statuses = []queue.Status{queue.StatusRunning}
-	var requested int64
-	var before int64
-	for {
-		tasks, err := client.List(ctx, queue.ListFilter{Filter: f, Limit: queue.MaxListLimit, BeforeID: before})
-		if err != nil || len(tasks) == 0 {
-			return requested, err
-		}
-		ids := make([]int64, len(tasks))
-		for i, t := range tasks {
-			ids[i] = t.ID
-		}
-		got, err := client.CancelRunning(ctx, ids)
-		requested += int64(len(got))
-		if err != nil {
-			return requested, err
-		}
-		before = ids[len(ids)-1]
-	}
 }
 
 func (a *app) cancelCommand() *cobra.Command {
 	var (
-		requested   int64
-		ff          filterFlags
-		statuses    []string
-		dryRun, yes bool
-		batch       int
-		limit       int
+		requested    int64
+		requestedIDs []int64
+		ff           filterFlags
+		statuses     []string
+		bf           bulkFlags
 	)
 	c := newCommand(&cobra.Command{
 		Use:   "cancel [ID...]",
@@ -423,31 +439,27 @@ is 3; a task already cancelled is fine.`,
 			if err != nil {
 				return err
 			}
-			if batch < 1 || batch > queue.MaxBatch {
-				return usageErrorf("--batch-size must be 1 to %d, got %d", queue.MaxBatch, batch)
+			req := queue.CancelRequest{Filter: cancelFilter, BatchSize: int(bf.batch)}
+			if len(ids) > 0 {
+				req.IDs = ids
+				req.Filter = queue.Filter{}
 			}
-			if limit < 1 || limit > queue.MaxListLimit {
-				return usageErrorf("--limit must be 1 to %d, got %d", queue.MaxListLimit, limit)
-			}
-			client, done, err := a.open(cmd.Context())
+			client, done, err := bf.open(cmd.Context(), a, req.Validate())
 			if err != nil {
 				return err
 			}
 			defer done()
-			req := queue.CancelRequest{Filter: cancelFilter, BatchSize: batch}
 
 			if len(ids) > 0 {
-				req.IDs = ids
-				req.Filter = queue.Filter{}
-				return a.changeByIDs(cmd.Context(), client, byIDs{
-					action: "cancel", past: "cancelled", ids: ids, statuses: sts, target: queue.StatusCancelled,
-					alsoOK: queue.StatusRunning, dryRun: dryRun,
+				return a.changeByIDs(cmd.Context(), byIDs{
+					action: "cancel", past: "cancelled", ids: ids, target: queue.StatusCancelled,
+					alsoOK: queue.StatusRunning, dryRun: bf.dryRun,
 					why: func(s queue.Status) string {
 						switch s {
 						case queue.StatusCancelled:
 							return "already cancelled"
 						case queue.StatusRunning:
-							if dryRun {
+							if bf.dryRun {
 								return "running: cancellation would be requested"
 							}
 							return runningCancelRequested
@@ -466,16 +478,31 @@ is 3; a task already cancelled is fine.`,
 							}
 						}
 						if len(running) > 0 {
-							if _, err := client.CancelRunning(ctx, running); err != nil {
+							if requestedIDs, err = client.CancelRunning(ctx, running); err != nil {
 								return nil, nil, err
 							}
 						}
-						return res.IDs, res.Skipped, nil
+						// A running task that finished meanwhile got no
+						// request: report its status now.
+						skipped := res.Skipped
+						for i, s := range skipped {
+							if s.Status == queue.StatusRunning && !slices.Contains(requestedIDs, s.ID) {
+								if t, err := client.Get(ctx, s.ID); err == nil {
+									skipped[i].Status = t.Status
+								}
+							}
+						}
+						return res.IDs, skipped, nil
 					},
+					runTx: func(ctx context.Context, tx queue.Executor) ([]int64, []queue.SkippedTask, error) {
+						res, err := client.CancelTx(ctx, tx, req)
+						return res.IDs, res.Skipped, err
+					},
+					requested: func() []int64 { return requestedIDs },
 				})
 			}
 			return a.changeBulk(cmd.Context(), client, bulk{
-				action: "cancel", past: "cancelled", filter: f, dryRun: dryRun, yes: yes, limit: limit,
+				action: "cancel", past: "cancelled", filter: f, dryRun: bf.dryRun, yes: bf.yes, limit: int(bf.limit),
 				run: func(ctx context.Context, progress func(int64)) (int64, error) {
 					var cancelled int64
 					if len(sts) > 0 {
@@ -487,7 +514,9 @@ is 3; a task already cancelled is fine.`,
 						cancelled = res.Cancelled
 					}
 					if withRunning {
-						n, err := requestCancelRunning(ctx, client, f)
+						running := f
+						running.Statuses = nil
+						n, err := client.CancelRunningMatching(ctx, running)
 						requested = n
 						return cancelled + n, err
 					}
@@ -515,22 +544,17 @@ is 3; a task already cancelled is fine.`,
 	ff.register(c, true)
 	fl := c.Flags()
 	fl.StringSliceVar(&statuses, "status", nil, "select tasks in this status: pending, failed, running (default pending and failed)")
-	fl.BoolVar(&dryRun, "dry-run", false, "show how many and which tasks would be cancelled; change nothing")
-	fl.BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation")
-	fl.IntVar(&batch, "batch-size", queue.DefaultCancelBatch, "tasks per transaction")
-	fl.IntVar(&limit, "limit", queue.DefaultListLimit, "with --dry-run, list at most this many tasks")
+	bf.register(c, queue.DefaultCancelBatch, "show how many and which tasks would be cancelled; change nothing")
 	return c
 }
 
 func (a *app) purgeCommand() *cobra.Command {
 	var (
-		olderThan   string
-		statuses    []string
-		queues      []string
-		names       []string
-		dryRun, yes bool
-		batch       int
-		limit       int
+		olderThan string
+		statuses  []string
+		queues    []string
+		names     []string
+		bf        bulkFlags
 	)
 	c := newCommand(&cobra.Command{
 		Use:   "purge",
@@ -560,25 +584,23 @@ Asks for confirmation (--yes skips it; without a terminal it is required).`,
 			if len(sts) == 0 {
 				sts = []queue.Status{queue.StatusCompleted, queue.StatusFailed, queue.StatusCancelled}
 			}
-			if batch < 1 || batch > queue.MaxBatch {
-				return usageErrorf("--batch-size must be 1 to %d, got %d", queue.MaxBatch, batch)
-			}
-			if limit < 1 || limit > queue.MaxListLimit {
-				return usageErrorf("--limit must be 1 to %d, got %d", queue.MaxListLimit, limit)
-			}
-			client, done, err := a.open(cmd.Context())
+			before := time.Now().Add(-age)
+			req := queue.PurgeRequest{FinishedBefore: before, Statuses: sts, Queues: queues, Names: names, BatchSize: int(bf.batch)}
+			client, done, err := bf.open(cmd.Context(), a, req.Validate())
 			if err != nil {
 				return err
 			}
 			defer done()
-			before := time.Now().Add(-age)
+			if window := queue.StatsWindows[len(queue.StatsWindows)-1]; age < window && !bf.dryRun {
+				fmt.Fprintf(a.env.Stderr, "skiplock: purge: note: this deletes tasks that finished in the last %s; "+
+					"stats' rates and the dashboard's charts count stored tasks, so they will read low\n", short(window))
+			}
 			return a.changeBulk(cmd.Context(), client, bulk{
-				action: "purge", past: "purged", dryRun: dryRun, yes: yes, limit: limit,
+				action: "purge", past: "purged", dryRun: bf.dryRun, yes: bf.yes, limit: int(bf.limit),
 				filter: queue.Filter{Statuses: sts, Queues: queues, Names: names, FinishedBefore: before},
 				run: func(ctx context.Context, progress func(int64)) (int64, error) {
-					return client.Purge(ctx, queue.PurgeRequest{
-						FinishedBefore: before, Statuses: sts, Queues: queues, Names: names, BatchSize: batch, Progress: progress,
-					})
+					req.Progress = progress
+					return client.Purge(ctx, req)
 				},
 			})
 		},
@@ -588,9 +610,112 @@ Asks for confirmation (--yes skips it; without a terminal it is required).`,
 	fl.StringSliceVar(&statuses, "status", nil, "only tasks in this status: completed, failed, cancelled (default all three)")
 	fl.StringArrayVar(&queues, "queue", nil, "only tasks in this queue (repeat for several)")
 	fl.StringArrayVar(&names, "name", nil, "only tasks with this name (repeat for several)")
-	fl.BoolVar(&dryRun, "dry-run", false, "show how many and which tasks would be deleted; delete nothing")
-	fl.BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation")
-	fl.IntVar(&batch, "batch-size", queue.DefaultPurgeBatch, "tasks per transaction")
-	fl.IntVar(&limit, "limit", queue.DefaultListLimit, "with --dry-run, list at most this many tasks")
+	bf.register(c, queue.DefaultPurgeBatch, "show how many and which tasks would be deleted; delete nothing")
 	return c
+}
+
+func (a *app) runNowCommand() *cobra.Command {
+	return newCommand(&cobra.Command{
+		Use:   "run-now ID...",
+		Short: "Make scheduled or retrying tasks due now",
+		Long: `Make pending tasks that wait for a later run time due now: scheduled ones
+(enqueued with a delay or a run time) and retrying ones (waiting out a
+retry's backoff). Their workers are woken. Attempts, errors and everything
+else are kept.
+
+A named task that is not pending, or not found, is reported, and the exit
+code is 3; one already due is fine.`,
+		Example: `  skiplock run-now 42
+  skiplock list --status retrying --queue mail --json | jq -r '.[].id' | xargs skiplock run-now`,
+		Args: atLeastOneID,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ids, client, done, err := a.openWithIDs(cmd.Context(), args)
+			if err != nil {
+				return err
+			}
+			defer done()
+			return a.changeByIDs(cmd.Context(), byIDs{
+				action: "run now", past: "made due now", ids: ids, target: queue.StatusPending,
+				why: func(s queue.Status) string {
+					if s == queue.StatusPending {
+						return "already due"
+					}
+					return string(s) + ", not waiting"
+				},
+				run: func(ctx context.Context) ([]int64, []queue.SkippedTask, error) {
+					res, err := client.RunNow(ctx, ids)
+					return res.IDs, res.Skipped, err
+				},
+			})
+		},
+	})
+}
+
+func (a *app) deleteCommand() *cobra.Command {
+	var dryRun, yes bool
+	c := newCommand(&cobra.Command{
+		Use:   "delete ID...",
+		Short: "Delete tasks, with their history, unless they are running",
+		Long: `Delete the named tasks and their history, whatever their status but
+running: a worker holds a running task (cancel it first). Asks for
+confirmation (--yes skips it; without a terminal it is required). To delete
+finished tasks by age, use purge.
+
+A named task that is running or not found is reported, and the exit code
+is 3.`,
+		Example: `  skiplock delete 42
+  skiplock delete 42 43 --yes`,
+		Args: atLeastOneID,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ids, client, done, err := a.openWithIDs(cmd.Context(), args)
+			if err != nil {
+				return err
+			}
+			defer done()
+			if !dryRun {
+				if err := a.confirm(yes, fmt.Sprintf("Delete %s and %s history?", plural(int64(len(ids)), "task", "tasks"),
+					map[bool]string{true: "its", false: "their"}[len(ids) == 1])); err != nil {
+					return err
+				}
+			}
+			return a.changeByIDs(cmd.Context(), byIDs{
+				action: "delete", past: "deleted", ids: ids, dryRun: dryRun,
+				why: func(s queue.Status) string {
+					if s == queue.StatusRunning {
+						return "running, not deleted (cancel it first)"
+					}
+					return string(s) + ", not deleted"
+				},
+				run: func(ctx context.Context) ([]int64, []queue.SkippedTask, error) {
+					res, err := client.Delete(ctx, ids)
+					return res.IDs, res.Skipped, err
+				},
+				runTx: func(ctx context.Context, tx queue.Executor) ([]int64, []queue.SkippedTask, error) {
+					res, err := client.DeleteTx(ctx, tx, ids)
+					return res.IDs, res.Skipped, err
+				},
+			})
+		},
+	})
+	c.Flags().BoolVar(&dryRun, "dry-run", false, "show which tasks would be deleted; delete nothing")
+	c.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation")
+	return c
+}
+
+// atLeastOneID wants task IDs as arguments.
+func atLeastOneID(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return usageErrorf("name at least one task ID (see `%s --help`)", cmd.CommandPath())
+	}
+	return nil
+}
+
+// openWithIDs reads the task IDs of args, then connects.
+func (a *app) openWithIDs(ctx context.Context, args []string) ([]int64, *queue.Client, func(), error) {
+	ids, err := parseIDs(args)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	client, done, err := a.open(ctx)
+	return ids, client, done, err
 }

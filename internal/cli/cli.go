@@ -14,13 +14,19 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/skiplock/skiplock/internal/pgerr"
 	"github.com/skiplock/skiplock/migrations"
 	"github.com/skiplock/skiplock/queue"
 )
@@ -70,9 +76,11 @@ func OSEnv() Env {
 	}
 }
 
+// isTerminal reports whether f is a terminal. A character device is not
+// enough: stdin redirected from /dev/null (cron, systemd) is one too, and
+// nobody answers a prompt there.
 func isTerminal(f *os.File) bool {
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
+	return f != nil && isTerminalFD(f.Fd())
 }
 
 // exitError carries an exit code other than ExitError.
@@ -102,6 +110,8 @@ type app struct {
 	env         Env
 	databaseURL string
 	json        bool
+	// pool is the pool open connected, for the dry runs' transactions.
+	pool *pgxpool.Pool
 }
 
 // Run runs the skiplock command with args (without the program name) and
@@ -148,7 +158,11 @@ func Run(ctx context.Context, args []string, env Env) int {
 // run; the others are printed as they are, without the "skiplock: "
 // prefixes that wrapped errors repeat.
 func message(err error) string {
+	var noSchema *queue.NoSchemaError
 	switch {
+	case errors.As(err, &noSchema):
+		// migrate up cannot help until the schema exists.
+		return strings.ReplaceAll(noSchema.Error(), "skiplock: ", "")
 	case errors.Is(err, queue.ErrNotMigrated):
 		msg := "schema not migrated: run `skiplock migrate up` with the same --database-url"
 		if _, detail, _ := strings.Cut(err.Error(), "(or migrations.Up from Go)"); strings.TrimSpace(detail) != "" {
@@ -200,6 +214,8 @@ be changed (the output lists them).`,
 	root.AddCommand(
 		a.requeueCommand(),
 		a.cancelCommand(),
+		a.runNowCommand(),
+		a.deleteCommand(),
 		a.purgeCommand(),
 		a.listCommand(),
 		a.showCommand(),
@@ -257,6 +273,11 @@ func (a *app) connect(ctx context.Context) (*pgxpool.Pool, error) {
 	if url == "" {
 		return nil, usageErrorf("no database: pass --database-url or set DATABASE_URL (postgres://user@host:5432/dbname)")
 	}
+	if scheme, _, ok := strings.Cut(url, "://"); ok && urlScheme.MatchString(scheme) &&
+		!strings.EqualFold(scheme, "postgres") && !strings.EqualFold(scheme, "postgresql") {
+		// pgx would try it as key=value settings and fail obscurely.
+		return nil, usageErrorf("a postgres:// URL is expected, got a %s:// URL: skiplock runs on PostgreSQL only (postgres://user@host:5432/dbname)", clip(scheme, 20))
+	}
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, usageErrorf("invalid database URL: %v", err)
@@ -272,7 +293,10 @@ func (a *app) connect(ctx context.Context) (*pgxpool.Pool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cannot connect to the database: %w", err)
 	}
-	pingCtx, cancel := context.WithTimeout(ctx, cfg.ConnConfig.ConnectTimeout+time.Second)
+	// connect_timeout bounds each host of a multi-host URL: a dead first
+	// host (an old primary after a failover) must leave time for the next.
+	hosts := hostList(cfg.ConnConfig)
+	pingCtx, cancel := context.WithTimeout(ctx, time.Duration(len(hosts))*cfg.ConnConfig.ConnectTimeout+time.Second)
 	defer cancel()
 	if err := pool.Ping(pingCtx); err != nil {
 		pool.Close()
@@ -280,11 +304,26 @@ func (a *app) connect(ctx context.Context) (*pgxpool.Pool, error) {
 			return nil, ctx.Err()
 		}
 		c := cfg.ConnConfig
-		return nil, fmt.Errorf("cannot connect to the database at %s:%d (user %s, database %s): %s; check --database-url or DATABASE_URL",
-			c.Host, c.Port, c.User, c.Database, rootCause(err, pingCtx, c.ConnectTimeout))
+		return nil, fmt.Errorf("cannot connect to the database at %s (user %s, database %s): %s; check --database-url or DATABASE_URL",
+			strings.Join(hosts, ", "), c.User, c.Database, rootCause(err, pingCtx, c.ConnectTimeout))
 	}
 	return pool, nil
 }
+
+// hostList is the distinct host:port pairs a connection tries, in order:
+// a multi-host URL's hosts (sslmode=prefer adds a second try of each).
+func hostList(c *pgx.ConnConfig) []string {
+	hosts := []string{net.JoinHostPort(c.Host, strconv.Itoa(int(c.Port)))}
+	for _, f := range c.Fallbacks {
+		if h := net.JoinHostPort(f.Host, strconv.Itoa(int(f.Port))); !slices.Contains(hosts, h) {
+			hosts = append(hosts, h)
+		}
+	}
+	return hosts
+}
+
+// urlScheme matches a URL's scheme, not key=value settings that contain "://".
+var urlScheme = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]*$`)
 
 // rootCause is the innermost error of a failed connection, without the
 // repetitions of pgx's report of each attempt.
@@ -292,24 +331,7 @@ func rootCause(err error, ctx context.Context, timeout time.Duration) string {
 	if errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
 		return fmt.Sprintf("no answer within %s", timeout)
 	}
-	for {
-		switch u := err.(type) {
-		case interface{ Unwrap() []error }:
-			errs := u.Unwrap()
-			if len(errs) == 0 {
-				return err.Error()
-			}
-			err = errs[len(errs)-1]
-		case interface{ Unwrap() error }:
-			next := u.Unwrap()
-			if next == nil {
-				return err.Error()
-			}
-			err = next
-		default:
-			return err.Error()
-		}
-	}
+	return pgerr.ConnectCause(err)
 }
 
 // open connects and checks that the schema is migrated to the version this
@@ -334,5 +356,54 @@ func (a *app) open(ctx context.Context) (*queue.Client, func(), error) {
 		return nil, nil, fmt.Errorf("schema %q is at version %d%s, this build needs %d: run `skiplock migrate up`",
 			info.Name, info.Version, dirty, migrations.Latest)
 	}
+	a.pool = pool
 	return client, pool.Close, nil
 }
+
+// rolledBack runs fn in a transaction of the pool open connected, then
+// rolls it back: a dry run of the statements fn sends.
+func (a *app) rolledBack(ctx context.Context, fn func(tx queue.Executor) error) error {
+	tx, err := a.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // nothing was to be kept
+	return fn(tx)
+}
+
+// invalidInput reports the first error, if any, of validating a request
+// as bad input (ExitUsage): queue checks the ranges, the command does not
+// repeat them.
+func invalidInput(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return &exitError{code: ExitUsage, err: err}
+		}
+	}
+	return nil
+}
+
+// countFlag is a flag that counts something: a whole number, at least 1.
+// queue reads 0 as "the default", so an explicit 0 is refused here; queue
+// checks the upper bound (invalidInput).
+type countFlag int
+
+func (c *countFlag) register(cmd *cobra.Command, name string, value int, usage string) {
+	*c = countFlag(value)
+	cmd.Flags().Var(c, name, usage)
+}
+
+func (c *countFlag) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	switch {
+	case err != nil:
+		return errors.New("not a whole number")
+	case n < 1:
+		return errors.New("must be at least 1")
+	}
+	*c = countFlag(n)
+	return nil
+}
+
+func (c *countFlag) String() string { return strconv.Itoa(int(*c)) }
+func (c *countFlag) Type() string   { return "int" }

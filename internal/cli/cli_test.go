@@ -131,18 +131,7 @@ func (b *bundle) insert(t *testing.T, queueName, name string, status queue.Statu
 		errs = fmt.Sprintf(`[{"attempt":%d,"outcome":"error","error":%q,"worker_id":"w1","host":"box","pid":7,
 			"started_at":"2026-01-01T00:00:00Z","finished_at":"2026-01-01T00:00:01Z"}]`, attempt, lastError)
 	}
-	var id int64
-	err := b.pool.QueryRow(context.Background(), `
-		INSERT INTO skiplock_tasks (queue, name, status, attempt, max_attempts, errors, worker_id, started_at, finished_at)
-		VALUES ($1, $2, $3, $4, $5, $6::jsonb,
-		        CASE WHEN $3 = 'pending' THEN NULL ELSE 'w1' END,
-		        CASE WHEN $4 > 0 THEN now() - interval '1 minute' END,
-		        CASE WHEN $3 IN ('completed', 'failed', 'cancelled') THEN now() END)
-		RETURNING id`, queueName, name, string(status), attempt, maxAttempts, errs).Scan(&id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return id
+	return pgtest.InsertTask(t, b.pool, queueName, name, string(status), attempt, maxAttempts, errs)
 }
 
 func (b *bundle) status(t *testing.T, id int64) queue.Status {
@@ -168,14 +157,9 @@ func (b *bundle) snapshot(t *testing.T) string {
 	return s
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+// waitFor is pgtest.Eventually: within is how long cond takes to hold on
+// an idle machine, and a hang fails after pgtest.Patient(within).
+func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	pgtest.Eventually(t, within, what, cond)
 }

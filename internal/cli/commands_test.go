@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io/fs"
+	"maps"
 	"runtime"
 	"slices"
 	"strings"
@@ -137,6 +139,135 @@ func TestMigrate(t *testing.T) {
 	}
 	b.run(t, "migrate", "up").ok(t)
 	b.run(t, "migrate", "down", "--yes").ok(t)
+}
+
+// TestMigrateDownSteps: --steps reverts the newest migrations only, with
+// the confirmation rules of a full down, and keeps the tasks.
+func TestMigrateDownSteps(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	versions := migrations.Versions()
+	prev := versions[len(versions)-2]
+	b.run(t, "enqueue", "kept").ok(t)
+	version := func() uint {
+		t.Helper()
+		var s struct {
+			Version uint `json:"version"`
+		}
+		b.run(t, "migrate", "status", "--json").ok(t).decode(t, &s)
+		return s.Version
+	}
+
+	r := b.run(t, "migrate", "down", "--steps", "1")
+	if r.code != cli.ExitUsage || !strings.Contains(r.oneLine(t), "pass --yes") || version() != migrations.Latest {
+		t.Fatalf("down --steps 1 without --yes: exit %d, %q, version %d", r.code, r.stderr, version())
+	}
+	r = b.runEnv(t, cli.Env{Interactive: true, Stdin: strings.NewReader("n\n")}, "migrate", "down", "--steps", "1")
+	want := fmt.Sprintf("Revert schema %s from version %d to %d?", b.schema, migrations.Latest, prev)
+	if r.code != cli.ExitError || !strings.Contains(r.stderr, want) || version() != migrations.Latest {
+		t.Fatalf("down --steps 1 answered no: exit %d, %q, version %d", r.code, r.stderr, version())
+	}
+	out := b.runEnv(t, cli.Env{Interactive: true, Stdin: strings.NewReader("y\n")}, "migrate", "down", "--steps", "1").ok(t).stdout
+	if want := fmt.Sprintf("Migrated schema %s down from version %d to %d.", b.schema, migrations.Latest, prev); !strings.Contains(out, want) || version() != prev {
+		t.Fatalf("down --steps 1: %q, version %d; want %q", out, version(), want)
+	}
+	if n := len(versions) - 2; n > 0 {
+		b.run(t, "migrate", "down", "--steps", fmt.Sprint(n), "--yes").ok(t)
+		if v := version(); v != versions[0] {
+			t.Fatalf("down --steps %d: version %d, want %d", n, v, versions[0])
+		}
+	}
+	if b.count(t, "name = 'kept'") != 1 {
+		t.Fatal("stepping down lost the task")
+	}
+	// The last step drops the tables: the question says so.
+	r = b.run(t, "migrate", "down", "--steps", "1")
+	if r.code != cli.ExitUsage || !strings.Contains(r.oneLine(t), "Drop skiplock's tables from schema "+b.schema+", deleting 1 task?") {
+		t.Fatalf("last step without --yes: exit %d, %q", r.code, r.stderr)
+	}
+	b.run(t, "migrate", "up").ok(t)
+	b.run(t, "migrate", "down", "--yes").ok(t) // without --steps: everything
+	if v := version(); v != 0 {
+		t.Fatalf("down without --steps: version %d", v)
+	}
+}
+
+// TestMigrateSQL: what `migrate sql` prints, applied as another tool would
+// (each range in one multi-statement transaction), takes a schema up in two
+// steps to a version workers accept, and down again to nothing.
+func TestMigrateSQL(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupSchema(t, pgtest.Schema(t, false))
+	apply := func(args ...string) string {
+		t.Helper()
+		sql := b.run(t, append([]string{"migrate", "sql"}, args...)...).ok(t).stdout
+		if _, err := b.pool.Exec(ctx, sql); err != nil {
+			t.Fatalf("applying migrate sql %q: %v", args, err)
+		}
+		return sql
+	}
+	headers := func(sql string) (out []string) {
+		for _, line := range strings.Split(sql, "\n") {
+			if strings.HasPrefix(line, "-- skiplock migration ") {
+				out = append(out, line)
+			}
+		}
+		return out
+	}
+
+	first := apply("--to", "4")
+	want := []string{
+		"-- skiplock migration 1 create_tasks, up (000001_create_tasks.up.sql)",
+		"-- skiplock migration 2 flow_control, up (000002_flow_control.up.sql)",
+		"-- skiplock migration 3 lease_mode, up (000003_lease_mode.up.sql)",
+		"-- skiplock migration 4 autovacuum, up (000004_autovacuum.up.sql)",
+	}
+	if got := headers(first); !slices.Equal(got, want) {
+		t.Fatalf("migrate sql --to 4 headers:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	rest := apply("up", "--from", "4")
+	if got := headers(rest); len(got) != int(migrations.Latest)-4 || !strings.HasPrefix(got[0], "-- skiplock migration 5 ") {
+		t.Fatalf("migrate sql up --from 4 headers: %q", got)
+	}
+	info, err := queue.ReadSchema(ctx, b.pool)
+	if err != nil || info.Version != migrations.Latest || queue.CheckSchema(info) != nil {
+		t.Fatalf("after migrate sql: %+v, %v, %v", info, err, queue.CheckSchema(info))
+	}
+	// skiplock's own runner leaves a schema another tool applied to it.
+	if out := b.run(t, "migrate", "up").ok(t).stdout; !strings.Contains(out, "Nothing to do") {
+		t.Fatalf("migrate up on a schema applied by another tool: %q", out)
+	}
+	if r := b.run(t, "migrate", "down", "--steps", "1", "--yes"); r.code != cli.ExitError || !strings.Contains(r.oneLine(t), "another tool applied the migrations") {
+		t.Fatalf("migrate down on a schema applied by another tool: exit %d, %q", r.code, r.stderr)
+	}
+	// Upgrading a current schema: nothing to print, and no error.
+	if r := b.run(t, "migrate", "sql", "--from", fmt.Sprint(migrations.Latest)).ok(t); r.stdout != "" || !strings.Contains(r.stderr, "nothing to print") {
+		t.Fatalf("migrate sql --from latest: stdout %q, stderr %q", r.stdout, r.stderr)
+	}
+	b.run(t, "enqueue", "x").ok(t)
+
+	var files []struct {
+		Version   uint   `json:"version"`
+		Direction string `json:"direction"`
+		File      string `json:"file"`
+		SQL       string `json:"sql"`
+	}
+	b.run(t, "migrate", "sql", "down", "--json").ok(t).decode(t, &files)
+	if len(files) != len(migrations.Versions()) || files[0].Version != migrations.Latest || files[len(files)-1].Version != 1 {
+		t.Fatalf("migrate sql down --json: %d files, first %+v", len(files), files[0])
+	}
+	for _, f := range files {
+		if raw, _ := fs.ReadFile(migrations.FS(), f.File); f.Direction != "down" || string(raw) != f.SQL {
+			t.Fatalf("migrate sql down --json: %s is not the embedded file", f.File)
+		}
+	}
+	apply("down")
+	var left int
+	if err := b.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM pg_class WHERE relnamespace = $1::regnamespace)
+		+ (SELECT count(*) FROM pg_proc WHERE pronamespace = $1::regnamespace)`, b.schema).Scan(&left); err != nil || left != 0 {
+		t.Fatalf("after migrate sql down: %d objects left (%v)", left, err)
+	}
 }
 
 func TestEnqueue(t *testing.T) {
@@ -366,7 +497,7 @@ func TestCancel(t *testing.T) {
 	// A named running task gets a cancellation request, which its worker
 	// acts on (worker tests cover that); it stays running until then.
 	r := b.run(t, "cancel", fmt.Sprint(pending), fmt.Sprint(failed), fmt.Sprint(running)).ok(t)
-	if !strings.Contains(r.stdout, "running: cancellation requested") || !strings.Contains(r.stdout, "Cancelled 2 tasks.") {
+	if !strings.Contains(r.stdout, "cancellation requested (running") || !strings.Contains(r.stdout, "Cancelled 2 tasks; cancellation requested for 1 running task.") {
 		t.Fatalf("stdout:\n%s", r.stdout)
 	}
 	if b.status(t, pending) != queue.StatusCancelled || b.status(t, failed) != queue.StatusCancelled || b.status(t, running) != queue.StatusRunning {
@@ -516,14 +647,7 @@ func TestLocks(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The holder also keeps the row locked while another session waits.
-	tx, err := holder.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, "SELECT 1 FROM skiplock_tasks WHERE id = $1 FOR UPDATE", id); err != nil {
-		t.Fatal(err)
-	}
+	tx := pgtest.HoldTaskRow(t, holder, id)
 	waiting := make(chan error, 1)
 	go func() {
 		_, err := b.pool.Exec(ctx, "UPDATE skiplock_tasks SET priority = 5 WHERE id = $1", id)
@@ -545,7 +669,7 @@ func TestLocks(t *testing.T) {
 		} `json:"waits"`
 	}
 	var out locksOut
-	waitFor(t, 10*time.Second, "the UPDATE to wait for the row lock", func() bool {
+	waitFor(t, time.Second, "the UPDATE to wait for the row lock", func() bool {
 		out = locksOut{}
 		b.run(t, "locks", "--json").ok(t).decode(t, &out)
 		for _, w := range out.Waits {
@@ -614,7 +738,7 @@ func TestQueuePauseResume(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.insert(t, "reports", "r", queue.StatusPending, 0, 3, "")
-	r := b.run(t, "queue", "pause", "reports", "empty").ok(t)
+	r := b.run(t, "queue", "pause", "reports", "empty", "--create").ok(t)
 	if !strings.Contains(r.stdout, "Paused queue reports.") {
 		t.Fatalf("stdout:\n%s", r.stdout)
 	}
@@ -626,12 +750,67 @@ func TestQueuePauseResume(t *testing.T) {
 		} `json:"queues"`
 	}
 	b.run(t, "queue", "list", "--json").ok(t).decode(t, &out)
-	if len(out.Queues) != 2 || out.Queues[0].Name != "reports" || out.Queues[0].Pending != 1 || out.Queues[0].PausedAt == nil || out.Queues[1].Name != "empty" {
+	if len(out.Queues) != 2 || out.Queues[1].Name != "reports" || out.Queues[1].Pending != 1 || out.Queues[1].PausedAt == nil ||
+		out.Queues[0].Name != "empty" || out.Queues[0].PausedAt == nil {
 		t.Fatalf("queue list = %+v", out)
 	}
 	b.run(t, "queue", "resume", "reports").ok(t)
 	b.run(t, "queue", "list", "--json").ok(t).decode(t, &out)
-	if out.Queues[0].PausedAt != nil {
-		t.Fatalf("still paused: %+v", out.Queues[0])
+	if out.Queues[1].PausedAt != nil {
+		t.Fatalf("still paused: %+v", out.Queues[1])
+	}
+}
+
+// TestDryRunByIDs: a dry run of a change of named tasks changes nothing and
+// reports what the change then does, task by task, as the statements of the
+// change decide it (they run in a transaction that is rolled back).
+func TestDryRunByIDs(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	// One task in each status, and an ID that no task has.
+	var ids []string
+	for _, s := range queue.Statuses {
+		attempt := 1
+		if s == queue.StatusPending {
+			attempt = 0
+		}
+		ids = append(ids, fmt.Sprint(b.insert(t, "q", "n", s, attempt, 3, "")))
+	}
+	ids = append(ids, "424242")
+
+	type outcome struct {
+		changed []int64
+		skipped map[int64]string // status, "ok" appended when fine
+	}
+	read := func(out changeOut) outcome {
+		o := outcome{changed: out.IDs, skipped: map[int64]string{}}
+		for _, s := range out.Skipped {
+			o.skipped[s.ID] = fmt.Sprint(s.Status, " ", s.OK)
+		}
+		return o
+	}
+	for _, args := range [][]string{
+		{"requeue", "--cancelled"},
+		{"cancel"},
+		{"delete", "--yes"},
+	} {
+		before := b.snapshot(t)
+		var dry, real changeOut
+		r := b.run(t, append(append(args, ids...), "--dry-run", "--json")...)
+		if r.code != cli.ExitPartial {
+			t.Fatalf("%s --dry-run: exit %d (%s)", args[0], r.code, r.stderr)
+		}
+		r.decode(t, &dry)
+		if !dry.DryRun || b.snapshot(t) != before {
+			t.Fatalf("%s --dry-run changed tasks, or says it is no dry run: %+v", args[0], dry)
+		}
+		r = b.run(t, append(append(args, ids...), "--json")...)
+		if r.code != cli.ExitPartial {
+			t.Fatalf("%s: exit %d (%s)", args[0], r.code, r.stderr)
+		}
+		r.decode(t, &real)
+		if d, w := read(dry), read(real); !slices.Equal(d.changed, w.changed) || !maps.Equal(d.skipped, w.skipped) || len(d.changed) == 0 {
+			t.Fatalf("%s: dry run said %+v, the change did %+v", args[0], d, w)
+		}
 	}
 }

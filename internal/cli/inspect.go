@@ -15,6 +15,9 @@ type statsJSON struct {
 	Queue            string       `json:"queue"`
 	Pending          int64        `json:"pending"`
 	Due              int64        `json:"due"`
+	Retrying         int64        `json:"retrying"`
+	Scheduled        int64        `json:"scheduled"`
+	PausedAt         *time.Time   `json:"paused_at"`
 	Running          int64        `json:"running"`
 	Completed        int64        `json:"completed"`
 	Failed           int64        `json:"failed"`
@@ -33,7 +36,8 @@ type windowJSON struct {
 
 func toStatsJSON(q queue.QueueStats) statsJSON {
 	out := statsJSON{
-		Queue: q.Queue, Pending: q.Pending, Due: q.Due, Running: q.Running, Completed: q.Completed,
+		Queue: q.Queue, Pending: q.Pending, Due: q.Due, Retrying: q.Retrying, Scheduled: q.Scheduled, PausedAt: q.PausedAt,
+		Running: q.Running, Completed: q.Completed,
 		Failed: q.Failed, Cancelled: q.Cancelled, OldestDueSeconds: q.OldestDue.Seconds(),
 		Recent: make([]windowJSON, len(q.Recent)),
 	}
@@ -50,10 +54,15 @@ func (a *app) statsCommand() *cobra.Command {
 	return newCommand(&cobra.Command{
 		Use:   "stats",
 		Short: "Counts per queue and status, backlog age, throughput and failure rate",
-		Long: `Show, for each queue: tasks per status; the due backlog (pending tasks whose
-run time has come) and how long its oldest task has waited; and, over the
-last 1, 5 and 15 minutes, tasks completed per minute and the failure rate
-(tasks that failed for good, out of all that finished).
+		Long: `Show, for each queue (paused ones too, marked): tasks per status, with
+pending tasks split into due (their run time has come), retrying (waiting
+out a retry's backoff) and scheduled (enqueued to run later); how long the
+oldest due task has waited; and, over the last 1, 5 and 15 minutes, tasks
+completed per minute and the failure rate (tasks that failed for good, out
+of all that finished).
+
+The rates count the finished tasks still in the table: purging tasks that
+finished in the last 15 minutes (purge --older-than below 15m) lowers them.
 
 It reads the whole table once; on a very large table it takes a moment.`,
 		Example: `  skiplock stats
@@ -80,12 +89,19 @@ It reads the whole table once; on a very large table it takes a moment.`,
 				return a.printJSON(out)
 			}
 			if len(s.Queues) == 0 {
-				fmt.Fprintln(a.env.Stdout, "No tasks.")
+				fmt.Fprintln(a.env.Stdout, "No tasks, and no paused queues.")
 				return nil
 			}
-			tw := table(a.env.Stdout, "QUEUE", "PENDING", "DUE", "OLDEST DUE", "RUNNING", "COMPLETED", "FAILED", "CANCELLED",
+			tw := table(a.env.Stdout, "QUEUE", "STATE", "DUE", "OLDEST DUE", "RETRYING", "SCHEDULED", "RUNNING", "COMPLETED", "FAILED", "CANCELLED",
 				"DONE/MIN 1m 5m 15m", "FAILED% 1m 5m 15m")
 			line := func(q queue.QueueStats, name string) {
+				state := "active"
+				switch {
+				case q.PausedAt != nil:
+					state = "paused"
+				case name == "(all)":
+					state = ""
+				}
 				oldest := "-"
 				if q.Due > 0 {
 					oldest = short(q.OldestDue)
@@ -95,7 +111,7 @@ It reads the whole table once; on a very large table it takes a moment.`,
 					rates = append(rates, fmt.Sprintf("%.1f", w.PerMinute()))
 					fails = append(fails, fmt.Sprintf("%.0f%%", 100*w.FailureRate()))
 				}
-				row(tw, name, count(q.Pending), count(q.Due), oldest, count(q.Running), count(q.Completed),
+				row(tw, name, state, count(q.Due), oldest, count(q.Retrying), count(q.Scheduled), count(q.Running), count(q.Completed),
 					count(q.Failed), count(q.Cancelled), strings.Join(rates, " "), strings.Join(fails, " "))
 			}
 			for _, q := range s.Queues {

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"runtime"
 	"runtime/debug"
+	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
@@ -26,10 +29,11 @@ type schemaJSON struct {
 
 // schemaState reads the schema without changing anything (golang-migrate
 // would create its version table just to look): version 0 when skiplock's
-// tables are missing.
+// tables are missing, an error when the schema itself is.
 func schemaState(ctx context.Context, pool *pgxpool.Pool) (queue.SchemaInfo, error) {
 	info, err := queue.New(pool).Schema(ctx)
-	if errors.Is(err, queue.ErrNotMigrated) {
+	var noSchema *queue.NoSchemaError
+	if errors.Is(err, queue.ErrNotMigrated) && !errors.As(err, &noSchema) {
 		return queue.SchemaInfo{}, nil
 	}
 	return info, err
@@ -69,15 +73,17 @@ func (a *app) printSchema(info queue.SchemaInfo, previous *uint, verb string) er
 
 func (a *app) migrateCommand() *cobra.Command {
 	c := newCommand(&cobra.Command{
-		Use:   "migrate up|down|status",
-		Short: "Create, upgrade, drop or check skiplock's tables",
+		Use:   "migrate up|down|status|sql",
+		Short: "Create, upgrade, drop or check skiplock's tables, or print their SQL",
 		Long: `Run skiplock's migrations (embedded in this binary) in the first schema of
 the search_path. Their version is kept in skiplock_schema_migrations, apart
-from an application's own golang-migrate table.`,
+from an application's own golang-migrate table. To apply them with another
+tool instead, print them with skiplock migrate sql.`,
 		Example: `  skiplock migrate status
   skiplock migrate up
   skiplock migrate up --database-url "postgres://app@db/app?search_path=jobs"
-  skiplock migrate down --yes     # drops the tables and every task`,
+  skiplock migrate down --yes     # drops the tables and every task
+  skiplock migrate sql | psql -v ON_ERROR_STOP=1 --single-transaction`,
 		Args: unknownCommand,
 		RunE: showHelp,
 	})
@@ -108,6 +114,7 @@ from an application's own golang-migrate table.`,
 			},
 		}),
 		a.migrateDownCommand(),
+		a.migrateSQLCommand(),
 		newCommand(&cobra.Command{
 			Use:   "status",
 			Short: "Show the schema's version and whether it is up to date",
@@ -134,17 +141,24 @@ It changes nothing.`,
 }
 
 func (a *app) migrateDownCommand() *cobra.Command {
-	var yes bool
+	var (
+		yes   bool
+		steps int
+	)
 	c := newCommand(&cobra.Command{
 		Use:   "down",
-		Short: "Revert every migration: drops skiplock's tables and all tasks",
+		Short: "Revert migrations: all of them (drops skiplock's tables and all tasks), or --steps N",
 		Long: `Revert every migration: drop skiplock's tables, and with them every task and
-its history. Asks for confirmation (--yes skips it; without a terminal it
-is required).`,
+its history. With --steps N, revert only the newest N migrations applied.
+Asks for confirmation (--yes skips it; without a terminal it is required).`,
 		Example: `  skiplock migrate down
-  skiplock migrate down --yes`,
+  skiplock migrate down --yes
+  skiplock migrate down --steps 1 --yes   # back to the previous version`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cmd.Flags().Changed("steps") && steps < 1 {
+				return usageErrorf("--steps must be at least 1, got %d (without --steps, down reverts every migration)", steps)
+			}
 			pool, err := a.connect(cmd.Context())
 			if err != nil {
 				return err
@@ -154,18 +168,39 @@ is required).`,
 			if err != nil {
 				return err
 			}
-			if before.Version > 0 {
-				var tasks int64
-				if !before.Dirty {
-					if tasks, err = queue.New(pool).Count(cmd.Context(), queue.ListFilter{}); err != nil {
-						return err
-					}
+			// The versions applied, newest first: what --steps walks back.
+			var applied []uint
+			for _, v := range migrations.Versions() {
+				if v <= before.Version {
+					applied = append([]uint{v}, applied...)
 				}
-				q := fmt.Sprintf("Drop skiplock's tables from schema %s, deleting %s?", before.Name, plural(tasks, "task", "tasks"))
+			}
+			if before.Version > 0 && steps > len(applied) {
+				return usageErrorf("--steps %d is more than the %d migrations applied to schema %s (at version %d)",
+					steps, len(applied), before.Name, before.Version)
+			}
+			if before.Version > 0 {
+				var q string
+				if steps > 0 && steps < len(applied) {
+					q = fmt.Sprintf("Revert schema %s from version %d to %d?", before.Name, before.Version, applied[steps])
+				} else {
+					var tasks int64
+					if !before.Dirty {
+						if tasks, err = queue.New(pool).Count(cmd.Context(), queue.ListFilter{}); err != nil {
+							return err
+						}
+					}
+					q = fmt.Sprintf("Drop skiplock's tables from schema %s, deleting %s?", before.Name, plural(tasks, "task", "tasks"))
+				}
 				if err := a.confirm(yes, q); err != nil {
 					return err
 				}
-				if err := migrations.Down(cmd.Context(), pool); err != nil {
+				if steps > 0 {
+					err = migrations.Steps(cmd.Context(), pool, -steps)
+				} else {
+					err = migrations.Down(cmd.Context(), pool)
+				}
+				if err != nil {
 					return err
 				}
 			}
@@ -178,6 +213,123 @@ is required).`,
 		},
 	})
 	c.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation")
+	c.Flags().IntVar(&steps, "steps", 0, "revert only the newest N migrations applied (default: all)")
+	return c
+}
+
+// migrationJSON is one migration of `migrate sql --json`.
+type migrationJSON struct {
+	Version   uint   `json:"version"`
+	Name      string `json:"name"`
+	Direction string `json:"direction"`
+	File      string `json:"file"`
+	SQL       string `json:"sql"`
+}
+
+func (a *app) migrateSQLCommand() *cobra.Command {
+	var from, to uint
+	c := newCommand(&cobra.Command{
+		Use:   "sql [up|down]",
+		Short: "Print the migrations' SQL, to apply with another tool",
+		Long: `Print the SQL of the migrations embedded in this binary, to apply with psql,
+goose, Flyway or your own migration tool. Each migration is headed by a
+comment naming its version and file. No database is needed.
+
+--from is the version the schema is at, --to the version to reach. up (the
+default) prints the up migrations after --from through --to, oldest first
+(defaults: 0 and the latest); down prints the down migrations from --from
+back to just above --to, newest first (defaults: the latest and 0). When
+--from and --to are equal there is nothing to print, which is no error.
+
+The migrations use no transaction of their own: apply them in one (psql
+--single-transaction). From migration 6 on, the schema records its version
+itself (skiplock_schema_version()), so workers accept it whichever tool
+applied it.`,
+		Example: `  skiplock migrate sql | psql -v ON_ERROR_STOP=1 --single-transaction "$PSQL_URL"
+  skiplock migrate sql --from 5               # upgrade a schema at version 5
+  skiplock migrate sql down --to 5            # revert to version 5
+  skiplock migrate sql --json | jq -r '.[].file'`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			switch {
+			case len(args) > 1:
+				return usageErrorf("sql takes one direction, up or down, got %q (see `%s --help`)", args, cmd.CommandPath())
+			case len(args) == 1 && args[0] != "up" && args[0] != "down":
+				return usageErrorf("sql takes up or down, got %q (see `%s --help`)", args[0], cmd.CommandPath())
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			up := len(args) == 0 || args[0] == "up"
+			if !cmd.Flags().Changed("from") && !up {
+				from = migrations.Latest
+			}
+			if !cmd.Flags().Changed("to") && up {
+				to = migrations.Latest
+			}
+			versions := migrations.Versions()
+			for _, f := range []struct {
+				flag string
+				v    uint
+			}{{"from", from}, {"to", to}} {
+				if f.v != 0 && !slices.Contains(versions, f.v) {
+					return usageErrorf("--%s %d is not a migration version: this build knows 0 (none) to %d", f.flag, f.v, migrations.Latest)
+				}
+			}
+			switch {
+			case from == to:
+				// A schema already at the version: an upgrade script's
+				// "nothing to do", not a mistake.
+				fmt.Fprintf(a.env.Stderr, "skiplock: migrate sql: nothing to print: --from and --to are both %d\n", from)
+				if a.json {
+					return a.printJSON([]migrationJSON{})
+				}
+				return nil
+			case up && from > to:
+				return usageErrorf("up goes to a newer version, got --from %d --to %d (to revert: skiplock migrate sql down --from %d --to %d)", from, to, from, to)
+			case !up && from < to:
+				return usageErrorf("down goes to an older version, got --from %d --to %d (to upgrade: skiplock migrate sql up --from %d --to %d)", from, to, from, to)
+			}
+
+			var out []migrationJSON
+			for _, v := range versions {
+				if v <= min(from, to) || v > max(from, to) {
+					continue
+				}
+				m := migrationJSON{Version: v, Direction: "up"}
+				if !up {
+					m.Direction = "down"
+				}
+				names, err := fs.Glob(migrations.FS(), fmt.Sprintf("%06d_*.%s.sql", v, m.Direction))
+				if err != nil || len(names) != 1 {
+					return fmt.Errorf("migration %d: want one %s file, found %q", v, m.Direction, names)
+				}
+				sql, err := fs.ReadFile(migrations.FS(), names[0])
+				if err != nil {
+					return err
+				}
+				m.File, m.SQL = names[0], string(sql)
+				m.Name = strings.TrimSuffix(strings.SplitN(m.File, "_", 2)[1], "."+m.Direction+".sql")
+				out = append(out, m)
+			}
+			if !up {
+				slices.Reverse(out)
+			}
+			if a.json {
+				return a.printJSON(out)
+			}
+			w := a.env.Stdout
+			for i, m := range out {
+				if i > 0 {
+					fmt.Fprintln(w)
+				}
+				fmt.Fprintf(w, "-- skiplock migration %d %s, %s (%s)\n", m.Version, m.Name, m.Direction, m.File)
+				fmt.Fprintln(w, strings.TrimRight(m.SQL, "\n"))
+			}
+			return nil
+		},
+	})
+	c.Flags().UintVar(&from, "from", 0, "the version the schema is at (default 0 for up, the latest for down)")
+	c.Flags().UintVar(&to, "to", 0, "the version to reach (default the latest for up, 0 for down)")
 	return c
 }
 

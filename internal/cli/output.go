@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/skiplock/skiplock/internal/humanize"
 	"github.com/skiplock/skiplock/queue"
 )
 
@@ -121,22 +122,7 @@ func percent(done, total int64) int64 {
 }
 
 // count formats n with thousands separators: 1,234,567.
-func count(n int64) string {
-	s := strconv.FormatInt(n, 10)
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	var b strings.Builder
-	for i, c := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
-	}
-	if neg {
-		return "-" + b.String()
-	}
-	return b.String()
-}
+func count(n int64) string { return humanize.Count(n) }
 
 func plural(n int64, one, many string) string {
 	if n == 1 {
@@ -210,6 +196,32 @@ func parseStatuses(values []string, allowed []queue.Status, why map[queue.Status
 		}
 	}
 	return out, nil
+}
+
+// parseListStatuses reads list's --status values: statuses, and the
+// states retrying and scheduled that select pending tasks by why they wait.
+func parseListStatuses(values []string) ([]queue.Status, []queue.State, error) {
+	var (
+		states []queue.State
+		rest   []string
+	)
+	for _, v := range values {
+		for _, s := range strings.Split(v, ",") {
+			switch st := queue.State(strings.TrimSpace(strings.ToLower(s))); st {
+			case queue.StateRetrying, queue.StateScheduled:
+				if !slices.Contains(states, st) {
+					states = append(states, st)
+				}
+			default:
+				rest = append(rest, s)
+			}
+		}
+	}
+	sts, err := parseStatuses(rest, queue.Statuses, nil)
+	if err != nil {
+		return nil, nil, usageErrorf("%v, retrying or scheduled", err)
+	}
+	return sts, states, nil
 }
 
 func joinStatuses(ss []queue.Status) string {

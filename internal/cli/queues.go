@@ -26,11 +26,12 @@ claim on; running tasks finish), and resume it to let them claim again.`,
 }
 
 func (a *app) queuePauseCommand(pause bool) *cobra.Command {
+	var create bool
 	use, short, past := "resume QUEUE...", "Let workers claim tasks of the queues again", "Resumed"
 	if pause {
 		use, short, past = "pause QUEUE...", "Stop workers from claiming tasks of the queues", "Paused"
 	}
-	return newCommand(&cobra.Command{
+	c := newCommand(&cobra.Command{
 		Use:     use,
 		Short:   short,
 		Example: "  skiplock queue " + use[:len(use)-len(" QUEUE...")] + " reports mail",
@@ -51,6 +52,24 @@ func (a *app) queuePauseCommand(pause bool) *cobra.Command {
 				return err
 			}
 			defer done()
+			// A typo must not pause a queue nobody uses: check every name
+			// before changing any.
+			if !create {
+				for _, q := range args {
+					known, err := client.QueueExists(cmd.Context(), q)
+					if err != nil {
+						return err
+					}
+					if known {
+						continue
+					}
+					if pause {
+						return usageErrorf("no queue %q: it has no tasks and was never paused; check the name, "+
+							"or pass --create to pause it before its first task (nothing was paused)", q)
+					}
+					return usageErrorf("no queue %q: it has no tasks and was never paused, so there is nothing to resume (nothing was changed)", q)
+				}
+			}
 			for _, q := range args {
 				if pause {
 					err = client.PauseQueue(cmd.Context(), q)
@@ -70,13 +89,20 @@ func (a *app) queuePauseCommand(pause bool) *cobra.Command {
 			return nil
 		},
 	})
+	if pause {
+		c.Flags().BoolVar(&create, "create", false, "pause a queue that has no tasks yet (else an unknown name is refused)")
+	}
+	return c
 }
 
 func (a *app) queueListCommand() *cobra.Command {
 	return newCommand(&cobra.Command{
-		Use:     "list",
-		Short:   "List queues with tasks, and whether they are paused",
-		Example: "  skiplock queue list --json",
+		Use:   "list",
+		Short: "List the queues: backlog, running and failed tasks, paused or not",
+		Long: `List every known queue (one with tasks in any status, or paused once): its
+due, retrying and scheduled tasks, running and failed tasks, and whether it
+is paused, since when.`,
+		Example: "  skiplock queue list\n  skiplock queue list --json",
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			client, done, err := a.open(cmd.Context())
@@ -84,50 +110,39 @@ func (a *app) queueListCommand() *cobra.Command {
 				return err
 			}
 			defer done()
-			stats, err := client.Stats(cmd.Context())
+			queues, err := client.Queues(cmd.Context())
 			if err != nil {
 				return err
-			}
-			paused, err := client.PausedQueues(cmd.Context())
-			if err != nil {
-				return err
-			}
-			pausedAt := map[string]time.Time{}
-			for _, p := range paused {
-				pausedAt[p.Name] = p.PausedAt
 			}
 			type queueJSON struct {
-				Name     string     `json:"name"`
-				Pending  int64      `json:"pending"`
-				Running  int64      `json:"running"`
-				PausedAt *time.Time `json:"paused_at"`
+				Name      string     `json:"name"`
+				Pending   int64      `json:"pending"`
+				Due       int64      `json:"due"`
+				Retrying  int64      `json:"retrying"`
+				Scheduled int64      `json:"scheduled"`
+				Running   int64      `json:"running"`
+				Failed    int64      `json:"failed"`
+				PausedAt  *time.Time `json:"paused_at"`
 			}
-			var out []queueJSON
-			seen := map[string]bool{}
-			for _, q := range stats.Queues {
-				seen[q.Queue] = true
-				j := queueJSON{Name: q.Queue, Pending: q.Pending, Running: q.Running}
-				if at, ok := pausedAt[q.Queue]; ok {
-					j.PausedAt = &at
-				}
-				out = append(out, j)
-			}
-			for _, p := range paused { // paused queues with no tasks yet
-				if !seen[p.Name] {
-					at := p.PausedAt
-					out = append(out, queueJSON{Name: p.Name, PausedAt: &at})
-				}
+			out := make([]queueJSON, len(queues))
+			for i, q := range queues {
+				out[i] = queueJSON{Name: q.Name, Pending: q.Pending, Due: q.Due, Retrying: q.Retrying, Scheduled: q.Scheduled,
+					Running: q.Running, Failed: q.Failed, PausedAt: q.PausedAt}
 			}
 			if a.json {
 				return a.printJSON(map[string]any{"queues": out})
 			}
-			tw := table(a.env.Stdout, "QUEUE", "PENDING", "RUNNING", "STATE")
+			if len(out) == 0 {
+				fmt.Fprintln(a.env.Stdout, "No queues: no tasks have been enqueued.")
+				return nil
+			}
+			tw := table(a.env.Stdout, "QUEUE", "DUE", "RETRYING", "SCHEDULED", "RUNNING", "FAILED", "STATE")
 			for _, q := range out {
 				state := "active"
 				if q.PausedAt != nil {
-					state = "paused since " + q.PausedAt.Local().Format(time.DateTime)
+					state = "paused since " + stamp(*q.PausedAt)
 				}
-				row(tw, q.Name, count(q.Pending), count(q.Running), state)
+				row(tw, q.Name, count(q.Due), count(q.Retrying), count(q.Scheduled), count(q.Running), count(q.Failed), state)
 			}
 			return tw.Flush()
 		},

@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -17,10 +18,16 @@ import (
 
 // taskJSON is a task as --json prints it.
 type taskJSON struct {
-	ID          int64           `json:"id"`
-	Queue       string          `json:"queue"`
-	Name        string          `json:"name"`
-	Status      queue.Status    `json:"status"`
+	ID     int64        `json:"id"`
+	Queue  string       `json:"queue"`
+	Name   string       `json:"name"`
+	Status queue.Status `json:"status"`
+	// State is the status with pending tasks told apart: pending (due),
+	// retrying or scheduled.
+	State queue.State `json:"state"`
+	// Permanent is set on a failed task that failed for good before its
+	// attempts ran out.
+	Permanent   bool            `json:"permanent,omitempty"`
 	Priority    int             `json:"priority"`
 	Attempt     int             `json:"attempt"`
 	MaxAttempts int             `json:"max_attempts"`
@@ -81,7 +88,7 @@ func attempts(t *queue.Task) []attemptJSON {
 
 func toJSON(t *queue.Task) taskJSON {
 	return taskJSON{
-		ID: t.ID, Queue: t.Queue, Name: t.Name, Status: t.Status, Priority: t.Priority,
+		ID: t.ID, Queue: t.Queue, Name: t.Name, Status: t.Status, State: t.State(), Permanent: t.FailedPermanently(), Priority: t.Priority,
 		Attempt: t.Attempt, MaxAttempts: t.MaxAttempts, TimeoutMS: t.Timeout.Milliseconds(),
 		Payload: t.Payload, Metadata: t.Metadata, RunAt: t.RunAt, CreatedAt: t.CreatedAt,
 		StartedAt: t.StartedAt, FinishedAt: t.FinishedAt, WorkerID: t.WorkerID,
@@ -104,10 +111,23 @@ func lastError(t *queue.Task) string {
 func printTasks(w io.Writer, tasks []*queue.Task) {
 	tw := table(w, "ID", "QUEUE", "NAME", "STATUS", "ATTEMPTS", "CREATED", "WHEN", "LAST ERROR")
 	for _, t := range tasks {
-		row(tw, t.ID, t.Queue, t.Name, t.Status, fmt.Sprintf("%d/%d", t.Attempt, t.MaxAttempts),
+		row(tw, t.ID, t.Queue, t.Name, stateLabel(t), fmt.Sprintf("%d/%d", t.Attempt, t.MaxAttempts),
 			ago(t.CreatedAt)+" ago", when(t), clip(lastError(t), 60))
 	}
 	tw.Flush()
+}
+
+// stateLabel is a task's state for a table: a failed task says whether it
+// failed for good or ran out of attempts.
+func stateLabel(t *queue.Task) string {
+	st := t.State()
+	if st != queue.StateFailed {
+		return string(st)
+	}
+	if t.FailedPermanently() {
+		return "failed (permanent)"
+	}
+	return "failed (out of attempts)"
 }
 
 // when says what the task's status means in time: due when, running
@@ -203,22 +223,29 @@ func (a *app) listCommand() *cobra.Command {
 	var (
 		ff       filterFlags
 		statuses []string
-		limit    int
+		limit    countFlag
 		beforeID int64
 	)
 	c := newCommand(&cobra.Command{
 		Use:   "list",
 		Short: "List tasks, newest first",
-		Long: `List tasks, newest first, with their status, attempts and last error.
-Filters combine: a task must match all of them.`,
+		Long: `List tasks, newest first, with their state, attempts and last error.
+Filters combine: a task must match all of them.
+
+STATUS tells pending tasks apart: pending (due now), retrying (attempt > 0,
+waiting out a retry's backoff) and scheduled (attempt 0, run time ahead);
+and failed ones: failed (permanent), by a permanent error or for want of a
+handler, or failed (out of attempts). --status pending selects all three
+kinds of pending task; retrying and scheduled select one.`,
 		Example: `  skiplock list
   skiplock list --status failed --queue mail --since 24h
   skiplock list --status pending,running --name email.send --limit 200
+  skiplock list --status retrying      # pending tasks waiting out a retry's backoff
   skiplock list --status failed --error-contains timeout --json | jq '.[].id'
   skiplock list --before 1000          # the page after task 1000`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			sts, err := parseStatuses(statuses, queue.Statuses, nil)
+			sts, states, err := parseListStatuses(statuses)
 			if err != nil {
 				return err
 			}
@@ -226,18 +253,19 @@ Filters combine: a task must match all of them.`,
 			if err != nil {
 				return err
 			}
-			if limit < 1 || limit > queue.MaxListLimit {
-				return usageErrorf("--limit must be 1 to %d, got %d", queue.MaxListLimit, limit)
-			}
 			if beforeID < 0 {
 				return usageErrorf("--before must be a task ID, got %d", beforeID)
+			}
+			lf := queue.ListFilter{Filter: f, States: states, Limit: int(limit), BeforeID: beforeID}
+			if err := invalidInput(lf.Validate()); err != nil {
+				return err
 			}
 			client, done, err := a.open(cmd.Context())
 			if err != nil {
 				return err
 			}
 			defer done()
-			tasks, err := client.List(cmd.Context(), queue.ListFilter{Filter: f, Limit: limit, BeforeID: beforeID})
+			tasks, err := client.List(cmd.Context(), lf)
 			if err != nil {
 				return err
 			}
@@ -253,15 +281,15 @@ Filters combine: a task must match all of them.`,
 				return nil
 			}
 			printTasks(a.env.Stdout, tasks)
-			if len(tasks) == limit {
+			if len(tasks) == int(limit) {
 				fmt.Fprintf(a.env.Stdout, "(first %d; more with --before %d or --limit)\n", limit, tasks[len(tasks)-1].ID)
 			}
 			return nil
 		},
 	})
 	ff.register(c, true)
-	c.Flags().StringSliceVar(&statuses, "status", nil, "only tasks in this status: pending, running, completed, failed, cancelled (comma separated or repeated)")
-	c.Flags().IntVar(&limit, "limit", queue.DefaultListLimit, "at most this many tasks")
+	c.Flags().StringSliceVar(&statuses, "status", nil, "only tasks in this status: pending, running, completed, failed, cancelled, or of pending ones retrying or scheduled (comma separated or repeated)")
+	limit.register(c, "limit", queue.DefaultListLimit, "at most this many tasks")
 	c.Flags().Int64Var(&beforeID, "before", 0, "only tasks with an ID below this one (the next page)")
 	return c
 }
@@ -277,11 +305,7 @@ error, worker, host and pid, and, while it runs, who holds its advisory lock
   skiplock show 42 --json | jq '.attempts[-1].error'`,
 		Args: exactArgs(1, "show needs one task ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ids, err := parseIDs(args)
-			if err != nil {
-				return err
-			}
-			client, done, err := a.open(cmd.Context())
+			ids, client, done, err := a.openWithIDs(cmd.Context(), args)
 			if err != nil {
 				return err
 			}
@@ -318,7 +342,11 @@ func printTask(w io.Writer, t *queue.Task, holder *queue.TaskLock) {
 	fmt.Fprintf(w, "Task %d\n", t.ID)
 	tw := table(w, "  Name:", t.Name)
 	row(tw, "  Queue:", t.Queue)
-	row(tw, "  Status:", t.Status)
+	status := string(t.State())
+	if why := t.Why(time.Now()); why != "" {
+		status += ": " + why
+	}
+	row(tw, "  Status:", status)
 	row(tw, "  Priority:", t.Priority)
 	row(tw, "  Attempts:", fmt.Sprintf("%d of %d", t.Attempt, t.MaxAttempts))
 	row(tw, "  Timeout:", timeout)
@@ -421,16 +449,29 @@ func (a *app) enqueueCommand() *cobra.Command {
 		maxAttempts int
 		timeout     time.Duration
 		metadata    string
+		uniqueKey   string
+		unique      bool
+		uniqueFor   time.Duration
+		exclusive   string
 	)
 	c := newCommand(&cobra.Command{
 		Use:   "enqueue NAME [PAYLOAD|-]",
 		Short: "Enqueue a task",
 		Long: `Enqueue a task named NAME with a JSON payload (default null); - reads the
-payload from stdin. Prints the new task's ID, or the task with --json.`,
+payload from stdin. Prints the new task's ID, or the task with --json.
+
+With --unique-key (or --unique, a key from the name and payload), a task
+whose key is held by a pending or running task is not enqueued: the command
+prints the existing task's ID, says so on stderr and exits 0 (with
+--unique-window, at most one task per key per window, whatever its status).
+With --exclusive-key, at most one task with the key runs at a time.`,
 		Example: `  skiplock enqueue email.send '{"to":"ada@example.com"}'
   skiplock enqueue report.build --queue reports --priority -1 --delay 10m
   skiplock enqueue sync --run-at 2026-01-02T03:00:00Z --max-attempts 3 --timeout 5m
-  jq -c . order.json | skiplock enqueue order.process - --metadata '{"trace":"abc"}'`,
+  jq -c . order.json | skiplock enqueue order.process - --metadata '{"trace":"abc"}'
+  skiplock enqueue sync.account '{"id":7}' --unique-key sync:7     # not twice while one waits or runs
+  skiplock enqueue digest.send --unique --unique-window 24h           # once a day per name and payload
+  skiplock enqueue ledger.post '{"account":7}' --exclusive-key account:7`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) < 1 || len(args) > 2 {
 				return usageErrorf("enqueue needs a task name and at most one payload, got %d arguments (see `%s --help`)", len(args), cmd.CommandPath())
@@ -485,6 +526,30 @@ payload from stdin. Prints the new task's ID, or the task with --json.`,
 				}
 				opts = append(opts, queue.WithMetadata(json.RawMessage(metadata)))
 			}
+			if uniqueKey != "" && unique {
+				return usageErrorf("--unique-key and --unique both set the unique key; pass one")
+			}
+			if uniqueFor != 0 && uniqueKey == "" && !unique {
+				return usageErrorf("--unique-window needs --unique-key or --unique")
+			}
+			switch {
+			case uniqueKey != "":
+				opts = append(opts, queue.WithUniqueKey(uniqueKey))
+			case unique:
+				opts = append(opts, queue.WithUnique())
+			}
+			if uniqueFor != 0 {
+				if uniqueFor < time.Second {
+					return usageErrorf("--unique-window must be at least 1s, got %s", uniqueFor)
+				}
+				opts = append(opts, queue.WithUniqueWindow(uniqueFor))
+			}
+			if exclusive != "" {
+				opts = append(opts, queue.WithExclusiveKey(exclusive))
+			}
+			if len(uniqueKey) > 1024 || len(exclusive) > 1024 {
+				return usageErrorf("--unique-key and --exclusive-key must be at most 1024 bytes")
+			}
 			if args[0] == "" || len(args[0]) > queue.MaxNameLength {
 				return usageErrorf("task name must be 1 to %d bytes", queue.MaxNameLength)
 			}
@@ -498,6 +563,11 @@ payload from stdin. Prints the new task's ID, or the task with --json.`,
 			}
 			defer done()
 			id, err := client.Enqueue(cmd.Context(), args[0], payload, opts...)
+			var dup *queue.DuplicateError
+			if errors.As(err, &dup) && dup.ExistingID != 0 {
+				fmt.Fprintf(a.env.Stderr, "skiplock: enqueue: not enqueued: task %d holds unique key %q\n", dup.ExistingID, dup.Key)
+				id, err = dup.ExistingID, nil
+			}
 			if err != nil {
 				return err
 			}
@@ -520,6 +590,10 @@ payload from stdin. Prints the new task's ID, or the task with --json.`,
 	fl.IntVar(&maxAttempts, "max-attempts", queue.DefaultMaxAttempts, "how many times the task may run before it stays failed")
 	fl.DurationVar(&timeout, "timeout", 0, "bound each attempt (default: the worker's TaskTimeout)")
 	fl.StringVar(&metadata, "metadata", "", "a JSON object that handlers can read beside the payload")
+	fl.StringVar(&uniqueKey, "unique-key", "", "enqueue nothing while a task with this key is pending or running")
+	fl.BoolVar(&unique, "unique", false, "like --unique-key, with a key made of the name and the payload")
+	fl.DurationVar(&uniqueFor, "unique-window", 0, "with --unique-key or --unique: one task per key per window (e.g. 1h, 24h), whatever its status")
+	fl.StringVar(&exclusive, "exclusive-key", "", "run at most one task with this key at a time, across every worker")
 	return c
 }
 

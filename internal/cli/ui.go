@@ -17,12 +17,15 @@ func (a *app) uiCommand() *cobra.Command {
 	cmd := newCommand(&cobra.Command{
 		Use:   "ui",
 		Short: "Serve the web dashboard: queues, tasks, failures, locks and workers",
-		Long: `Serve a web dashboard of the schema's queues until interrupted: queue depth,
-throughput and failure rate over the last hour, paused queues with pause and
-resume; tasks filtered by status, queue, name or error text, paged by ID; a
-task's payload and every attempt with its error and worker; failed tasks to
-requeue or cancel, one at a time or in bulk; the task locks held now and the
-workers that hold them. Pages refresh themselves every --refresh.
+		Long: `Serve a web dashboard of the schema's queues until interrupted: backlog
+(due, retrying, scheduled), tasks completed and failed per minute over the
+last hour (read from the table, with axes and values), paused queues with
+pause and resume; tasks filtered by state, queue, name or error text, paged
+by ID; a task's payload and every attempt with its error and worker, with
+run now and delete; failed tasks to requeue or cancel, one at a time or in
+bulk; a form to enqueue a task; periodic schedules and rate limits; the task
+locks held now and the live workers. Pages refresh themselves every
+--refresh.
 
 It listens on 127.0.0.1:8080 by default, for this machine only. Any other
 address needs a token, from --token or ` + ui.TokenEnv + ` (preferred: flags

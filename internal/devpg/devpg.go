@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"os/user"
@@ -11,6 +13,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/skiplock/skiplock/internal/pgerr"
 )
 
 // Server is a PostgreSQL server that devpg found or started.
@@ -29,6 +33,7 @@ type Server struct {
 	port   int
 	runAs  *runAs // nil unless we had to drop root privileges
 	log    io.Writer
+	listen []netip.Prefix // extra addresses (Options.Listen)
 
 	mu     sync.Mutex // serialises Close and Restart
 	closed bool
@@ -45,6 +50,13 @@ type Options struct {
 	SkipLocal bool
 	// Log receives one-line progress messages; nil means silent.
 	Log io.Writer
+	// Listen adds addresses a throwaway cluster listens on besides
+	// 127.0.0.1, each with its network, such as "198.18.7.1/30": clients
+	// from that network are trusted, as on loopback. For tests that put
+	// clients in network namespaces of their own. Setting it implies
+	// SkipLocal and ignores EnvVars: only a throwaway cluster can listen
+	// there.
+	Listen []netip.Prefix
 }
 
 const (
@@ -63,13 +75,16 @@ const localSocketDir = "/var/run/postgresql"
 // else one running locally, else a freshly booted throwaway cluster that
 // the caller must Close.
 func Find(ctx context.Context, opts Options) (*Server, error) {
+	if len(opts.Listen) > 0 {
+		opts.EnvVars, opts.SkipLocal = nil, true
+	}
 	for _, name := range opts.EnvVars {
 		v := os.Getenv(name)
 		if v == "" {
 			continue
 		}
 		if err := ping(ctx, v, envProbeTimeout); err != nil {
-			return nil, fmt.Errorf("devpg: %s is set but its server does not answer: %w", name, err)
+			return nil, fmt.Errorf("devpg: %s is set but its server does not answer: %s", name, pgerr.ConnectCause(err))
 		}
 		logf(opts.Log, "devpg: using server from %s", name)
 		return &Server{URL: v, Source: "env:" + name}, nil
@@ -79,7 +94,7 @@ func Find(ctx context.Context, opts Options) (*Server, error) {
 		var errs []string
 		for _, c := range localCandidates() {
 			if err := ping(ctx, c.url, localProbeTimeout); err != nil {
-				errs = append(errs, fmt.Sprintf("%s: %v", c.desc, err))
+				errs = append(errs, fmt.Sprintf("%s: %s", c.desc, pgerr.ConnectCause(err)))
 				continue
 			}
 			logf(opts.Log, "devpg: using local PostgreSQL (%s)", c.desc)
@@ -93,7 +108,17 @@ func Find(ctx context.Context, opts Options) (*Server, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	return bootThrowaway(ctx, opts.Log)
+	return bootThrowaway(ctx, opts.Log, opts.Listen)
+}
+
+// URLOn is URL with its host replaced by addr, one of Options.Listen.
+func (s *Server) URLOn(addr netip.Addr) string {
+	u, err := url.Parse(s.URL)
+	if err != nil {
+		return s.URL
+	}
+	u.Host = net.JoinHostPort(addr.String(), u.Port())
+	return u.String()
 }
 
 type candidate struct {

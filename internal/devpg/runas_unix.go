@@ -45,10 +45,11 @@ func (r *runAs) apply(cmd *exec.Cmd) {
 	if r == nil {
 		return
 	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		// Groups left empty so root's supplementary groups are dropped.
-		Credential: &syscall.Credential{Uid: uint32(r.uid), Gid: uint32(r.gid)},
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
+	// Groups left empty so root's supplementary groups are dropped.
+	cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(r.uid), Gid: uint32(r.gid)}
 }
 
 func ownerOf(fi fs.FileInfo) int {

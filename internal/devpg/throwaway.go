@@ -9,6 +9,7 @@ import (
 	"io"
 	"io/fs"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -134,7 +135,7 @@ func serverMajor(ctx context.Context, binDir string) string {
 	return ""
 }
 
-func bootThrowaway(ctx context.Context, logw io.Writer) (srv *Server, err error) {
+func bootThrowaway(ctx context.Context, logw io.Writer, listen []netip.Prefix) (srv *Server, err error) {
 	binDir, err := findBinaries()
 	if err != nil {
 		return nil, err
@@ -154,7 +155,7 @@ func bootThrowaway(ctx context.Context, logw io.Writer) (srv *Server, err error)
 	if err != nil {
 		return nil, fmt.Errorf("devpg: %w", err)
 	}
-	s := &Server{Source: "throwaway", dir: dir, binDir: binDir, runAs: ra, log: logw}
+	s := &Server{Source: "throwaway", dir: dir, binDir: binDir, runAs: ra, log: logw, listen: listen}
 	defer func() {
 		if err != nil {
 			_ = s.destroy()
@@ -193,6 +194,11 @@ func bootThrowaway(ctx context.Context, logw io.Writer) (srv *Server, err error)
 	if err != nil {
 		return nil, fmt.Errorf("devpg: initdb failed: %v\n%s", err, bytes.TrimSpace(out))
 	}
+	if len(listen) > 0 {
+		if err := s.trust(listen); err != nil {
+			return nil, err
+		}
+	}
 
 	for attempt := 1; ; attempt++ {
 		err = s.start(ctx)
@@ -213,6 +219,19 @@ func bootThrowaway(ctx context.Context, logw io.Writer) (srv *Server, err error)
 	return s, nil
 }
 
+// trust lets clients of the extra networks in, as initdb --auth=trust lets
+// loopback clients in.
+func (s *Server) trust(listen []netip.Prefix) error {
+	f, err := os.OpenFile(filepath.Join(s.dataDir(), "pg_hba.conf"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("devpg: %w", err)
+	}
+	for _, p := range listen {
+		fmt.Fprintf(f, "host all all %s trust\n", p.Masked())
+	}
+	return f.Close()
+}
+
 func (s *Server) setPort(port int) {
 	s.port = port
 	s.URL = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
@@ -226,9 +245,13 @@ func (s *Server) start(ctx context.Context) error {
 	// The settings trade durability for speed: the data dies with the test.
 	// The socket goes in our private dir so we never collide with (or need
 	// write access to) /var/run/postgresql.
-	opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=off "+
+	addrs := []string{"127.0.0.1"}
+	for _, p := range s.listen {
+		addrs = append(addrs, p.Addr().String())
+	}
+	opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=%s -c fsync=off "+
 		"-c synchronous_commit=off -c full_page_writes=off -c max_connections=200",
-		s.port, shellQuote(s.dir))
+		s.port, shellQuote(s.dir), strings.Join(addrs, ","))
 	out, err := s.run(ctx, "pg_ctl", "-D", s.dataDir(), "-l", s.logFile(), "-w",
 		"-t", strconv.Itoa(pgctlTimeoutSeconds), "-o", opts, "start")
 	if err != nil {

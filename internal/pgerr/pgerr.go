@@ -1,10 +1,16 @@
-// Package pgerr turns driver errors into skiplock's errors, in one place.
+// Package pgerr turns driver errors into skiplock's errors, in one place
+// (as River's interpretError): Interpret, and Interpreting, an executor that
+// applies it to every statement. SQLSTATEs are named by pgerrcode and read
+// only here.
 package pgerr
 
 import (
 	"errors"
 	"fmt"
+	"strings"
 
+	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -12,23 +18,164 @@ import (
 // database (or from the search_path).
 var ErrNotMigrated = errors.New("skiplock: schema not migrated: run `skiplock migrate up` (or migrations.Up from Go)")
 
-// Wrap maps PostgreSQL errors with a skiplock meaning to skiplock's errors
-// and returns others unchanged.
-func Wrap(err error) error {
+// NoSchemaError is returned when no schema of the session's search_path
+// exists, so that skiplock's tables can be neither found nor created there.
+// It wraps ErrNotMigrated.
+type NoSchemaError struct {
+	// SearchPath is the search_path as set (the URL's search_path).
+	SearchPath string
+	// Schema is its first schema, "$user" resolved: the one to create.
+	// Empty when the search_path names none.
+	Schema string
+}
+
+// NoSchema returns the NoSchemaError of a session whose search_path, as
+// set, names no schema that exists; user is the session's user.
+func NoSchema(searchPath, user string) error {
+	return &NoSchemaError{SearchPath: searchPath, Schema: firstSchema(searchPath, user)}
+}
+
+func (e *NoSchemaError) Error() string {
+	if e.Schema == "" {
+		return fmt.Sprintf("skiplock: the search_path %q names no schema: set one (postgres://...?search_path=SCHEMA)", e.SearchPath)
+	}
+	in := ""
+	if e.SearchPath != e.Schema {
+		in = fmt.Sprintf(" (first in search_path %q, none of which exists)", e.SearchPath)
+	}
+	return fmt.Sprintf("skiplock: schema %q does not exist%s: create it (CREATE SCHEMA %s), then migrate up",
+		e.Schema, in, pgx.Identifier{e.Schema}.Sanitize())
+}
+
+func (e *NoSchemaError) Unwrap() error { return ErrNotMigrated }
+
+// firstSchema is the first name of a search_path setting as PostgreSQL
+// reads it: an unquoted name folds to lower case, "" in a quoted one is a
+// quote, and $user is the session's user.
+func firstSchema(searchPath, user string) string {
+	s := strings.TrimSpace(searchPath)
+	var name string
+	if rest, quoted := strings.CutPrefix(s, `"`); quoted {
+		var b strings.Builder
+		for i := 0; i < len(rest); i++ {
+			if rest[i] == '"' {
+				if i+1 < len(rest) && rest[i+1] == '"' {
+					b.WriteByte('"')
+					i++
+					continue
+				}
+				break
+			}
+			b.WriteByte(rest[i])
+		}
+		name = b.String()
+	} else {
+		name, _, _ = strings.Cut(s, ",")
+		name = strings.ToLower(strings.TrimSpace(name))
+	}
+	if name == "$user" {
+		return user
+	}
+	return name
+}
+
+// ErrNotFound is what a statement that expects a row returns when there is
+// none (pgx.ErrNoRows, interpreted): each caller says what was not found.
+var ErrNotFound = errors.New("skiplock: not found")
+
+// ExclusiveRunningIndex is the unique index that lets one task of an
+// exclusive key run at a time (migrations/000003): two claims that race
+// for one key meet there.
+const ExclusiveRunningIndex = "skiplock_tasks_exclusive_running_idx"
+
+// Interpret turns a driver error into skiplock's: no row becomes
+// ErrNotFound; a missing table, column or function (skiplock's schema is
+// absent or too old) becomes ErrNotMigrated. Other errors, and nil, are
+// returned unchanged, so it is safe to apply twice. Code outside this
+// package reads no SQLSTATE: it asks the functions below.
+func Interpret(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ErrNotFound
+	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {
-		case "42P01", "42703", "42883": // undefined table, column, function
+		case pgerrcode.UndefinedTable, pgerrcode.UndefinedColumn, pgerrcode.UndefinedFunction:
 			return fmt.Errorf("%w (%s)", ErrNotMigrated, pgErr.Message)
 		}
 	}
 	return err
 }
 
-// IsLockTableFull reports whether err is PostgreSQL's "out of shared
-// memory" (53200), which a claim gets when the shared lock table, shared by
-// every session of the server, has no room for more advisory locks.
-func IsLockTableFull(err error) bool {
+// Code is the SQLSTATE of an error the server sent; "" for any other
+// error (a failure to reach the server, a timeout).
+func Code(err error) string {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "53200"
+	if errors.As(err, &pgErr) {
+		return pgErr.Code
+	}
+	return ""
+}
+
+// IsLockTableFull reports whether err is PostgreSQL's "out of shared
+// memory", which a claim gets when the shared lock table, shared by every
+// session of the server, has no room for more advisory locks.
+func IsLockTableFull(err error) bool {
+	return Code(err) == pgerrcode.OutOfMemory
+}
+
+// IsExclusiveKeyTaken reports whether err is a claim that lost a race for
+// an exclusive key: a unique violation of ExclusiveRunningIndex.
+func IsExclusiveKeyTaken(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UniqueViolation && pgErr.ConstraintName == ExclusiveRunningIndex
+}
+
+// IsLoginRefused reports whether the server refused a connection for good:
+// wrong user or password, no pg_hba.conf entry, no such database. Waiting
+// does not fix these.
+func IsLoginRefused(err error) bool {
+	c := Code(err)
+	return c != "" && (pgerrcode.IsInvalidAuthorizationSpecification(c) || c == pgerrcode.InvalidCatalogName)
+}
+
+// Retryable reports whether a statement that failed with err may succeed if
+// sent again: the connection failed (no server error at all), or the server
+// reported a connection exception, operator intervention (shutdown, a
+// cancelled query), insufficient resources or a transaction rollback
+// (serialization failure, deadlock).
+func Retryable(err error) bool {
+	c := Code(err)
+	if c == "" {
+		return true // the connection, not the statement
+	}
+	return pgerrcode.IsConnectionException(c) || pgerrcode.IsOperatorIntervention(c) ||
+		pgerrcode.IsInsufficientResources(c) || pgerrcode.IsTransactionRollback(c)
+}
+
+// ConnectCause is the innermost error of a failed connection, without the
+// repetitions of pgx's report of each attempt (pgx tries each address, and
+// with sslmode=prefer each twice, and lists every try).
+func ConnectCause(err error) string {
+	for {
+		switch u := err.(type) {
+		case interface{ Unwrap() []error }:
+			errs := u.Unwrap()
+			if len(errs) == 0 {
+				return err.Error()
+			}
+			err = errs[len(errs)-1]
+		case interface{ Unwrap() error }:
+			next := u.Unwrap()
+			if next == nil {
+				return err.Error()
+			}
+			err = next
+		default:
+			return err.Error()
+		}
+	}
 }

@@ -27,12 +27,27 @@ import (
 // (default_query_exec_mode=exec), which a transaction pooler breaks.
 func PgBouncer(tb testing.TB, serverURL, schema string) string {
 	tb.Helper()
-	bin, err := exec.LookPath("pgbouncer")
+	return StartPgBouncer(tb, serverURL, schema).URL
+}
+
+// Bouncer is a PgBouncer started by StartPgBouncer.
+type Bouncer struct {
+	// URL connects through the PgBouncer, as PgBouncer's returns.
+	URL string
+
+	dir    string
+	schema string
+	port   int
+	cmd    *exec.Cmd
+}
+
+// StartPgBouncer is PgBouncer, returning the Bouncer so that a test can
+// point it at another server (Repoint).
+func StartPgBouncer(tb testing.TB, serverURL, schema string) *Bouncer {
+	tb.Helper()
+	bin, err := findPgBouncer()
 	if err != nil {
-		if _, serr := os.Stat("/usr/sbin/pgbouncer"); serr != nil {
-			tb.Fatalf("pgtest: pgbouncer is not installed (Debian/Ubuntu: apt-get install pgbouncer)")
-		}
-		bin = "/usr/sbin/pgbouncer"
+		tb.Fatal(err)
 	}
 	server, err := pgx.ParseConfig(serverURL)
 	if err != nil {
@@ -53,10 +68,7 @@ func PgBouncer(tb testing.TB, serverURL, schema string) string {
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
 
-	db := fmt.Sprintf("host=%s port=%d dbname=%s user=%s", server.Host, server.Port, server.Database, server.User)
-	if schema != "" {
-		db += fmt.Sprintf(" connect_query='SET search_path TO %s'", schema)
-	}
+	b := &Bouncer{dir: dir, schema: schema, port: port}
 	ini := fmt.Sprintf(`[databases]
 skiplock = %s
 
@@ -76,7 +88,7 @@ server_reset_query =
 server_login_retry = 1
 logfile = %s
 pidfile = %s
-`, db, port, filepath.Join(dir, "userlist.txt"), filepath.Join(dir, "pgbouncer.log"), filepath.Join(dir, "pgbouncer.pid"))
+`, b.database(server), port, filepath.Join(dir, "userlist.txt"), filepath.Join(dir, "pgbouncer.log"), filepath.Join(dir, "pgbouncer.pid"))
 	files := map[string]string{
 		"pgbouncer.ini": ini,
 		"userlist.txt":  fmt.Sprintf("%q \"\"\n", server.User),
@@ -94,6 +106,7 @@ pidfile = %s
 	if err := cmd.Start(); err != nil {
 		tb.Fatalf("pgtest: starting pgbouncer: %v", err)
 	}
+	b.cmd = cmd
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	tb.Cleanup(func() {
@@ -139,7 +152,64 @@ pidfile = %s
 		tb.Fatalf("pgtest: connecting through pgbouncer: %v\n%s", err, log)
 	}
 	conn.Close(ctx)
-	return u.String()
+	b.URL = u.String()
+	return b
+}
+
+// database is the [databases] entry for server.
+func (b *Bouncer) database(server *pgx.ConnConfig) string {
+	db := fmt.Sprintf("host=%s port=%d dbname=%s user=%s", server.Host, server.Port, server.Database, server.User)
+	if b.schema != "" {
+		db += fmt.Sprintf(" connect_query='SET search_path TO %s'", b.schema)
+	}
+	return db
+}
+
+// Repoint sends the PgBouncer's connections to the server at serverURL
+// from now on, as an operator does after a failover: it rewrites the
+// database entry and reloads (SIGHUP). PgBouncer closes the server
+// connections of the old entry as their clients release them; clients stay
+// connected.
+func (b *Bouncer) Repoint(serverURL string) error {
+	server, err := pgx.ParseConfig(serverURL)
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(b.dir, "pgbouncer.ini")
+	ini, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	head, rest, ok := strings.Cut(string(ini), "\nskiplock = ")
+	if !ok {
+		return fmt.Errorf("pgtest: no database entry in %s", path)
+	}
+	_, rest, _ = strings.Cut(rest, "\n")
+	ini = []byte(head + "\nskiplock = " + b.database(server) + "\n" + rest)
+	if err := os.WriteFile(path, ini, 0o644); err != nil {
+		return err
+	}
+	return b.cmd.Process.Signal(syscall.SIGHUP)
+}
+
+// pgbouncerPaths are where distributions and Homebrew install PgBouncer,
+// for a PATH without sbin directories (a non-root user's, on Debian).
+var pgbouncerPaths = []string{"/usr/sbin/pgbouncer", "/usr/local/sbin/pgbouncer", "/usr/local/bin/pgbouncer",
+	"/opt/homebrew/bin/pgbouncer", "/usr/bin/pgbouncer"}
+
+// findPgBouncer returns PgBouncer's path, or a message saying what to install.
+func findPgBouncer() (string, error) {
+	if p, err := exec.LookPath("pgbouncer"); err == nil {
+		return p, nil
+	}
+	for _, p := range pgbouncerPaths {
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("pgtest: the lease-mode and chaos tests need PgBouncer, found neither on PATH nor at %s "+
+		"(run .ci/test, which installs it; or apt-get install pgbouncer; macOS: brew install pgbouncer)",
+		strings.Join(pgbouncerPaths, ", "))
 }
 
 // unprivileged is the user PgBouncer runs as when the tests run as root.

@@ -145,6 +145,44 @@ func Pool(tb testing.TB) *pgxpool.Pool {
 	return NewPool(tb, Schema(tb, true))
 }
 
+// InsertTask adds a task in any status, as a worker would have left it, and
+// returns its ID: run by worker "w1" unless pending, started a minute ago
+// when attempt > 0, finished now when completed, failed or cancelled, with
+// errs (a JSON array) as its error history. Tests of the operator tools
+// read and change such tasks without running workers.
+func InsertTask(tb testing.TB, pool *pgxpool.Pool, queueName, name, status string, attempt, maxAttempts int, errs string) int64 {
+	tb.Helper()
+	var id int64
+	err := pool.QueryRow(context.Background(), `
+		INSERT INTO skiplock_tasks (queue, name, status, attempt, max_attempts, errors, worker_id, started_at, finished_at)
+		VALUES ($1, $2, $3, $4, $5, $6::jsonb,
+		        CASE WHEN $3 = 'pending' THEN NULL ELSE 'w1' END,
+		        CASE WHEN $4 > 0 THEN now() - interval '1 minute' END,
+		        CASE WHEN $3 IN ('completed', 'failed', 'cancelled') THEN now() END)
+		RETURNING id`, queueName, name, status, attempt, maxAttempts, errs).Scan(&id)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return id
+}
+
+// HoldTaskRow locks the row of task id in a transaction of conn, as an
+// operator's change does while it runs, and returns the transaction: the
+// row is held until the test rolls it back, or ends.
+func HoldTaskRow(tb testing.TB, conn *pgx.Conn, id int64) pgx.Tx {
+	tb.Helper()
+	ctx := context.Background()
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { tx.Rollback(ctx) }) //nolint:errcheck // done already, or the test failed
+	if _, err := tx.Exec(ctx, "SELECT 1 FROM skiplock_tasks WHERE id = $1 FOR UPDATE", id); err != nil {
+		tb.Fatal(err)
+	}
+	return tx
+}
+
 // panicTB lets examples, which get no testing.TB, use the helpers: a
 // failure panics with its message.
 type panicTB struct {
@@ -166,5 +204,34 @@ func ExamplePool() (*pgxpool.Pool, func()) {
 		for i := len(tb.cleanups) - 1; i >= 0; i-- {
 			tb.cleanups[i]()
 		}
+	}
+}
+
+// Patient turns how long a wait takes on an idle machine into the deadline
+// a test gives it. Tests assert outcomes, never speed: on a busy 2-core
+// machine (CI beside other builds, -race) waits take many times longer, so
+// a deadline is there only to catch a hang. It is 20 times expect, and at
+// least two minutes.
+func Patient(expect time.Duration) time.Duration {
+	return max(20*expect, 2*time.Minute)
+}
+
+// Eventually polls cond every 10ms until it holds and fails tb if it still
+// does not after Patient(within). within is how long the wait takes on an
+// idle machine; a wait longer than that is logged, not failed. what names
+// the condition in both messages. It is the one "poll until" for tests:
+// they wait for an outcome, never for a fixed time.
+func Eventually(tb testing.TB, within time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	began := time.Now()
+	patience := Patient(within)
+	for !cond() {
+		if time.Since(began) > patience {
+			tb.Fatalf("timed out after %s waiting for %s", patience, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if d := time.Since(began); d > within {
+		tb.Logf("waited %s for %s (%s on an idle machine)", d.Round(time.Millisecond), what, within)
 	}
 }

@@ -1,11 +1,14 @@
 package ui
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/skiplock/skiplock/queue"
 )
@@ -16,17 +19,22 @@ const requeueReason = "requeued from the dashboard"
 // done sets a message for the next page and sends the browser back to
 // where the form was (its "back" field, a path of this site), or to def.
 func (s *Server) done(w http.ResponseWriter, r *http.Request, def, format string, args ...any) {
-	http.SetCookie(w, &http.Cookie{
-		Name: flashCookie, Value: url.QueryEscape(fmt.Sprintf(format, args...)),
-		Path: "/", MaxAge: 60, HttpOnly: true, SameSite: http.SameSiteStrictMode,
-	})
 	back := r.PostFormValue("back")
 	// Only a path of this site: not "//host" nor "/\host", which browsers
 	// take for another host.
 	if !strings.HasPrefix(back, "/") || strings.HasPrefix(back, "//") || strings.HasPrefix(back, "/\\") {
 		back = def
 	}
-	http.Redirect(w, r, back, http.StatusSeeOther)
+	s.doneAt(w, r, back, format, args...)
+}
+
+// doneAt is done, sending the browser to path whatever the form says.
+func (s *Server) doneAt(w http.ResponseWriter, r *http.Request, path, format string, args ...any) {
+	http.SetCookie(w, &http.Cookie{
+		Name: flashCookie, Value: url.QueryEscape(fmt.Sprintf(format, args...)),
+		Path: "/", MaxAge: 60, HttpOnly: true, SameSite: http.SameSiteStrictMode,
+	})
+	http.Redirect(w, r, path, http.StatusSeeOther)
 }
 
 func (s *Server) actionFailed(w http.ResponseWriter, r *http.Request, err error) {
@@ -209,20 +217,151 @@ func plural(n int64, word string) string {
 
 func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
+	if !s.knownQueue(w, r, name) {
+		return
+	}
 	if err := s.client.PauseQueue(r.Context(), name); err != nil {
 		s.actionFailed(w, r, err)
 		return
 	}
-	s.depth.invalidate()
 	s.done(w, r, "/", "Paused queue %s: workers stop claiming its tasks; running ones finish.", name)
 }
 
 func (s *Server) resume(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
+	if !s.knownQueue(w, r, name) {
+		return
+	}
 	if err := s.client.ResumeQueue(r.Context(), name); err != nil {
 		s.actionFailed(w, r, err)
 		return
 	}
-	s.depth.invalidate()
 	s.done(w, r, "/", "Resumed queue %s.", name)
+}
+
+// knownQueue refuses, as the command does, to pause or resume a queue that
+// has no tasks and was never paused: a forged or stale form must not make
+// a phantom queue.
+func (s *Server) knownQueue(w http.ResponseWriter, r *http.Request, name string) bool {
+	known, err := s.client.QueueExists(r.Context(), name)
+	if err != nil {
+		s.actionFailed(w, r, err)
+		return false
+	}
+	if !known {
+		s.done(w, r, "/", "No queue %s: it has no tasks and was never paused; nothing was changed.", name)
+	}
+	return known
+}
+
+// enqueue enqueues a task from the enqueue form, through the same options
+// as the command's flags.
+func (s *Server) enqueue(w http.ResponseWriter, r *http.Request) {
+	f, err := readEnqueueForm(r)
+	if err != nil {
+		s.actionFailed(w, r, err)
+		return
+	}
+	id, err := s.client.Enqueue(r.Context(), f.name, f.payload, f.opts...)
+	var dup *queue.DuplicateError
+	if errors.As(err, &dup) && dup.ExistingID != 0 {
+		s.doneAt(w, r, fmt.Sprintf("/tasks/%d", dup.ExistingID), "Not enqueued: task %d holds unique key %s.", dup.ExistingID, dup.Key)
+		return
+	}
+	if err != nil {
+		s.actionFailed(w, r, err)
+		return
+	}
+	s.doneAt(w, r, fmt.Sprintf("/tasks/%d", id), "Enqueued task %d.", id)
+}
+
+type enqueueForm struct {
+	name    string
+	payload json.RawMessage
+	opts    []queue.Option
+}
+
+func readEnqueueForm(r *http.Request) (enqueueForm, error) {
+	bad := func(format string, args ...any) (enqueueForm, error) {
+		return enqueueForm{}, fmt.Errorf("%w: %s", queue.ErrInvalidTask, fmt.Sprintf(format, args...))
+	}
+	f := enqueueForm{name: strings.TrimSpace(r.PostFormValue("name")), payload: json.RawMessage("null")}
+	if f.name == "" {
+		return bad("a task name is required")
+	}
+	if p := strings.TrimSpace(r.PostFormValue("payload")); p != "" {
+		if !json.Valid([]byte(p)) {
+			return bad("the payload is not valid JSON")
+		}
+		f.payload = json.RawMessage(p)
+	}
+	if q := strings.TrimSpace(r.PostFormValue("queue")); q != "" {
+		f.opts = append(f.opts, queue.WithQueue(q))
+	}
+	if v := strings.TrimSpace(r.PostFormValue("priority")); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return bad("priority %q is not a whole number", v)
+		}
+		f.opts = append(f.opts, queue.WithPriority(n))
+	}
+	if v := strings.TrimSpace(r.PostFormValue("max_attempts")); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return bad("max attempts %q is not a whole number", v)
+		}
+		f.opts = append(f.opts, queue.WithMaxAttempts(n))
+	}
+	if v := strings.TrimSpace(r.PostFormValue("delay")); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return bad("delay %q is not a duration (such as 30s or 10m)", v)
+		}
+		f.opts = append(f.opts, queue.WithDelay(d))
+	}
+	if v := strings.TrimSpace(r.PostFormValue("unique_key")); v != "" {
+		f.opts = append(f.opts, queue.WithUniqueKey(v))
+	}
+	if v := strings.TrimSpace(r.PostFormValue("exclusive_key")); v != "" {
+		f.opts = append(f.opts, queue.WithExclusiveKey(v))
+	}
+	return f, nil
+}
+
+func (s *Server) runNow(w http.ResponseWriter, r *http.Request) {
+	id, err := pathID(r)
+	if err != nil {
+		s.actionFailed(w, r, err)
+		return
+	}
+	res, err := s.client.RunNow(r.Context(), []int64{id})
+	if err != nil {
+		s.actionFailed(w, r, err)
+		return
+	}
+	def := fmt.Sprintf("/tasks/%d", id)
+	if len(res.IDs) == 0 {
+		s.done(w, r, def, "Task %d was not changed: only scheduled and retrying tasks wait for a later run time.%s", id, skippedNote(res.Skipped))
+		return
+	}
+	s.done(w, r, def, "Task %d is due now.", id)
+}
+
+func (s *Server) deleteOne(w http.ResponseWriter, r *http.Request) {
+	id, err := pathID(r)
+	if err != nil {
+		s.actionFailed(w, r, err)
+		return
+	}
+	res, err := s.client.Delete(r.Context(), []int64{id})
+	if err != nil {
+		s.actionFailed(w, r, err)
+		return
+	}
+	if len(res.IDs) == 0 {
+		s.done(w, r, fmt.Sprintf("/tasks/%d", id), "Task %d was not deleted: a running task must be cancelled first.%s", id, skippedNote(res.Skipped))
+		return
+	}
+	// Its own page is gone: back to the list.
+	s.doneAt(w, r, "/tasks", "Deleted task %d.", id)
 }

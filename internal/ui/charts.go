@@ -6,13 +6,14 @@ import (
 	"html/template"
 	"math"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/skiplock/skiplock/db"
+	"github.com/skiplock/skiplock/queue"
 )
 
-// Throughput charts cover chartWindow in chartBuckets buckets.
+// Throughput charts cover chartWindow in chartBuckets buckets, read from
+// the table (finished_at, through the finished index) on each refresh: a
+// dashboard opened for the first time, or restarted, shows the last hour.
 const (
 	chartWindow  = time.Hour
 	chartBuckets = 60
@@ -31,156 +32,146 @@ func (s *Server) readThroughput(ctx context.Context) (throughput, error) {
 	return s.throughput.get(func() (throughput, error) {
 		// Aligned buckets, so that a refresh does not shift every bar.
 		since := time.Now().Truncate(chartBucket).Add(chartBucket - chartWindow)
-		rows, err := s.queries.QueueThroughput(ctx, s.client.Pool(), db.QueueThroughputParams{
-			Since: since, BucketSeconds: chartBucket.Seconds(),
-		})
+		rows, err := s.client.Throughput(ctx, since, chartBucket)
 		if err != nil {
-			return throughput{}, fmt.Errorf("reading throughput: %w", err)
+			return throughput{}, err
 		}
 		tp := throughput{since: since, completed: map[string][]float64{}, failed: map[string][]float64{}}
 		for _, r := range rows {
 			m := tp.completed
-			if r.Status == "failed" {
+			if r.Status == queue.StatusFailed {
 				m = tp.failed
 			}
 			if m[r.Queue] == nil {
 				m[r.Queue] = make([]float64, chartBuckets)
 			}
-			if r.Bucket >= 0 && int(r.Bucket) < chartBuckets {
-				m[r.Queue][r.Bucket] += float64(r.Finished)
+			if r.Bucket >= 0 && r.Bucket < chartBuckets {
+				m[r.Queue][r.Bucket] += float64(r.Count)
 			}
 		}
 		return tp, nil
 	})
 }
 
-// queueDepth reads the queues (cached for a second) and records the due
-// counts for the depth charts.
-func (s *Server) queueDepth(ctx context.Context) ([]db.QueueDepthRow, error) {
-	return s.depth.get(func() ([]db.QueueDepthRow, error) {
-		rows, err := s.queries.QueueDepth(ctx, s.client.Pool())
-		if err != nil {
-			return nil, fmt.Errorf("reading queues: %w", err)
-		}
-		s.history.add(time.Now(), rows)
-		return rows, nil
-	})
+// chartSize is a chart's geometry: the whole picture, and the margins the
+// axes' labels take.
+type chartSize struct {
+	w, h                     int
+	left, right, top, bottom int
+	xLabels                  int // labels along the time axis
+	yTicks                   int // gridlines above zero
 }
 
-// history keeps the due count of each queue over the last chartWindow,
-// sampled by this process: the depth of a queue in the past is not in the
-// table.
-type history struct {
-	mu      sync.Mutex
-	samples []depthSample
-}
+var (
+	bigChart   = chartSize{w: 1000, h: 190, left: 44, right: 12, top: 10, bottom: 24, xLabels: 7, yTicks: 4}
+	smallChart = chartSize{w: 240, h: 56, left: 30, right: 4, top: 6, bottom: 14, xLabels: 2, yTicks: 1}
+)
 
-type depthSample struct {
-	at  time.Time
-	due map[string]float64
-}
-
-func (h *history) add(at time.Time, rows []db.QueueDepthRow) {
-	due := make(map[string]float64, len(rows))
-	for _, r := range rows {
-		due[r.Queue] = float64(r.Due)
+// niceTop rounds a chart's largest value up to 1, 2 or 5 times a power of
+// ten, split into ticks gridlines, so every gridline is a round number.
+func niceTop(v float64, ticks int) float64 {
+	if v <= 0 {
+		return float64(ticks)
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.samples = append(h.samples, depthSample{at: at, due: due})
-	cut := 0
-	for cut < len(h.samples) && at.Sub(h.samples[cut].at) > chartWindow {
-		cut++
-	}
-	h.samples = h.samples[cut:]
-}
-
-// series returns a queue's due counts in chartBuckets buckets, the last
-// sample of each, carried forward, from the first sample (at most
-// chartWindow ago) to now. A dashboard that just started has a short
-// chart spread over the whole width rather than a dot at its end.
-func (h *history) series(queue string, now time.Time) []float64 {
-	out := make([]float64, chartBuckets)
-	for i := range out {
-		out[i] = math.NaN()
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if len(h.samples) == 0 {
-		return out
-	}
-	start := h.samples[0].at
-	span := max(now.Sub(start), time.Second)
-	for _, s := range h.samples {
-		i := int(float64(s.at.Sub(start)) / float64(span) * chartBuckets)
-		if i >= 0 && i < chartBuckets {
-			out[i] = s.due[queue]
-		} else if i == chartBuckets {
-			out[i-1] = s.due[queue]
+	step := v / float64(ticks)
+	mag := math.Pow(10, math.Floor(math.Log10(step)))
+	for _, m := range []float64{1, 2, 5, 10} {
+		if m*mag >= step {
+			step = m * mag
+			break
 		}
 	}
-	// Depth holds between samples: carry each one forward.
-	for i := 1; i < len(out); i++ {
-		if math.IsNaN(out[i]) {
-			out[i] = out[i-1]
-		}
+	if step < 1 {
+		step = 1
 	}
-	return out
+	return step * float64(ticks)
 }
 
-// sparkline draws values (NaN for gaps) as an inline SVG of w×h pixels,
-// scaled to top (or to the largest value when top is 0). It holds numbers
-// only, so it is safe to emit unescaped.
-func sparkline(values []float64, top float64, class, label string) template.HTML {
-	const w, h = 160, 28
-	if top <= 0 {
-		for _, v := range values {
-			if !math.IsNaN(v) && v > top {
-				top = v
-			}
+// barChart draws completed (below) and failed (stacked above) tasks per
+// bucket as an SVG bar chart with a value axis and a time axis labelled in
+// the server's zone. Each bar carries its numbers as a tooltip. It holds
+// numbers and formatted times only, so it is safe to emit unescaped.
+func barChart(completed, failed []float64, since time.Time, sz chartSize, label string) template.HTML {
+	n := max(len(completed), len(failed))
+	val := func(s []float64, i int) float64 {
+		if i < len(s) {
+			return s[i]
 		}
+		return 0
 	}
-	if top <= 0 {
-		top = 1
+	peak := 0.0
+	for i := range n {
+		peak = max(peak, val(completed, i)+val(failed, i))
 	}
+	top := niceTop(peak, sz.yTicks)
+	plotW := float64(sz.w - sz.left - sz.right)
+	plotH := float64(sz.h - sz.top - sz.bottom)
+	y := func(v float64) float64 { return float64(sz.top) + plotH - v/top*plotH }
+
 	var b strings.Builder
-	fmt.Fprintf(&b, `<svg class="spark %s" viewBox="0 0 %d %d" width="%d" height="%d" role="img" aria-label="%s">`,
-		template.HTMLEscapeString(class), w, h, w, h, template.HTMLEscapeString(label))
-	fmt.Fprintf(&b, `<line class="base" x1="0" y1="%d" x2="%d" y2="%d"/>`, h-1, w, h-1)
-	step := float64(w) / float64(max(len(values)-1, 1))
-	var path strings.Builder
-	var area strings.Builder
-	open := false
-	var first float64
-	last := 0.0
-	closeArea := func() {
-		if open {
-			fmt.Fprintf(&area, "L%.1f %d L%.1f %dZ", last, h-1, first, h-1)
-		}
+	fmt.Fprintf(&b, `<svg class="chart" viewBox="0 0 %d %d" width="%d" height="%d" role="img" aria-label="%s" data-peak="%g">`,
+		sz.w, sz.h, sz.w, sz.h, template.HTMLEscapeString(label), peak)
+	// Value axis: gridlines with their values.
+	for i := 0; i <= sz.yTicks; i++ {
+		v := top * float64(i) / float64(sz.yTicks)
+		fmt.Fprintf(&b, `<line class="grid" x1="%d" y1="%.1f" x2="%d" y2="%.1f"/>`, sz.left, y(v), sz.w-sz.right, y(v))
+		fmt.Fprintf(&b, `<text class="ylabel" x="%d" y="%.1f">%s</text>`, sz.left-4, y(v)+3.5, axisNumber(v))
 	}
-	for i, v := range values {
-		if math.IsNaN(v) {
-			closeArea()
-			open = false
-			continue
+	// Bars.
+	slot := plotW / float64(max(n, 1))
+	bar := max(slot-1, 1)
+	for i := range n {
+		c, f := val(completed, i), val(failed, i)
+		x := float64(sz.left) + float64(i)*slot
+		start := since.Add(time.Duration(i) * chartBucket)
+		fmt.Fprintf(&b, `<g class="bar"><title>%s: %s completed, %s failed</title>`,
+			start.Local().Format("15:04 MST"), axisNumber(c), axisNumber(f))
+		// An invisible full-height target, so the tooltip shows on empty
+		// minutes too.
+		fmt.Fprintf(&b, `<rect class="hit" x="%.1f" y="%d" width="%.1f" height="%.1f"/>`, x, sz.top, bar, plotH)
+		if c > 0 {
+			fmt.Fprintf(&b, `<rect class="done" x="%.1f" y="%.1f" width="%.1f" height="%.1f"/>`, x, y(c), bar, y(0)-y(c))
 		}
-		x := float64(i) * step
-		y := float64(h-2) - (v/top)*float64(h-4)
-		if !open {
-			fmt.Fprintf(&path, "M%.1f %.1f", x, y)
-			fmt.Fprintf(&area, "M%.1f %d L%.1f %.1f", x, h-1, x, y)
-			first = x
-			open = true
-		} else {
-			fmt.Fprintf(&path, "L%.1f %.1f", x, y)
-			fmt.Fprintf(&area, "L%.1f %.1f", x, y)
+		if f > 0 {
+			fmt.Fprintf(&b, `<rect class="fail" x="%.1f" y="%.1f" width="%.1f" height="%.1f"/>`, x, y(c+f), bar, y(c)-y(c+f))
 		}
-		last = x
+		b.WriteString(`</g>`)
 	}
-	closeArea()
-	if path.Len() > 0 {
-		fmt.Fprintf(&b, `<path class="area" d="%s"/><path class="line" d="%s"/>`, area.String(), path.String())
+	// Time axis: the baseline and evenly spaced times, the last one "now".
+	fmt.Fprintf(&b, `<line class="axis" x1="%d" y1="%.1f" x2="%d" y2="%.1f"/>`, sz.left, y(0), sz.w-sz.right, y(0))
+	end := since.Add(time.Duration(n) * chartBucket)
+	for i := 0; i < sz.xLabels; i++ {
+		frac := float64(i) / float64(sz.xLabels-1)
+		at := since.Add(time.Duration(frac * float64(end.Sub(since))))
+		x := float64(sz.left) + frac*plotW
+		anchor := "middle"
+		switch i {
+		case 0:
+			anchor = "start"
+		case sz.xLabels - 1:
+			anchor = "end"
+		}
+		text := at.Local().Format("15:04")
+		if i == sz.xLabels-1 {
+			text = at.Local().Format("15:04 MST")
+		}
+		fmt.Fprintf(&b, `<text class="xlabel" x="%.1f" y="%d" text-anchor="%s">%s</text>`, x, sz.h-3, anchor, text)
 	}
 	b.WriteString(`</svg>`)
 	return template.HTML(b.String())
+}
+
+// axisNumber formats a count for an axis or a tooltip: 12, 1.5k, 2.3M.
+func axisNumber(v float64) string {
+	switch {
+	case v >= 1e6:
+		return strings.TrimSuffix(fmt.Sprintf("%.1f", v/1e6), ".0") + "M"
+	case v >= 1e4:
+		return fmt.Sprintf("%.0fk", v/1e3)
+	case v >= 1e3:
+		return strings.TrimSuffix(fmt.Sprintf("%.1f", v/1e3), ".0") + "k"
+	case v == math.Trunc(v):
+		return fmt.Sprintf("%.0f", v)
+	}
+	return fmt.Sprintf("%.1f", v)
 }

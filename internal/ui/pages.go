@@ -2,6 +2,7 @@ package ui
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,7 +15,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/skiplock/skiplock/db"
 	"github.com/skiplock/skiplock/queue"
 )
 
@@ -52,20 +52,31 @@ var funcs = template.FuncMap{
 		return short(d) + " ago"
 	},
 	"short": short,
+	// when is a time for people, in the server's zone, named.
 	"when": func(t any) string {
 		switch v := t.(type) {
 		case time.Time:
 			if v.IsZero() {
 				return "-"
 			}
-			return v.Local().Format("2006-01-02 15:04:05")
+			return v.Local().Format(timeLayout)
 		case *time.Time:
 			if v == nil || v.IsZero() {
 				return "-"
 			}
-			return v.Local().Format("2006-01-02 15:04:05")
+			return v.Local().Format(timeLayout)
 		}
 		return "-"
+	},
+	"state":     func(t *queue.Task) string { return string(t.State()) },
+	"why":       func(t *queue.Task) string { return t.Why(time.Now()) },
+	"permanent": func(t *queue.Task) bool { return t.FailedPermanently() },
+	"waiting": func(t *queue.Task) bool {
+		st := t.State()
+		return st == queue.StateRetrying || st == queue.StateScheduled
+	},
+	"chart": func(completed, failed []float64, since time.Time) template.HTML {
+		return barChart(completed, failed, since, smallChart, "tasks completed and failed per minute over the last hour")
 	},
 	"iso":  func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
 	"clip": clip,
@@ -98,7 +109,7 @@ var funcs = template.FuncMap{
 		}
 		return fmt.Sprintf("%.0f", f)
 	},
-	"statuses": func() []queue.Status { return queue.Statuses },
+	"statuses": func() []string { return listStatuses },
 	"join":     strings.Join,
 	"firstLine": func(s string) string {
 		line, _, _ := strings.Cut(s, "\n")
@@ -131,7 +142,14 @@ func clip(s string, n int) string {
 	return s[:i] + "…"
 }
 
-var pageNames = []string{"queues", "tasks", "task", "failed", "locks", "error"}
+// timeLayout shows times to the second with their zone.
+const timeLayout = "2006-01-02 15:04:05 MST"
+
+// listStatuses are the tasks page's status filter: the stored statuses,
+// and the kinds of pending task.
+var listStatuses = []string{"pending", "retrying", "scheduled", "running", "completed", "failed", "cancelled"}
+
+var pageNames = []string{"queues", "tasks", "task", "failed", "locks", "enqueue", "periodic", "ratelimits", "error"}
 
 func parsePages() (map[string]*template.Template, error) {
 	out := map[string]*template.Template{}
@@ -181,18 +199,16 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, status int, err er
 
 // queueView is one row of the queues page.
 type queueView struct {
-	db.QueueDepthRow
-	OldestDue   time.Duration
-	DonePerMin  float64 // over the last 15 minutes
-	FailureRate float64 // over the last 15 minutes; NaN when nothing finished
-	DepthChart  template.HTML
-	DoneChart   template.HTML
-	FailChart   template.HTML
+	queue.QueueInfo
+	DonePerMin   float64 // over the last 15 minutes
+	FailureRate  float64 // over the last 15 minutes; NaN when nothing finished
+	Completed    []float64
+	FailedSeries []float64
 }
 
 func (s *Server) queuesPage(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	rows, err := s.queueDepth(ctx)
+	queues, err := s.client.Queues(ctx)
 	if err != nil {
 		s.fail(w, r, http.StatusInternalServerError, err)
 		return
@@ -202,64 +218,36 @@ func (s *Server) queuesPage(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
-	byName := map[string]db.QueueDepthRow{}
-	for _, row := range rows {
-		byName[row.Queue] = row
-	}
-	for q := range tp.completed {
-		if _, ok := byName[q]; !ok {
-			byName[q] = db.QueueDepthRow{Queue: q}
-		}
-	}
-	for q := range tp.failed {
-		if _, ok := byName[q]; !ok {
-			byName[q] = db.QueueDepthRow{Queue: q}
-		}
-	}
-	names := make([]string, 0, len(byName))
-	for q := range byName {
-		names = append(names, q)
-	}
-	slices.Sort(names)
-
-	now := time.Now()
-	views := make([]queueView, 0, len(names))
-	for _, q := range names {
-		row := byName[q]
-		done, failed := tp.completed[q], tp.failed[q]
+	totalDone, totalFailed := make([]float64, chartBuckets), make([]float64, chartBuckets)
+	views := make([]queueView, 0, len(queues))
+	for _, q := range queues {
+		done, failed := tp.completed[q.Name], tp.failed[q.Name]
 		if done == nil {
 			done = make([]float64, chartBuckets)
 		}
 		if failed == nil {
 			failed = make([]float64, chartBuckets)
 		}
-		rates := make([]float64, chartBuckets)
 		var done15, failed15 float64
-		for i := range rates {
-			rates[i] = math.NaN()
-			if n := done[i] + failed[i]; n > 0 {
-				rates[i] = failed[i] / n
-			}
+		for i := range done {
+			totalDone[i] += done[i]
+			totalFailed[i] += failed[i]
 			if i >= chartBuckets-15 {
 				done15 += done[i]
 				failed15 += failed[i]
 			}
 		}
-		v := queueView{
-			QueueDepthRow: row,
-			OldestDue:     time.Duration(row.OldestDueSeconds * float64(time.Second)),
-			DonePerMin:    done15 / 15,
-			FailureRate:   math.NaN(),
-			DepthChart:    sparkline(s.history.series(q, now), 0, "depth", "due tasks over the last hour"),
-			DoneChart:     sparkline(done, 0, "done", "tasks completed per minute over the last hour"),
-			FailChart:     sparkline(rates, 1, "fail", "failure rate per minute over the last hour"),
-		}
+		v := queueView{QueueInfo: q, DonePerMin: done15 / 15, FailureRate: math.NaN(), Completed: done, FailedSeries: failed}
 		if done15+failed15 > 0 {
 			v.FailureRate = failed15 / (done15 + failed15)
 		}
 		views = append(views, v)
 	}
-	s.render(w, r, http.StatusOK, "queues", "Queues", "queues", struct{ Queues []queueView }{views})
+	s.render(w, r, http.StatusOK, "queues", "Queues", "queues", struct {
+		Queues []queueView
+		Since  time.Time
+		Chart  template.HTML
+	}{views, tp.since, barChart(totalDone, totalFailed, tp.since, bigChart, "tasks completed and failed per minute over the last hour, every queue")})
 }
 
 // taskRow is a task in a list.
@@ -288,6 +276,8 @@ type listView struct {
 	Queue    string
 	Name     string
 	Search   string
+	Queues   []string // the filter's choices
+	Names    []string
 	Before   int64
 	Tasks    []taskRow
 	Select   bool // rows have checkboxes for the bulk forms
@@ -305,7 +295,11 @@ func (s *Server) listTasks(r *http.Request, status string) (*listView, error) {
 		v.Status = q.Get("status")
 	}
 	f := queue.ListFilter{Limit: PageSize + 1}
-	if v.Status != "" {
+	switch st := queue.State(v.Status); st {
+	case "":
+	case queue.StateRetrying, queue.StateScheduled:
+		f.States = []queue.State{st}
+	default:
 		f.Statuses = []queue.Status{queue.Status(v.Status)}
 	}
 	if v.Queue != "" {
@@ -347,7 +341,32 @@ func (s *Server) listTasks(r *http.Request, status string) (*listView, error) {
 		}
 	}
 	v.Tasks = rowsOf(tasks)
+	if v.Queues, v.Names, err = s.choices(r.Context(), v.Queue, v.Name); err != nil {
+		return nil, err
+	}
 	return v, nil
+}
+
+// choices are the queue and name filters' options: the known queues and
+// the names of recent tasks, with the current ones kept in.
+func (s *Server) choices(ctx context.Context, curQueue, curName string) (queues, names []string, err error) {
+	qs, err := s.client.Queues(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, q := range qs {
+		queues = append(queues, q.Name)
+	}
+	if names, err = s.client.TaskNames(ctx); err != nil {
+		return nil, nil, err
+	}
+	if curQueue != "" && !slices.Contains(queues, curQueue) {
+		queues = append(queues, curQueue)
+	}
+	if curName != "" && !slices.Contains(names, curName) {
+		names = append(names, curName)
+	}
+	return queues, names, nil
 }
 
 func (s *Server) tasksPage(w http.ResponseWriter, r *http.Request) {
@@ -371,8 +390,11 @@ func (s *Server) failedPage(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) failList(w http.ResponseWriter, r *http.Request, err error) {
 	status := http.StatusInternalServerError
-	if errors.Is(err, queue.ErrInvalidRequest) {
+	switch {
+	case errors.Is(err, queue.ErrInvalidRequest), errors.Is(err, queue.ErrInvalidTask):
 		status = http.StatusBadRequest
+	case errors.Is(err, queue.ErrDuplicate):
+		status = http.StatusConflict
 	}
 	s.fail(w, r, status, err)
 }
@@ -429,9 +451,9 @@ func (s *Server) taskPage(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) locksPage(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	workers, err := s.queries.WorkerList(ctx, s.client.Pool(), 500)
+	workers, forgotten, err := s.client.Workers(ctx)
 	if err != nil {
-		s.fail(w, r, http.StatusInternalServerError, fmt.Errorf("listing workers: %w", err))
+		s.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
 	locks, err := s.client.Locks(ctx)
@@ -445,8 +467,46 @@ func (s *Server) locksPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.render(w, r, http.StatusOK, "locks", "Locks and workers", "locks", struct {
-		Workers []db.WorkerListRow
-		Locks   []queue.TaskLock
-		Waits   []queue.LockWait
-	}{workers, locks, waits})
+		Workers     []queue.WorkerInfo
+		Forgotten   int
+		GoneAfter   time.Duration
+		ForgetAfter time.Duration
+		Locks       []queue.TaskLock
+		Waits       []queue.LockWait
+	}{workers, forgotten, queue.WorkerGoneAfter, queue.WorkerForgetAfter, locks, waits})
+}
+
+func (s *Server) enqueuePage(w http.ResponseWriter, r *http.Request) {
+	queues, names, err := s.choices(r.Context(), "", "")
+	if err != nil {
+		s.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
+	s.render(w, r, http.StatusOK, "enqueue", "Enqueue a task", "enqueue", struct {
+		Queues      []string
+		Names       []string
+		MaxAttempts int
+	}{queues, names, queue.DefaultMaxAttempts})
+}
+
+func (s *Server) periodicPage(w http.ResponseWriter, r *http.Request) {
+	schedules, err := s.client.PeriodicSchedules(r.Context())
+	if err != nil {
+		s.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
+	s.render(w, r, http.StatusOK, "periodic", "Periodic schedules", "periodic", struct {
+		Schedules []queue.PeriodicSchedule
+	}{schedules})
+}
+
+func (s *Server) rateLimitsPage(w http.ResponseWriter, r *http.Request) {
+	limits, err := s.client.RateLimits(r.Context())
+	if err != nil {
+		s.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
+	s.render(w, r, http.StatusOK, "ratelimits", "Rate limits", "ratelimits", struct {
+		Limits []queue.RateLimitUsage
+	}{limits})
 }

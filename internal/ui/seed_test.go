@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/skiplock/skiplock/internal/pgtest"
 	"github.com/skiplock/skiplock/worker"
 )
 
@@ -83,19 +84,49 @@ func (b *bundle) seed(t *testing.T) int64 {
 	if err := b.client.PauseQueue(ctx, "webhooks"); err != nil {
 		t.Fatal(err)
 	}
-	// The backlog grows while the dashboard samples it, for the depth
-	// charts.
-	for step := range 8 {
-		exec(`
-			INSERT INTO skiplock_tasks (queue, name, payload, run_at, created_at)
-			SELECT q.queue, q.name, jsonb_build_object('seq', i), now() - q.age * (1 - i / 40.0), now() - q.age
-			FROM (VALUES ('reports', 'report.build', interval '6 minutes', 15 + $1::int * 4),
-			             ('default', 'thumbnail.render', interval '40 seconds', 5 + ($1::int % 3) * 3),
-			             ('webhooks', 'webhook.deliver', interval '12 minutes', 30 + $1::int * 6))
-			     AS q(queue, name, age, n)
-			CROSS JOIN LATERAL generate_series(1, q.n) AS i`, step)
-		time.Sleep(150 * time.Millisecond) // a sample or so per step
-	}
+	// A backlog: due tasks that have waited a while.
+	exec(`
+		INSERT INTO skiplock_tasks (queue, name, payload, run_at, created_at)
+		SELECT q.queue, q.name, jsonb_build_object('seq', i), now() - q.age * (1 - i / (q.n + 1.0)), now() - q.age
+		FROM (VALUES ('reports', 'report.build', interval '6 minutes', 40),
+		             ('default', 'thumbnail.render', interval '40 seconds', 12),
+		             ('webhooks', 'webhook.deliver', interval '12 minutes', 90))
+		     AS q(queue, name, age, n)
+		CROSS JOIN LATERAL generate_series(1, q.n) AS i`)
+	// Tasks waiting out a retry's backoff, and a permanent failure.
+	exec(`
+		INSERT INTO skiplock_tasks (queue, name, payload, attempt, max_attempts, run_at, errors, created_at)
+		SELECT 'mail', 'email.send', jsonb_build_object('to', 'user' || i || '@example.com'), i % 3 + 1, 25,
+		       now() + (i * 17) * interval '1 second',
+		       jsonb_build_array(jsonb_build_object('attempt', i % 3 + 1, 'outcome', 'error',
+		         'error', 'smtp: 421 4.7.0 mx.example.com: too many connections, try again later',
+		         'worker_id', 'app-7f9c4-1-k2x9', 'host', 'app-7f9c4', 'pid', 40,
+		         'started_at', now() - interval '20 seconds', 'finished_at', now() - interval '19 seconds')),
+		       now() - interval '2 minutes'
+		FROM generate_series(1, 6) AS i`)
+	exec(`
+		INSERT INTO skiplock_tasks (queue, name, status, payload, attempt, max_attempts, errors, created_at, finished_at)
+		VALUES ('default', 'thumbnail.render', 'failed', '{"image": "uploads/7f/IMG_0042.HEIC"}', 1, 25,
+		        jsonb_build_array(jsonb_build_object('attempt', 1, 'outcome', 'error', 'permanent', true,
+		          'error', 'image: unknown format (HEIC): not retried',
+		          'worker_id', 'app-7f9c4-1-k2x9', 'host', 'app-7f9c4', 'pid', 40,
+		          'started_at', now() - interval '3 minutes', 'finished_at', now() - interval '3 minutes')),
+		        now() - interval '3 minutes 1 second', now() - interval '3 minutes')`)
+	// Periodic schedules and shared rate limits, as workers leave them.
+	exec(`
+		INSERT INTO skiplock_periodic (schedule, last_tick, updated_at)
+		VALUES ('nightly-report', date_trunc('day', now()), date_trunc('day', now()) + interval '2 seconds'),
+		       ('hourly-digest', date_trunc('hour', now()), date_trunc('hour', now()) + interval '1 second'),
+		       ('cleanup-every-5m', date_trunc('minute', now()) - interval '1 minute', now() - interval '58 seconds')`)
+	exec(`
+		INSERT INTO skiplock_rate_limits (key, window_start, used, last_granted)
+		VALUES ('queue:webhooks', date_trunc('minute', now()), 42, 3),
+		       ('name:email.send', date_trunc('second', now()), 9, 1)`)
+	// Workers that stopped: one a minute ago, one hours ago.
+	exec(`
+		INSERT INTO skiplock_workers (id, host, pid, queues, lock_backend_pid, started_at, heartbeat_at)
+		VALUES ('app-7f9c4-3-x0a2', 'app-7f9c4', 43, '{mail,default}', NULL, now() - interval '2 hours', now() - interval '70 seconds'),
+		       ('app-51e0d-1-aa01', 'app-51e0d', 12, '{default}', NULL, now() - interval '9 hours', now() - interval '5 hours')`)
 	exec(`INSERT INTO skiplock_tasks (queue, name, payload, run_at)
 		SELECT 'reports', 'report.build', jsonb_build_object('month', i), now() + i * interval '1 hour'
 		FROM generate_series(1, 25) AS i`)
@@ -107,19 +138,12 @@ func (b *bundle) seed(t *testing.T) int64 {
 			return ctx.Err()
 		},
 	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	pgtest.Eventually(t, 5*time.Second, "2 reports running", func() bool {
 		var running int
 		if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM skiplock_tasks WHERE status = 'running'`).Scan(&running); err != nil {
 			t.Fatal(err)
 		}
-		if running == 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d tasks running after 30s, want 2", running)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return running == 2
+	})
 	return failedID
 }

@@ -1,7 +1,8 @@
 // Package ui is the dashboard that `skiplock ui` serves: queues with their
-// depth, throughput and failure rate over time, tasks paged by ID, a
-// task's history, failed tasks to requeue or cancel, and who holds which
-// task lock. Pages are rendered on the server with html/template from
+// backlog, throughput and failure rate over the last hour (read from the
+// table), tasks paged by ID and filtered by state, queue and name, a task's
+// history, failed tasks to requeue or cancel, tasks to enqueue, run now or
+// delete, periodic schedules, rate limits, and who holds which task lock. Pages are rendered on the server with html/template from
 // assets embedded in the binary; a small script refreshes them and asks
 // for confirmations.
 //
@@ -30,14 +31,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/skiplock/skiplock/db"
 	"github.com/skiplock/skiplock/queue"
 )
 
 // Defaults of Config.
 const (
-	DefaultRefresh        = 5 * time.Second
-	DefaultSampleInterval = 10 * time.Second
+	DefaultRefresh = 5 * time.Second
 	// PageSize is how many tasks a page lists.
 	PageSize = 50
 )
@@ -60,9 +59,6 @@ type Config struct {
 	// Refresh is how often pages refresh themselves. Defaults to
 	// DefaultRefresh (5s); negative turns it off.
 	Refresh time.Duration
-	// SampleInterval is how often Serve samples queue depth for the depth
-	// charts. Defaults to DefaultSampleInterval (10s).
-	SampleInterval time.Duration
 	// Logger receives errors. Defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -71,15 +67,12 @@ type Config struct {
 type Server struct {
 	cfg     Config
 	client  *queue.Client
-	queries *db.Queries
 	csrf    string
 	pages   map[string]*template.Template
 	handler http.Handler
 	static  http.Handler
 
-	depth      cached[[]db.QueueDepthRow]
 	throughput cached[throughput]
-	history    history
 }
 
 // New returns the dashboard of cfg.Client's schema.
@@ -89,9 +82,6 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.Refresh == 0 {
 		cfg.Refresh = DefaultRefresh
-	}
-	if cfg.SampleInterval == 0 {
-		cfg.SampleInterval = DefaultSampleInterval
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -106,15 +96,12 @@ func New(cfg Config) (*Server, error) {
 	}
 	static, _ := fs.Sub(assets, "static")
 	s := &Server{
-		cfg:     cfg,
-		client:  cfg.Client,
-		queries: db.New(),
-		csrf:    hex.EncodeToString(secret[:]),
-		pages:   pages,
-		static:  http.StripPrefix("/static/", http.FileServerFS(static)),
+		cfg:    cfg,
+		client: cfg.Client,
+		csrf:   hex.EncodeToString(secret[:]),
+		pages:  pages,
+		static: http.StripPrefix("/static/", http.FileServerFS(static)),
 	}
-	// Queue depth is cheap, and a page must show the effect of an action at once.
-	s.depth.ttl = 0
 	s.throughput.ttl = 5 * time.Second
 	s.handler = s.routes()
 	return s, nil
@@ -127,6 +114,12 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /tasks/{id}", s.taskPage)
 	mux.HandleFunc("GET /failed", s.failedPage)
 	mux.HandleFunc("GET /locks", s.locksPage)
+	mux.HandleFunc("GET /enqueue", s.enqueuePage)
+	mux.HandleFunc("GET /periodic", s.periodicPage)
+	mux.HandleFunc("GET /ratelimits", s.rateLimitsPage)
+	mux.HandleFunc("POST /enqueue", s.enqueue)
+	mux.HandleFunc("POST /tasks/{id}/run-now", s.runNow)
+	mux.HandleFunc("POST /tasks/{id}/delete", s.deleteOne)
 	mux.HandleFunc("GET /static/", s.serveStatic)
 	mux.HandleFunc("POST /tasks/{id}/requeue", s.requeueOne)
 	mux.HandleFunc("POST /tasks/{id}/cancel", s.cancelOne)
@@ -284,11 +277,7 @@ func Serve(ctx context.Context, addr string, cfg Config, ready func(url string))
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		s.sample(ctx)
-	}()
+	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		<-ctx.Done()
@@ -320,22 +309,6 @@ func dashboardURL(a net.Addr) string {
 	return "http://" + net.JoinHostPort(host, fmt.Sprint(tcp.Port)) + "/"
 }
 
-// sample records queue depth every SampleInterval for the depth charts.
-func (s *Server) sample(ctx context.Context) {
-	t := time.NewTicker(s.cfg.SampleInterval)
-	defer t.Stop()
-	for {
-		if _, err := s.queueDepth(ctx); err != nil && ctx.Err() == nil {
-			s.cfg.Logger.Warn("skiplock ui: sampling queue depth", "error", err)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
 // cached holds one reading of something for ttl, shared by concurrent
 // requests.
 type cached[T any] struct {
@@ -357,11 +330,4 @@ func (c *cached[T]) get(read func() (T, error)) (T, error) {
 	}
 	c.v, c.at = v, time.Now()
 	return v, nil
-}
-
-// invalidate makes the next get read anew.
-func (c *cached[T]) invalidate() {
-	c.mu.Lock()
-	c.at = time.Time{}
-	c.mu.Unlock()
 }

@@ -436,3 +436,74 @@ func TestEscaping(t *testing.T) {
 }
 
 func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// The new write actions keep the protections of the old ones: without the
+// CSRF token they change nothing; with it, they work.
+func TestNewActionsNeedCSRF(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "", ui.Config{})
+	waiting := b.insert(t, "mail", "a", queue.StatusPending, "", "", 0)
+	if _, err := b.pool.Exec(context.Background(), `UPDATE skiplock_tasks SET run_at = now() + interval '1 hour' WHERE id = $1`, waiting); err != nil {
+		t.Fatal(err)
+	}
+	doomed := b.insert(t, "mail", "a", queue.StatusCompleted, "", "", time.Minute)
+	c := browserless(t)
+	_, body := get(t, c, b.url+"/enqueue")
+	token := csrfField.FindStringSubmatch(body)[1]
+	forms := map[string]url.Values{
+		"/enqueue": {"name": {"forged"}},
+		fmt.Sprintf("/tasks/%d/run-now", waiting): {},
+		fmt.Sprintf("/tasks/%d/delete", doomed):   {},
+		"/queues/phantom/pause":                   {},
+	}
+	for path, form := range forms {
+		for _, x := range []struct {
+			name   string
+			client *http.Client
+			csrf   string
+		}{{"no token", c, ""}, {"token without its cookie", browserless(t), token}} {
+			f := url.Values{"csrf": {x.csrf}}
+			for k, v := range form {
+				f[k] = v
+			}
+			resp, err := x.client.PostForm(b.url+path, f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusForbidden {
+				t.Errorf("POST %s with %s: %s, want 403", path, x.name, resp.Status)
+			}
+		}
+	}
+	var forged, due, left int
+	err := b.pool.QueryRow(context.Background(), `SELECT
+		(SELECT count(*) FROM skiplock_tasks WHERE name = 'forged'),
+		(SELECT count(*) FROM skiplock_tasks WHERE id = $1 AND run_at <= now()),
+		(SELECT count(*) FROM skiplock_tasks WHERE id = $2)`, waiting, doomed).Scan(&forged, &due, &left)
+	if err != nil || forged != 0 || due != 0 || left != 1 {
+		t.Fatalf("refused posts changed things: forged %d, due %d, deleted task left %d (%v)", forged, due, left, err)
+	}
+	// With the token: each works, and pausing an unknown queue is refused.
+	for path, form := range forms {
+		form.Set("csrf", token)
+		resp, err := c.PostForm(b.url+path, form)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusSeeOther {
+			t.Errorf("POST %s with the token: %s, want 303", path, resp.Status)
+		}
+	}
+	err = b.pool.QueryRow(context.Background(), `SELECT
+		(SELECT count(*) FROM skiplock_tasks WHERE name = 'forged'),
+		(SELECT count(*) FROM skiplock_tasks WHERE id = $1 AND run_at <= now()),
+		(SELECT count(*) FROM skiplock_tasks WHERE id = $2)`, waiting, doomed).Scan(&forged, &due, &left)
+	if err != nil || forged != 1 || due != 1 || left != 0 {
+		t.Fatalf("with the token: enqueued %d, due %d, deleted task left %d (%v)", forged, due, left, err)
+	}
+	if paused := b.paused(t); paused["phantom"] {
+		t.Fatal("the dashboard paused a queue that has no tasks")
+	}
+}

@@ -8,8 +8,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/skiplock/skiplock/db"
-	"github.com/skiplock/skiplock/internal/pgerr"
 	"github.com/skiplock/skiplock/queue"
 )
 
@@ -38,17 +36,19 @@ type QueueCollectorOptions struct {
 // Register it in one process (or a few), not in every worker: the numbers
 // are the database's, the same everywhere.
 //
-// A reading costs what the backlog holds (pending, running and failed
-// rows, through their partial indexes), not the table's history. When a
-// reading fails, skiplock_queue_up is 0 and the per-queue series are left
-// out rather than served stale.
+// A reading is Client.Queues, the dashboard's: it costs what the backlog
+// holds (pending, running and failed rows, through their partial indexes)
+// and a probe per queue of the finished index, not the table's history.
+// Queues with a backlog (pending, running or failed tasks) or paused are
+// reported. When a reading fails, skiplock_queue_up is 0 and the per-queue
+// series are left out rather than served stale.
 type QueueCollector struct {
 	client *queue.Client
 	opts   QueueCollectorOptions
 
 	mu   sync.Mutex // held through a reading, so concurrent scrapes share it
 	at   time.Time
-	rows []db.QueueDepthRow
+	rows []queue.QueueInfo
 	err  error
 }
 
@@ -99,21 +99,24 @@ func (c *QueueCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, q)
 	}
 	for _, r := range rows {
-		gauge(descPending, float64(r.Pending), r.Queue)
-		gauge(descDue, float64(r.Due), r.Queue)
-		gauge(descOldest, max(r.OldestDueSeconds, 0), r.Queue)
-		gauge(descRunning, float64(r.Running), r.Queue)
-		gauge(descFailed, float64(r.Failed), r.Queue)
+		if r.Pending+r.Running+r.Failed == 0 && r.PausedAt == nil {
+			continue // known, but nothing to report
+		}
+		gauge(descPending, float64(r.Pending), r.Name)
+		gauge(descDue, float64(r.Due), r.Name)
+		gauge(descOldest, r.OldestDue.Seconds(), r.Name)
+		gauge(descRunning, float64(r.Running), r.Name)
+		gauge(descFailed, float64(r.Failed), r.Name)
 		paused := 0.0
-		if r.Paused {
+		if r.PausedAt != nil {
 			paused = 1
 		}
-		gauge(descPaused, paused, r.Queue)
+		gauge(descPaused, paused, r.Name)
 	}
 }
 
 // read returns the cached reading, or reads anew once it is CacheFor old.
-func (c *QueueCollector) read() ([]db.QueueDepthRow, error) {
+func (c *QueueCollector) read() ([]queue.QueueInfo, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.at.IsZero() && time.Since(c.at) < c.opts.CacheFor {
@@ -121,9 +124,8 @@ func (c *QueueCollector) read() ([]db.QueueDepthRow, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.opts.Timeout)
 	defer cancel()
-	c.rows, c.err = db.New().QueueDepth(ctx, c.client.Pool())
+	c.rows, c.err = c.client.Queues(ctx)
 	if c.err != nil {
-		c.err = pgerr.Wrap(c.err)
 		c.opts.Logger.Warn("skiplock: reading queue depth for metrics", "error", c.err)
 	}
 	c.at = time.Now()

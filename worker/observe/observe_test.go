@@ -59,22 +59,7 @@ func (b *bundle) run(t *testing.T, cfg worker.Config, handlers worker.Handlers) 
 // waitFinished polls until no task of the schema is pending or running.
 func (b *bundle) waitFinished(t *testing.T) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		var n int
-		err := b.pool.QueryRow(context.Background(),
-			"SELECT count(*) FROM skiplock_tasks WHERE status IN ('pending', 'running')").Scan(&n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d tasks still pending or running after 30s", n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	b.waitUnfinished(t, "every task finished", "")
 }
 
 var errBoom = errors.New("boom")
@@ -106,22 +91,22 @@ func enqueue(t *testing.T, c *queue.Client, name string, opts ...queue.Option) i
 // waitFinishedExcept is waitFinished for every queue but skip.
 func (b *bundle) waitFinishedExcept(t *testing.T, skip string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	b.waitUnfinished(t, "every task outside queue "+skip+" finished", skip)
+}
+
+// waitUnfinished polls until no task outside queue skip is pending or
+// running.
+func (b *bundle) waitUnfinished(t *testing.T, what, skip string) {
+	t.Helper()
+	pgtest.Eventually(t, 5*time.Second, what, func() bool {
 		var n int
 		err := b.pool.QueryRow(context.Background(),
 			"SELECT count(*) FROM skiplock_tasks WHERE status IN ('pending', 'running') AND queue <> $1", skip).Scan(&n)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d tasks still pending or running after 30s", n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return n == 0
+	})
 }
 
 func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }

@@ -45,6 +45,9 @@
     });
   }
   show();
+  // The button shows its real state from here on (the server cannot know
+  // it); tests wait for this before they read or click it.
+  document.documentElement.dataset.js = "ready";
   if (!seconds) {
     return;
   }
@@ -67,7 +70,12 @@
       return;
     }
     inflight = true;
-    fetch(window.location.href, { credentials: "same-origin", headers: { "X-Refresh": "1" } })
+    // A request that never answers must not stop the refresh for good.
+    var ctl = new AbortController();
+    var timer = setTimeout(function () {
+      ctl.abort();
+    }, Math.max(10, 3 * seconds) * 1000);
+    fetch(window.location.href, { credentials: "same-origin", headers: { "X-Refresh": "1" }, signal: ctl.signal })
       .then(function (r) {
         if (!r.ok) {
           throw new Error(r.status);
@@ -75,7 +83,7 @@
         return r.text();
       })
       .then(function (html) {
-        if (busy()) {
+        if (paused || busy()) {
           return;
         }
         var doc = new DOMParser().parseFromString(html, "text/html");
@@ -92,6 +100,7 @@
           main.prepend(flash);
         }
         document.body.dataset.refreshed = String(Date.now());
+        show(); // "offline" no more
       })
       .catch(function () {
         if (live) {
@@ -99,6 +108,7 @@
         }
       })
       .finally(function () {
+        clearTimeout(timer);
         inflight = false;
       });
   }

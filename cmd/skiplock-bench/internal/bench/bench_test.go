@@ -1,0 +1,276 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"encoding/xml"
+	"io"
+	"math"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/skiplock/skiplock/internal/pgtest"
+)
+
+// TestMain doubles as the worker process: the bench starts this test binary
+// again with WorkerProcessFlag, as it starts itself in production.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[len(os.Args)-1] == WorkerProcessFlag {
+		os.Exit(Command(context.Background(), nil, []string{WorkerProcessFlag}, os.Stdout, os.Stderr))
+	}
+	pgtest.Main(m)
+}
+
+func TestRunEveryWorkload(t *testing.T) {
+	svgDir := t.TempDir()
+	var out, progress bytes.Buffer
+	schemas := &schemaLog{}
+	err := Run(context.Background(), Options{
+		DatabaseURL:     pgtest.Server(t).URL,
+		Workloads:       Workloads,
+		Tasks:           []int{1000},
+		Procs:           []int{1, 2},
+		Concurrency:     []int{10, 0},
+		EnqueueDuration: 300 * time.Millisecond,
+		Rates:           []float64{200},
+		LatencyDuration: 300 * time.Millisecond,
+		SustainedRate:   200,
+		Duration:        4500 * time.Millisecond,
+		Purge:           time.Second,
+		Pin:             2 * time.Second,
+		Trace:           true,
+		JSON:            true,
+		SVGDir:          svgDir,
+		Self:            []string{os.Args[0]},
+		Progress:        &progress,
+		schemaMade:      schemas.made,
+	}, &out)
+	if err != nil {
+		t.Fatalf("Run: %v\nprogress:\n%s", err, progress.String())
+	}
+	var report Report
+	if err := json.Unmarshal(out.Bytes(), &report); err != nil {
+		t.Fatalf("report is not JSON: %v\n%s", err, out.String())
+	}
+	for _, w := range Workloads {
+		if !slices.ContainsFunc(report.Results, func(r Result) bool { return r.Workload == w }) {
+			t.Errorf("no results for workload %s", w)
+		}
+	}
+	for _, r := range report.Results {
+		if r.Workload == WorkloadThroughput && r.Metric == "throughput" && !(r.Median > 0) {
+			t.Errorf("throughput %v", r.Median)
+		}
+	}
+	if len(report.Sustained) < 4 {
+		t.Errorf("%d sustained samples, want at least 4", len(report.Sustained))
+	}
+	for _, name := range []string{"bench-throughput.svg", "bench-latency.svg", "bench-sustained-rate.svg", "bench-sustained-size.svg"} {
+		b, err := os.ReadFile(filepath.Join(svgDir, name))
+		if err != nil {
+			t.Error(err)
+			continue
+		}
+		assertXML(t, b)
+	}
+	schemas.assertDropped(t)
+}
+
+func TestRunTable(t *testing.T) {
+	var out bytes.Buffer
+	schemas := &schemaLog{}
+	err := Run(context.Background(), Options{
+		DatabaseURL: pgtest.Server(t).URL,
+		Workloads:   []string{WorkloadEnqueueCopy},
+		Tasks:       []int{500},
+		Runs:        3,
+		schemaMade:  schemas.made,
+	}, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	schemas.assertDropped(t)
+	for _, want := range []string{"median of 3 runs", "WORKLOAD", "EnqueueMany", ">= 150,000"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+// schemaLog records the schemas a run makes, so that a test can check
+// each was dropped however many other benches share the server.
+type schemaLog struct {
+	mu    sync.Mutex
+	names []string
+}
+
+func (l *schemaLog) made(name string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.names = append(l.names, name)
+}
+
+func (l *schemaLog) assertDropped(t *testing.T) {
+	t.Helper()
+	l.mu.Lock()
+	names := slices.Clone(l.names)
+	l.mu.Unlock()
+	if len(names) == 0 {
+		t.Fatal("the run made no schema")
+	}
+	pool, err := pgxpool.New(context.Background(), pgtest.Server(t).URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	rows, err := pool.Query(context.Background(), "SELECT nspname FROM pg_namespace WHERE nspname = ANY($1)", names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	left, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range left {
+		t.Errorf("schema %s left behind", name)
+	}
+}
+
+func TestCommandBadInput(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"--workload", "nope"},
+		{"--tasks", "ten"},
+		{"--runs", "-1"},
+		{"extra"},
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := Command(context.Background(), nil, args, &stdout, &stderr); code != 2 {
+			t.Errorf("%v: exit %d, want 2", args, code)
+		}
+		if !strings.Contains(stderr.String(), "skiplock-bench") || stdout.Len() != 0 {
+			t.Errorf("%v: stderr %q stdout %q", args, stderr.String(), stdout.String())
+		}
+	}
+	var stderr bytes.Buffer
+	if code := Command(context.Background(), nil, []string{"--help"}, io.Discard, &stderr); code != 0 {
+		t.Errorf("--help: exit %d", code)
+	}
+	if !strings.Contains(stderr.String(), "--workload") || !strings.Contains(stderr.String(), "Examples:") {
+		t.Errorf("--help output:\n%s", stderr.String())
+	}
+}
+
+func TestChart(t *testing.T) {
+	t.Parallel()
+	for _, c := range []chart{
+		{Title: "log x <&>", XLabel: "x", YLabel: "y", LogX: true, Series: []series{
+			{Name: "one", Points: []point{{10, 100}, {100, 2000}, {1000, 35000}}},
+			{Name: "two", Points: []point{{10, 150}, {100, 3000}, {1000, math.NaN()}}, Dashed: true},
+		}},
+		{Title: "log y", LogY: true, XTicks: []tick{{0, "p50"}, {1, "p99"}}, Series: []series{{Name: "a", Points: []point{{0, 0.3}, {1, 12}}}}},
+		{Title: "empty"},
+		{Title: "flat", Series: []series{{Name: "a", Points: []point{{1, 5}, {2, 5}}}}},
+	} {
+		var buf bytes.Buffer
+		if err := c.WriteSVG(&buf); err != nil {
+			t.Fatal(err)
+		}
+		assertXML(t, buf.Bytes())
+		if strings.Contains(buf.String(), "NaN") || strings.Contains(buf.String(), "Inf") {
+			t.Errorf("%s: SVG holds NaN or Inf", c.Title)
+		}
+	}
+}
+
+func assertXML(t *testing.T, b []byte) {
+	t.Helper()
+	d := xml.NewDecoder(bytes.NewReader(b))
+	for {
+		_, err := d.Token()
+		if err == io.EOF {
+			return
+		}
+		if err != nil {
+			t.Fatalf("not well-formed XML: %v\n%s", err, b)
+		}
+	}
+}
+
+func TestStats(t *testing.T) {
+	t.Parallel()
+	if got := median([]float64{3, 1, 2}); got != 2 {
+		t.Errorf("median = %v", got)
+	}
+	if got := median([]float64{4, 1, 2, 3}); got != 2.5 {
+		t.Errorf("median = %v", got)
+	}
+	if !math.IsNaN(median(nil)) {
+		t.Error("median of nothing is not NaN")
+	}
+	var d []time.Duration
+	for i := 1; i <= 100; i++ {
+		d = append(d, time.Duration(i))
+	}
+	for p, want := range map[float64]time.Duration{50: 50, 99: 99, 100: 100, 0: 1, 99.9: 100} {
+		if got := percentile(d, p); got != want {
+			t.Errorf("p%v = %v, want %v", p, got, want)
+		}
+	}
+	for v, want := range map[float64]string{36000: "36,000", 1234567.8: "1,234,568", 12.25: "12.2", 0.5: "0.5", 3: "3", -2500: "-2,500", 999.6: "1000", 999.4: "999"} {
+		if got := formatNumber(v); got != want {
+			t.Errorf("formatNumber(%v) = %q, want %q", v, got, want)
+		}
+	}
+	got, err := intList("1, 2,100k,1M")
+	if err != nil || !slices.Equal(got, []int{1, 2, 100_000, 1_000_000}) {
+		t.Errorf("intList = %v, %v", got, err)
+	}
+}
+
+// TestPeerLine runs the comparison tool's line at a tiny size, by both
+// enqueue paths, on a schema of its own.
+func TestPeerLine(t *testing.T) {
+	for _, path := range []string{PeerEnqueueMany, PeerEnqueueSingle} {
+		t.Run(path, func(t *testing.T) {
+			schema := pgtest.Schema(t, false)
+			u, err := url.Parse(pgtest.Server(t).URL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			q := u.Query()
+			q.Set("search_path", schema)
+			u.RawQuery = q.Encode()
+			var out, progress bytes.Buffer
+			err = PeerLine(context.Background(), PeerOptions{N: 300, DSN: u.String(), Enqueue: path}, &out, &progress)
+			if err != nil {
+				t.Fatalf("PeerLine: %v\nprogress:\n%s", err, progress.String())
+			}
+			m := regexp.MustCompile(`(?m)^work_per_s=([0-9.]+)$`).FindStringSubmatch(out.String())
+			if m == nil {
+				t.Fatalf("no work_per_s line in:\n%s", out.String())
+			}
+			if v, _ := strconv.ParseFloat(m[1], 64); v <= 0 {
+				t.Errorf("work_per_s = %s", m[1])
+			}
+			if !strings.Contains(out.String(), "heap_tuples_per_task=") {
+				t.Errorf("no writes line in:\n%s", out.String())
+			}
+		})
+	}
+	if err := PeerLine(context.Background(), PeerOptions{N: 1, DSN: "postgres://x", Enqueue: "bulk"}, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "enqueue must be") {
+		t.Errorf("bad enqueue path: %v", err)
+	}
+}

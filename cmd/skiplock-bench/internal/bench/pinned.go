@@ -1,0 +1,316 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/skiplock/skiplock/queue"
+	"github.com/skiplock/skiplock/worker"
+)
+
+// pinned: a producer offers SustainedRate tasks/s (the rates it reached are
+// reported: a busy machine may not reach it) to one worker with
+// default settings. After a clean phase, another session opens a
+// transaction, takes an xid (BEGIN; SELECT txid_current()) and sits idle in
+// it for Pin, holding the xmin horizon back as a stuck application or a
+// long report does: nothing claimed or finished in that time can be
+// vacuumed or pruned away. Then it commits, and the run goes on for a
+// recovery phase. The workload compares throughput and claim latency while
+// pinned with the clean phase (targets: at least 70% of the clean rate,
+// claim p99 at most 100 ms).
+//
+// The worker runs in this process, so that each claim statement can be
+// timed (a pgx tracer) and each task's wait measured (its handler's start
+// minus its created_at, on the same machine's clock).
+func (b *bencher) pinned(ctx context.Context) error {
+	o := b.opts
+	name := fmt.Sprintf("rate=%s/s pin=%s", formatNumber(o.SustainedRate), o.Pin)
+	params := map[string]float64{"rate": o.SustainedRate, "pin_s": o.Pin.Seconds()}
+	return b.repeat(ctx, WorkloadPinned, name, params, func(ctx context.Context, run int) ([]measure, error) {
+		return b.pinnedRun(ctx, WorkloadPinned+" "+name+runLabel(run, o.Runs))
+	})
+}
+
+// pinPhases: the clean phase before the pin and the recovery after it.
+func pinPhases(pin time.Duration) (clean, after time.Duration) {
+	clean = min(max(pin/4, 2*time.Second), time.Minute)
+	return clean, min(max(pin/8, 2*time.Second), 30*time.Second)
+}
+
+// claimTimer is a pgx tracer that keeps the duration of every TaskClaim
+// statement with the time it ended.
+type claimTimer struct {
+	mu     sync.Mutex
+	claims []timedClaim
+}
+
+type timedClaim struct {
+	end time.Time
+	d   time.Duration
+}
+
+func (c *claimTimer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	if queryName(data.SQL) != "TaskClaim" {
+		return ctx
+	}
+	return context.WithValue(ctx, traceKey{}, traceStart{name: "TaskClaim", start: time.Now()})
+}
+
+func (c *claimTimer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryEndData) {
+	s, ok := ctx.Value(traceKey{}).(traceStart)
+	if !ok {
+		return
+	}
+	now := time.Now()
+	c.mu.Lock()
+	c.claims = append(c.claims, timedClaim{end: now, d: now.Sub(s.start)})
+	c.mu.Unlock()
+}
+
+// between returns the durations of the claims that ended in [from, to).
+func (c *claimTimer) between(from, to time.Time) []time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []time.Duration
+	for _, cl := range c.claims {
+		if !cl.end.Before(from) && cl.end.Before(to) {
+			out = append(out, cl.d)
+		}
+	}
+	return out
+}
+
+// pinnedStarts records when each task's handler started and how long it
+// had waited.
+type pinnedStarts struct {
+	mu    sync.Mutex
+	at    []time.Time
+	waits []time.Duration
+}
+
+func (p *pinnedStarts) add(t time.Time, wait time.Duration) {
+	p.mu.Lock()
+	p.at = append(p.at, t)
+	p.waits = append(p.waits, wait)
+	p.mu.Unlock()
+}
+
+// between returns the number of starts in [from, to) and their waits.
+func (p *pinnedStarts) between(from, to time.Time) (int, []time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var waits []time.Duration
+	for i, t := range p.at {
+		if !t.Before(from) && t.Before(to) {
+			waits = append(waits, p.waits[i])
+		}
+	}
+	return len(waits), waits
+}
+
+func (b *bencher) pinnedRun(ctx context.Context, label string) ([]measure, error) {
+	o := b.opts
+	clean, after := pinPhases(o.Pin)
+	s, err := b.env.newSchema(ctx, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer s.drop()
+	producerPool, err := s.newPool(ctx, 2)
+	if err != nil {
+		return nil, err
+	}
+	defer producerPool.Close()
+	client := queue.New(producerPool)
+
+	cfg, err := s.poolConfig()
+	if err != nil {
+		return nil, err
+	}
+	timer := &claimTimer{}
+	cfg.ConnConfig.Tracer = timer
+	wpool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer wpool.Close()
+	var done atomic.Int64
+	starts := &pinnedStarts{}
+	w := worker.New(wpool, worker.Config{Logger: slog.New(slog.NewTextHandler(b.progressOut(), &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	runErr := make(chan error, 1)
+	go func() {
+		runErr <- w.Run(runCtx, worker.Handlers{noopTask: func(_ context.Context, t *worker.Task) error {
+			now := time.Now()
+			starts.add(now, now.Sub(t.CreatedAt))
+			done.Add(1)
+			return nil
+		}})
+	}()
+
+	// The producer: rate/100 tasks every 10 ms, on schedule.
+	var enqueued atomic.Int64
+	prodCtx, stopProd := context.WithCancel(ctx)
+	defer stopProd()
+	prodErr := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		per := max(int(o.SustainedRate/100), 1)
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		tasks := make([]queue.NewTask, per)
+		for {
+			select {
+			case <-prodCtx.Done():
+				prodErr <- nil
+				return
+			case <-tick.C:
+			}
+			for i := range tasks {
+				tasks[i] = queue.NewTask{Name: noopTask, Payload: benchPayload{N: int(enqueued.Load()) + i}}
+			}
+			if _, err := client.EnqueueMany(prodCtx, tasks); err != nil {
+				if prodCtx.Err() == nil {
+					prodErr <- err
+				} else {
+					prodErr <- nil
+				}
+				return
+			}
+			enqueued.Add(int64(per))
+		}
+	}()
+
+	var maxBacklog atomic.Int64
+	stopProgress := b.prog.track(func() string {
+		backlog := enqueued.Load() - done.Load()
+		if backlog > maxBacklog.Load() {
+			maxBacklog.Store(backlog)
+		}
+		return fmt.Sprintf("%s: %s s, backlog %s", label, formatNumber(time.Since(start).Seconds()), formatNumber(float64(backlog)))
+	})
+	defer stopProgress()
+
+	wait := func(d time.Duration) error {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-prodErr:
+			return fmt.Errorf("producer: %w", err)
+		case err := <-runErr:
+			return fmt.Errorf("worker stopped: %v", err)
+		case <-time.After(d):
+			return nil
+		}
+	}
+	if err := wait(clean); err != nil {
+		return nil, err
+	}
+	pinStart := time.Now()
+	enqAtPin := enqueued.Load()
+	pin, err := pgx.Connect(ctx, b.env.url)
+	if err != nil {
+		return nil, err
+	}
+	defer pin.Close(context.Background())
+	var xid int64
+	if _, err := pin.Exec(ctx, "BEGIN"); err != nil {
+		return nil, err
+	}
+	if err := pin.QueryRow(ctx, "SELECT txid_current()").Scan(&xid); err != nil {
+		return nil, err
+	}
+	if err := wait(o.Pin); err != nil {
+		return nil, err
+	}
+	var dead int64
+	if err := s.pool.QueryRow(ctx, "SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = 'skiplock_tasks'::regclass").Scan(&dead); err != nil {
+		return nil, err
+	}
+	if _, err := pin.Exec(ctx, "COMMIT"); err != nil {
+		return nil, err
+	}
+	pinEnd := time.Now()
+	enqAtCommit := enqueued.Load()
+	if err := wait(after); err != nil {
+		return nil, err
+	}
+	stopProd()
+	if err := <-prodErr; err != nil {
+		return nil, fmt.Errorf("producer: %w", err)
+	}
+	// Drain what was enqueued, then stop the worker.
+	want := enqueued.Load()
+	deadline := time.Now().Add(2 * time.Minute)
+	for done.Load() < want {
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%d of %d tasks ran within 2 minutes of the end", done.Load(), want)
+		}
+		if err := wait(10 * time.Millisecond); err != nil {
+			return nil, err
+		}
+	}
+	stopRun()
+	if err := <-runErr; err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	stopProgress()
+
+	rateOf := func(from, to time.Time) float64 {
+		n, _ := starts.between(from, to)
+		return float64(n) / to.Sub(from).Seconds()
+	}
+	// The clean phase's rate skips its first second (start-up).
+	cleanFrom := start.Add(time.Second)
+	cleanRate := rateOf(cleanFrom, pinStart)
+	pinnedRate := rateOf(pinStart, pinEnd)
+	worst := pinnedRate
+	const window = 10 * time.Second
+	for t := pinStart; !t.Add(window).After(pinEnd); t = t.Add(window) {
+		worst = min(worst, rateOf(t, t.Add(window)))
+	}
+	p99 := func(ds []time.Duration) float64 {
+		if len(ds) == 0 {
+			return 0
+		}
+		slices.Sort(ds)
+		return ms(ds[min(len(ds)-1, len(ds)*99/100)])
+	}
+	_, cleanWaits := starts.between(cleanFrom, pinStart)
+	_, pinnedWaits := starts.between(pinStart, pinEnd)
+	// Recovery: from the commit until the last task that had waited more
+	// than 100 ms started.
+	recovery := 0.0
+	starts.mu.Lock()
+	for i, t := range starts.at {
+		if t.After(pinEnd) && starts.waits[i] > 100*time.Millisecond {
+			recovery = max(recovery, t.Sub(pinEnd).Seconds())
+		}
+	}
+	starts.mu.Unlock()
+	return []measure{
+		{metric: "enqueued clean", unit: "tasks/s", value: float64(enqAtPin) / pinStart.Sub(start).Seconds()},
+		{metric: "enqueued pinned", unit: "tasks/s", value: float64(enqAtCommit-enqAtPin) / pinEnd.Sub(pinStart).Seconds()},
+		{metric: "throughput clean", unit: "tasks/s", value: cleanRate},
+		{metric: "throughput pinned (mean)", unit: "tasks/s", value: pinnedRate},
+		{metric: "pinned / clean (mean)", unit: "ratio", value: pinnedRate / cleanRate, target: &target{atLeast: true, v: 0.7}},
+		{metric: "pinned / clean (worst 10 s)", unit: "ratio", value: worst / cleanRate, target: &target{atLeast: true, v: 0.7}},
+		{metric: "claim p99 clean", unit: "ms", value: p99(timer.between(cleanFrom, pinStart))},
+		{metric: "claim p99 pinned", unit: "ms", value: p99(timer.between(pinStart, pinEnd)), target: &target{v: 100}},
+		{metric: "task wait p99 clean", unit: "ms", value: p99(cleanWaits)},
+		{metric: "task wait p99 pinned", unit: "ms", value: p99(pinnedWaits)},
+		{metric: "max backlog", unit: "tasks", value: float64(maxBacklog.Load())},
+		{metric: "dead rows at commit", unit: "rows", value: float64(dead)},
+		{metric: "recovery after commit", unit: "s", value: recovery},
+		{metric: "tasks", unit: "tasks", value: float64(want)},
+	}, nil
+}

@@ -1,0 +1,25 @@
+// Package control is the format of the commands a producer sends to the
+// workers on the schema's control channel (queue.Channels): the queue
+// package writes them, the worker package reads them.
+package control
+
+import (
+	"strconv"
+	"strings"
+)
+
+const cancelPrefix = "cancel:"
+
+// Cancel is the command asking the worker running task id to cancel it.
+func Cancel(id int64) string { return cancelPrefix + strconv.FormatInt(id, 10) }
+
+// ParseCancel returns the task id of a Cancel command, and false for
+// anything else.
+func ParseCancel(msg string) (int64, bool) {
+	rest, ok := strings.CutPrefix(msg, cancelPrefix)
+	if !ok {
+		return 0, false
+	}
+	id, err := strconv.ParseInt(rest, 10, 64)
+	return id, err == nil
+}

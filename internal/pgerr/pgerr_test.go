@@ -1,0 +1,76 @@
+package pgerr
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+func TestNoSchema(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ searchPath, schema, message string }{
+		{"nosuch", "nosuch", `skiplock: schema "nosuch" does not exist: create it (CREATE SCHEMA "nosuch"), then migrate up`},
+		{"Jobs, public", "jobs", `skiplock: schema "jobs" does not exist (first in search_path "Jobs, public", none of which exists): create it (CREATE SCHEMA "jobs"), then migrate up`},
+		{`"$user", public`, "app", `skiplock: schema "app" does not exist (first in search_path "\"$user\", public", none of which exists): create it (CREATE SCHEMA "app"), then migrate up`},
+		{`"My ""Q"", x",y`, `My "Q", x`, `skiplock: schema "My \"Q\", x" does not exist (first in search_path "\"My \"\"Q\"\", x\",y", none of which exists): create it (CREATE SCHEMA "My ""Q"", x"), then migrate up`},
+		{"", "", `skiplock: the search_path "" names no schema: set one (postgres://...?search_path=SCHEMA)`},
+	} {
+		err := NoSchema(c.searchPath, "app")
+		var ns *NoSchemaError
+		if !errors.As(err, &ns) || ns.Schema != c.schema || err.Error() != c.message || !errors.Is(err, ErrNotMigrated) {
+			t.Errorf("NoSchema(%q):\n got %q (schema %q)\nwant %q (schema %q)", c.searchPath, err, ns.Schema, c.message, c.schema)
+		}
+	}
+}
+
+func TestInterpret(t *testing.T) {
+	t.Parallel()
+	server := func(code, constraint string) error {
+		return fmt.Errorf("running a query: %w", &pgconn.PgError{Code: code, Message: "m", ConstraintName: constraint})
+	}
+	connection := errors.New("dial tcp 127.0.0.1:5432: connect: connection refused")
+	if Interpret(nil) != nil {
+		t.Error("Interpret(nil) is not nil")
+	}
+	if err := Interpret(fmt.Errorf("scanning: %w", pgx.ErrNoRows)); err != ErrNotFound {
+		t.Errorf("no rows: %v, want ErrNotFound", err)
+	}
+	for _, code := range []string{pgerrcode.UndefinedTable, pgerrcode.UndefinedColumn, pgerrcode.UndefinedFunction} {
+		err := Interpret(server(code, ""))
+		if !errors.Is(err, ErrNotMigrated) || Interpret(err) != err {
+			t.Errorf("%s: %v, want ErrNotMigrated, the same when interpreted again", code, err)
+		}
+	}
+	if err := server(pgerrcode.SyntaxError, ""); Interpret(err) != err || Interpret(connection) != connection {
+		t.Error("other errors are not returned unchanged")
+	}
+
+	for _, c := range []struct {
+		err                                 error
+		retryable, refused, lockFull, taken bool
+	}{
+		{connection, true, false, false, false},
+		{server(pgerrcode.AdminShutdown, ""), true, false, false, false},
+		{server(pgerrcode.ConnectionFailure, ""), true, false, false, false},
+		{server(pgerrcode.TooManyConnections, ""), true, false, false, false},
+		{server(pgerrcode.OutOfMemory, ""), true, false, true, false},
+		{server(pgerrcode.SerializationFailure, ""), true, false, false, false},
+		{server(pgerrcode.InvalidPassword, ""), false, true, false, false},
+		{server(pgerrcode.InvalidAuthorizationSpecification, ""), false, true, false, false},
+		{server(pgerrcode.InvalidCatalogName, ""), false, true, false, false},
+		{server(pgerrcode.UniqueViolation, ExclusiveRunningIndex), false, false, false, true},
+		{server(pgerrcode.UniqueViolation, "skiplock_tasks_unique_key_idx"), false, false, false, false},
+		{server(pgerrcode.ReadOnlySQLTransaction, ""), false, false, false, false},
+	} {
+		if Retryable(c.err) != c.retryable || IsLoginRefused(c.err) != c.refused ||
+			IsLockTableFull(c.err) != c.lockFull || IsExclusiveKeyTaken(c.err) != c.taken {
+			t.Errorf("%v (%s): retryable %v, login refused %v, lock table full %v, exclusive key taken %v; want %v %v %v %v",
+				c.err, Code(c.err), Retryable(c.err), IsLoginRefused(c.err), IsLockTableFull(c.err), IsExclusiveKeyTaken(c.err),
+				c.retryable, c.refused, c.lockFull, c.taken)
+		}
+	}
+}

@@ -1,0 +1,1 @@
+ALTER TABLE skiplock_tasks RESET (fillfactor);

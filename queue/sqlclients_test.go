@@ -1,0 +1,242 @@
+package queue_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/skiplock/skiplock/internal/pgtest"
+	"github.com/skiplock/skiplock/worker"
+)
+
+// python is Debian's python3, which has python3-psycopg (a pyenv python on
+// PATH may not).
+const python = "/usr/bin/python3"
+
+// TestEnqueueFromSQLClients: the README's enqueue snippets, run by psql and
+// by Python's psycopg 3, enqueue tasks that a Go worker runs with their
+// payloads; its poll interval is an hour, so only the NOTIFY of the SQL
+// functions can wake it. Bad calls from both clients fail with SQLSTATE
+// 22023 and a message naming the field, and enqueue nothing.
+func TestEnqueueFromSQLClients(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	if _, err := exec.LookPath("psql"); err != nil {
+		t.Fatal("psql not found: install it (Debian: apt-get install postgresql-client; .ci/test installs .ci/packages)")
+	}
+	if out, err := exec.Command(python, "-c", "import psycopg").CombinedOutput(); err != nil {
+		t.Fatalf("%s cannot import psycopg (%v: %s): install python3-psycopg (Debian: apt-get install python3-psycopg; .ci/test installs .ci/packages)",
+			python, err, strings.TrimSpace(string(out)))
+	}
+	schema := pgtest.Schema(t, true)
+	pool := pgtest.NewPool(t, schema)
+	url := pgtest.Server(t).URL
+	env := append(os.Environ(), "DATABASE_URL="+url, "PGOPTIONS=-c search_path="+schema)
+
+	// The worker: records what ran; tells when each queue's loop has found
+	// nothing and sleeps until a notification (or an hour's poll).
+	type ran struct{ name, queue, payload string }
+	var (
+		mu   sync.Mutex
+		runs []ran
+	)
+	record := func(_ context.Context, task *worker.Task) error {
+		var payload any
+		if err := json.Unmarshal(task.Payload, &payload); err != nil {
+			return err
+		}
+		p, _ := json.Marshal(payload) // compact, keys sorted
+		mu.Lock()
+		runs = append(runs, ran{task.Name, task.Queue, string(p)})
+		mu.Unlock()
+		return nil
+	}
+	idle := &idleObserver{asleep: make(chan string, 10)}
+	w := worker.New(pool, worker.Config{
+		Queues: []string{"default", "mail"}, PollInterval: time.Hour, Observer: idle,
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- w.Run(runCtx, worker.Handlers{"a": record, "b": record, "email.send": record, "report.build": record})
+	}()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("worker: %v", err)
+		}
+	})
+	for range 2 {
+		select {
+		case <-idle.asleep:
+		case err := <-done:
+			t.Fatalf("worker: %v", err)
+		case <-time.After(pgtest.Patient(time.Second)):
+			t.Fatal("the worker's first claims did not happen")
+		}
+	}
+	waitRuns := func(what string, want ...ran) {
+		t.Helper()
+		pgtest.Eventually(t, time.Second, fmt.Sprintf("%s: tasks %v to run (the worker polls hourly: only NOTIFY wakes it)", what, want), func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return !slices.ContainsFunc(want, func(r ran) bool { return !slices.Contains(runs, r) })
+		})
+	}
+	tasks := func() int {
+		t.Helper()
+		var n int
+		if err := pool.QueryRow(ctx, "SELECT count(*) FROM skiplock_tasks").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+
+	// psql: the README's SQL. The delayed email stays pending.
+	psql := exec.Command("psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-f", "-", url)
+	psql.Env, psql.Stdin = env, strings.NewReader(readmeRecipe(t, "enqueue-sql"))
+	if out, err := psql.CombinedOutput(); err != nil {
+		t.Fatalf("psql: %v\n%s", err, out)
+	}
+	waitRuns("psql", ran{"a", "default", "1"}, ran{"b", "mail", "null"})
+	var delayed string
+	if err := pool.QueryRow(ctx, `SELECT format('%s %s %s %s %s %s %s', status, queue, priority, max_attempts, timeout_ms,
+		unique_key, exclusive_key) FROM skiplock_tasks WHERE name = 'email.send' AND run_at > now() + interval '50 minutes'`).Scan(&delayed); err != nil ||
+		delayed != "pending mail -1 5 30000 welcome:42 account:42" {
+		t.Fatalf("psql's delayed email.send: %q, %v", delayed, err)
+	}
+
+	// Python: the README's snippet.
+	dir := t.TempDir()
+	script := filepath.Join(dir, "enqueue.py")
+	if err := os.WriteFile(script, []byte(readmeRecipe(t, "enqueue-python")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	py := exec.Command(python, script)
+	py.Env = env
+	if out, err := py.CombinedOutput(); err != nil || !regexp.MustCompile(`^\d+ \[\d+, \d+\]\n$`).Match(out) {
+		t.Fatalf("python: %v\n%s", err, out)
+	}
+	waitRuns("python",
+		ran{"email.send", "mail", `{"to":"ada@example.com"}`},
+		ran{"report.build", "default", `{"day":"2026-01-02"}`},
+		ran{"email.send", "mail", `{"to":"bob@example.com"}`})
+
+	// Bad calls: SQLSTATE 22023 naming the field, and nothing enqueued.
+	bad := []struct{ sql, want string }{
+		{`SELECT skiplock_enqueue('', '{}')`, "skiplock: invalid task: name must be 1 to 255 bytes"},
+		{`SELECT skiplock_enqueue('x', '{}', queue => '')`, "skiplock: invalid task: queue name must be 1 to 255 bytes"},
+		{`SELECT skiplock_enqueue('x', '{}', priority => 40000)`, "skiplock: invalid task: priority 40000 is outside -32768..32767"},
+		{`SELECT skiplock_enqueue('x', '{}', max_attempts => 0)`, "skiplock: invalid task: max attempts must be at least 1"},
+		{`SELECT skiplock_enqueue('x', '{}', timeout => '0s')`, "skiplock: invalid task: timeout must be at least 1ms"},
+		{`SELECT skiplock_enqueue('x', '{}', metadata => '[1]')`, "skiplock: invalid task: metadata must be a JSON object"},
+		{`SELECT * FROM skiplock_enqueue_many('{"name": "x"}')`, "skiplock: invalid task: skiplock_enqueue_many takes a JSON array"},
+		{`SELECT * FROM skiplock_enqueue_many('[{"name": "ok"}, {"name": "x", "priority": 40000}]')`,
+			"skiplock: invalid task 2: priority 40000 is outside"},
+		{`SELECT * FROM skiplock_enqueue_many('[{"name": "ok"}, {"name": "x", "priority": "high"}]')`,
+			`skiplock: invalid task 2: invalid input syntax for type integer: "high"`},
+		{`SELECT * FROM skiplock_enqueue_many('[{"name": "ok"}, {"name": "x", "prio": 1}]')`, "skiplock: invalid task 2: unknown key 'prio'"},
+	}
+	before := tasks()
+	for _, c := range bad {
+		cmd := exec.Command("psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-v", "VERBOSITY=verbose", "-c", c.sql, url)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "ERROR:  22023: "+c.want) {
+			t.Errorf("psql %s: %v, %q; want ERROR 22023 %q", c.sql, err, out, c.want)
+		}
+	}
+	// From Python: each call in its own transaction; prints SQLSTATE and
+	// message per call.
+	var sqls []string
+	for _, c := range bad {
+		sqls = append(sqls, c.sql)
+	}
+	calls, _ := json.Marshal(sqls)
+	py = exec.Command(python, "-c", `
+import json, os, sys
+import psycopg
+with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as conn:
+    for sql in json.loads(sys.argv[1]):
+        try:
+            conn.execute(sql)
+            print(json.dumps({"sqlstate": None}))
+        except psycopg.Error as e:
+            print(json.dumps({"sqlstate": e.sqlstate, "class": type(e).__name__, "message": e.diag.message_primary}))
+`, string(calls))
+	py.Env = env
+	out, err := py.Output()
+	if err != nil {
+		t.Fatalf("python bad calls: %v\n%s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) != len(bad) {
+		t.Fatalf("python bad calls: %d results for %d calls:\n%s", len(lines), len(bad), out)
+	}
+	for i, line := range lines {
+		var r struct{ SQLState, Class, Message string }
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatal(err)
+		}
+		if r.SQLState != "22023" || r.Class != "InvalidParameterValue" || !strings.Contains(r.Message, bad[i].want) {
+			t.Errorf("python %s: %+v; want 22023 InvalidParameterValue %q", bad[i].sql, r, bad[i].want)
+		}
+	}
+	// Text that is not JSON never reaches the functions: jsonb's input
+	// rejects it (22P02).
+	cmd := exec.Command("psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-v", "VERBOSITY=verbose", "-c", `SELECT skiplock_enqueue('x', '{"a":')`, url)
+	cmd.Env = env
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "ERROR:  22P02: invalid input syntax for type json") {
+		t.Errorf("psql with bad JSON: %v, %q", err, out)
+	}
+	if after := tasks(); after != before {
+		t.Fatalf("bad calls enqueued %d tasks", after-before)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(runs) != 5 {
+		t.Fatalf("ran %d tasks, want 5: %v", len(runs), runs)
+	}
+}
+
+// idleObserver reports each claim that found nothing: its queue's loop then
+// sleeps until a notification or the poll interval.
+type idleObserver struct {
+	worker.NopObserver
+	asleep chan string
+}
+
+func (o *idleObserver) Claimed(queue string, _, got int) {
+	if got == 0 {
+		select {
+		case o.asleep <- queue:
+		default:
+		}
+	}
+}
+
+// readmeRecipe is the code block that follows <!-- recipe: name --> in the
+// README.
+func readmeRecipe(t *testing.T, name string) string {
+	t.Helper()
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("(?s)<!-- recipe: " + regexp.QuoteMeta(name) + " -->\n```[a-z]*\n(.*?)```").FindSubmatch(readme)
+	if m == nil {
+		t.Fatalf("README.md has no recipe %q", name)
+	}
+	return string(m[1])
+}

@@ -1,0 +1,156 @@
+package worker
+
+import (
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/skiplock/skiplock/db"
+)
+
+// A claim reads the partial claim index in claim order (priority, run_at,
+// id) and takes the first rows that are still pending. The entries of rows
+// it already took stay in the index, pointing at dead row versions, until
+// vacuum removes them, or until a later scan finds them dead to every
+// transaction and marks them. While some transaction holds the xmin horizon
+// back (a session idle in transaction, a long report), neither can happen:
+// every claim from the head walks the entries of everything claimed since,
+// a heap visit each, and its cost grows without bound (71,477 buffers and
+// 509 ms to pick 250 rows after 100 s of a pinned horizon, against 209
+// buffers and 9 ms clean).
+//
+// So a claim loop keeps a cursor: the claim-order position of the last row
+// it took. While a claim from the head is cheap (the normal case: dead
+// entries are few, or marked and skipped), every claim starts at the head,
+// exactly as before. Once a claim from the head turns expensive, claims
+// start a little before the cursor (cursorLookback, for rows of producer
+// transactions that committed after the cursor passed their run_at), and a
+// claim from the head runs only every max(headEvery, headRatio times what
+// the last one cost): rows that land behind the cursor (a higher priority,
+// an old run_at of a rescued or handed-back task, a row passed over for its
+// exclusive key, a late commit) wait at most that long: an idle claim loop
+// wakes itself for the head claim when it is due (headDue), since no
+// notification or poll may come for a row that landed behind the cursor.
+// The head claim also tells when the head is cheap again.
+const (
+	cursorLookback = 50 * time.Millisecond
+	headEvery      = time.Second
+	headRatio      = 20
+	// A head claim is expensive past headBase plus headPerRow per row
+	// claimed: a claim of 250 rows normally takes 2-20 ms here.
+	headBase   = 25 * time.Millisecond
+	headPerRow = 100 * time.Microsecond
+)
+
+// claimPos is a position in claim order.
+type claimPos struct {
+	priority int16
+	runAt    time.Time
+	id       int64
+}
+
+func (a claimPos) less(b claimPos) bool {
+	if a.priority != b.priority {
+		return a.priority < b.priority
+	}
+	if !a.runAt.Equal(b.runAt) {
+		return a.runAt.Before(b.runAt)
+	}
+	return a.id < b.id
+}
+
+// claimCursor is one claim loop's cursor, for one queue and name filter.
+type claimCursor struct {
+	mu       sync.Mutex // the claim loop, and a test
+	pos      claimPos
+	valid    bool      // pos is the last row taken
+	costly   bool      // the last head claim was expensive
+	lastHead time.Time // when it ran
+	headCost time.Duration
+}
+
+// claimCursors holds the cursors of a worker; its zero value is ready.
+type claimCursors struct {
+	mu sync.Mutex
+	m  map[string]*claimCursor
+}
+
+func (cs *claimCursors) get(queueName string, only, skip []string) *claimCursor {
+	key := queueName + "\x00" + strings.Join(only, "\x01") + "\x00" + strings.Join(skip, "\x01")
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.m == nil {
+		cs.m = map[string]*claimCursor{}
+	}
+	c := cs.m[key]
+	if c == nil {
+		c = &claimCursor{}
+		cs.m[key] = c
+	}
+	return c
+}
+
+// bound sets where the next claim starts, and reports whether it starts at
+// the head.
+func (c *claimCursor) bound(p *db.TaskClaimParams, now time.Time) (head bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.valid || !c.costly || now.Sub(c.lastHead) >= max(headEvery, headRatio*c.headCost) {
+		p.UseAfter = false
+		return true
+	}
+	p.UseAfter = true
+	p.AfterPriority = c.pos.priority
+	p.AfterRunAt = c.pos.runAt.Add(-cursorLookback)
+	p.AfterID = 0
+	return false
+}
+
+// headDue reports, for a cursor in use, how long until its next claim from
+// the head is due.
+func (c *claimCursor) headDue(now time.Time) (time.Duration, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.valid || !c.costly {
+		return 0, false
+	}
+	return max(0, c.lastHead.Add(max(headEvery, headRatio*c.headCost)).Sub(now)), true
+}
+
+// headDue is the soonest head claim due among the cursors of queueName.
+func (cs *claimCursors) headDue(queueName string, now time.Time) (time.Duration, bool) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	var soonest time.Duration
+	found := false
+	for key, c := range cs.m {
+		if !strings.HasPrefix(key, queueName+"\x00") {
+			continue
+		}
+		if d, ok := c.headDue(now); ok && (!found || d < soonest) {
+			soonest, found = d, true
+		}
+	}
+	return soonest, found
+}
+
+// claimed records a claim's outcome: from the head or not, how long it
+// took, and the rows it took.
+func (c *claimCursor) claimed(head bool, started time.Time, took time.Duration, rows []db.TaskClaimRow) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if head {
+		c.lastHead = started
+		c.headCost = took
+		c.costly = took > headBase+time.Duration(len(rows))*headPerRow
+		if len(rows) > 0 {
+			c.valid = false // the head is the truth: restart from what it took
+		}
+	}
+	for _, r := range rows {
+		pos := claimPos{priority: r.Priority, runAt: r.RunAt, id: r.ID}
+		if !c.valid || c.pos.less(pos) {
+			c.pos, c.valid = pos, true
+		}
+	}
+}

@@ -1,0 +1,62 @@
+package worker
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+	"time"
+)
+
+// Maintenance jobs that exactly one worker process runs, each elected
+// under its own key (advisory mode) or row of skiplock_leaders (lease
+// mode).
+const (
+	leaderJobRescuer   = 1
+	leaderJobScheduler = 2
+)
+
+// leadership is one job's election, as the guard keeps it.
+type leadership struct {
+	job     uint32
+	name    string    // the job's row in skiplock_leaders (lease mode)
+	gen     uint64    // advisory mode: the lock session generation holding the lock
+	checked time.Time // advisory mode: when the holder's heartbeat was last checked
+}
+
+var (
+	rescuerJob   = leadership{job: leaderJobRescuer, name: "rescuer"}
+	schedulerJob = leadership{job: leaderJobScheduler, name: "scheduler"}
+)
+
+// electedJobs names every elected job, for resigning at shutdown.
+var electedJobs = []string{rescuerJob.name, schedulerJob.name}
+
+// elector is this worker's candidacy for one job. Its job's loop calls lead
+// on each tick and works only while it returns true; other loops may ask
+// isLeader. How a leader is chosen, and how a dead one is replaced, is the
+// guard's: a session lock that dies with its session, or a row that
+// expires.
+type elector struct {
+	l        leadership
+	guard    guard
+	log      *slog.Logger
+	workerID string
+	leading  atomic.Bool
+}
+
+func newElector(l leadership, g guard, log *slog.Logger, workerID string) *elector {
+	return &elector{l: l, guard: g, log: log, workerID: workerID}
+}
+
+// lead keeps or tries to take the leadership and reports whether this
+// worker leads.
+func (e *elector) lead(ctx context.Context) bool {
+	now := e.guard.lead(ctx, &e.l)
+	if was := e.leading.Swap(now); now && !was {
+		e.log.Info("skiplock: this worker now runs the "+e.l.name, "worker_id", e.workerID)
+	}
+	return now
+}
+
+// isLeader reports what the last lead found.
+func (e *elector) isLeader() bool { return e.leading.Load() }

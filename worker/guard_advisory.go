@@ -1,0 +1,190 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/skiplock/skiplock/db"
+)
+
+// advisoryGuard guards each running task with a session-level advisory
+// lock, all held on the worker's lock session (locksession.go). Locks die
+// with their session, so a task claimed in one generation of the session
+// is released only while that generation lasts. See guard.
+type advisoryGuard struct {
+	guardDeps
+	ls       *lockSession // set by open
+	classOID int64
+
+	// warnedNoSignal: said once that this role may not end a stale
+	// worker's lock session.
+	warnedNoSignal atomic.Bool
+}
+
+// checkPooling: session locks cannot guard tasks behind a transaction
+// pooler.
+func (g *advisoryGuard) checkPooling(pooled bool) error {
+	if pooled {
+		return ErrTransactionPooling
+	}
+	return nil
+}
+
+// open opens the lock session, which registers the worker on itself.
+func (g *advisoryGuard) open(ctx context.Context, classOID int64, o *outage) error {
+	g.classOID = classOID
+	if entries, err := g.queries.SchemaLockTableSize(ctx, g.pool); err == nil && int64(g.cfg.Concurrency) > entries/4 {
+		g.log.Warn("skiplock: Concurrency is a large share of PostgreSQL's lock table, which every running task's advisory lock "+
+			"and every session's locks share; past it, claims back off. Lower Concurrency, run fewer workers, or raise max_locks_per_transaction.",
+			"concurrency", g.cfg.Concurrency, "lock_table_entries", entries)
+	}
+	g.ls = newLockSession(g.pool.Config().ConnConfig, int32(uint32(classOID)), classOID, g.cfg.sessionTuning(), g.log)
+	g.ls.onLost = g.sessionLost
+	g.ls.onUp = g.sessionUp
+	g.ls.register = g.row.registerSession
+	return untilAvailable(ctx, o, func(ctx context.Context) error {
+		if err := g.ls.connect(ctx); err != nil {
+			return fmt.Errorf("skiplock: opening the lock session: %w", err)
+		}
+		return nil
+	})
+}
+
+// close ends the lock session, releasing every lock it holds.
+func (g *advisoryGuard) close() { g.ls.close() }
+
+// sessionUp runs once a lock session is registered.
+func (g *advisoryGuard) sessionUp(gen uint64, _ uint32) {
+	if gen > 1 {
+		g.cfg.Observer.LockSessionReconnected()
+		g.wakeAll()
+	}
+}
+
+// sessionLost cancels the handlers whose locks died with the session:
+// their tasks are now free for the rescuer and other workers.
+func (g *advisoryGuard) sessionLost(gen uint64) {
+	cancelled := 0
+	for _, e := range g.running() {
+		if e.gen == gen {
+			g.cancel(e, errLockLost)
+			cancelled++
+		}
+	}
+	g.cfg.Observer.LockSessionLost(cancelled)
+}
+
+func (g *advisoryGuard) claim(p db.TaskClaimParams) ([]db.TaskClaimRow, uint64, error) {
+	return g.ls.claim(p)
+}
+
+func (g *advisoryGuard) up() <-chan struct{} { return g.ls.ready() }
+
+func (g *advisoryGuard) reconcile() error { return g.ls.reconcile() }
+
+// release queues the batch's unlocks, by the generation that locked them.
+func (g *advisoryGuard) release(batch []finish) {
+	byGen := map[uint64][]int64{}
+	for _, f := range batch {
+		byGen[f.gen] = append(byGen[f.gen], f.id)
+	}
+	for gen, ids := range byGen {
+		g.ls.release(ids, gen)
+	}
+}
+
+// lead holds the job's election lock in the lock session: it dies with the
+// session, and another worker takes it on its next try.
+func (g *advisoryGuard) lead(ctx context.Context, l *leadership) bool {
+	gen, up := g.ls.generation()
+	switch {
+	case !up:
+		l.gen = 0
+	case l.gen != gen:
+		acquired, got, err := g.ls.tryLeader(g.leaderKey(l.job))
+		l.gen = 0
+		if err == nil && acquired {
+			l.gen = got
+		}
+		// The holder may be a zombie: a session cut off by a silent
+		// network, alive on the server until TCP gives up. Any worker may
+		// end it once its heartbeat is stale, and take over on its next
+		// try.
+		if err == nil && !acquired && g.cfg.StaleAfter > 0 && time.Since(l.checked) >= heartbeatEvery(g.cfg.StaleAfter) {
+			l.checked = time.Now()
+			g.endStaleSessions(ctx, g.leaderKey(l.job))
+		}
+	}
+	return l.gen != 0
+}
+
+// leaderKey is the bigint advisory key of a maintenance job: the lock class
+// in the high half keeps two skiplock schemas apart, and the bigint form
+// (objsubid 1 in pg_locks) never collides with task locks (objsubid 2).
+func (g *advisoryGuard) leaderKey(job uint32) int64 {
+	return int64(uint64(uint32(g.classOID))<<32 | uint64(job))
+}
+
+// resign: election locks end with the lock session.
+func (g *advisoryGuard) resign([]string) {}
+
+// beforeRescue ends the lock sessions of workers cut off for StaleAfter,
+// so that the rescue finds their tasks orphaned.
+func (g *advisoryGuard) beforeRescue(ctx context.Context) {
+	if g.cfg.StaleAfter > 0 {
+		g.endStaleSessions(ctx, 0)
+	}
+}
+
+// endStaleSessions ends the lock sessions of workers whose heartbeat is
+// older than StaleAfter (only the holder of leaderKey's election, when not
+// 0), so that the server releases their locks: a worker cut off by a
+// silent network cannot keep its heartbeat fresh, but its session lives on
+// in the server until TCP gives up. The rescuer's next pass finds their
+// tasks orphaned.
+func (g *advisoryGuard) endStaleSessions(ctx context.Context, leaderKey int64) {
+	qctx, cancel := context.WithTimeout(ctx, max(g.cfg.RescueInterval, 5*time.Second))
+	defer cancel()
+	rows, err := g.queries.WorkerTerminateStale(qctx, g.pool, db.WorkerTerminateStaleParams{
+		Self: g.cfg.WorkerID, StaleSeconds: g.cfg.StaleAfter.Seconds(), LeaderKey: leaderKey,
+	})
+	if err != nil {
+		if ctx.Err() == nil {
+			g.log.Warn("skiplock: looking for lock sessions of workers whose heartbeat is stale", "error", err)
+		}
+		return
+	}
+	for _, r := range rows {
+		switch {
+		case r.Terminated:
+			what := "its task locks"
+			if leaderKey != 0 {
+				what = "its task locks and an election it held"
+			}
+			g.log.Warn("skiplock: ended the lock session of a worker whose heartbeat is stale (cut off?), releasing "+what,
+				"lost_worker", r.ID, "backend_pid", r.Pid, "stale_after", g.cfg.StaleAfter)
+		case !r.Permitted && g.warnedNoSignal.CompareAndSwap(false, true):
+			g.log.Warn("skiplock: cannot end the lock session of a worker whose heartbeat is stale: this role may not signal it. "+
+				"Run every worker as the same database role (or grant pg_signal_backend and pg_read_all_stats); until then its "+
+				"tasks wait for the server's TCP keepalives to end the session (TCPKeepalive* settings).",
+				"lost_worker", r.ID, "backend_pid", r.Pid)
+		}
+	}
+}
+
+// listenConfig: the pool's own connection settings.
+func (g *advisoryGuard) listenConfig() *pgx.ConnConfig { return g.pool.Config().ConnConfig.Copy() }
+
+// jobs: the session's health check, which also carries the worker row's
+// heartbeat.
+func (g *advisoryGuard) jobs() []func(context.Context) {
+	h := &sessionHealth{
+		ls: g.ls, interval: g.cfg.HealthInterval, pingTimeout: g.cfg.PingTimeout, staleAfter: g.cfg.StaleAfter,
+		beat: g.row.beatSession,
+	}
+	return []func(context.Context){h.run}
+}

@@ -1,0 +1,96 @@
+package worker
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/skiplock/skiplock/db"
+)
+
+// rescuer returns to the queue the running tasks whose worker is gone: an
+// advisory lock nobody holds (its session ended) or a lease that expired.
+// Every worker runs one and tries to win the rescuer's election each
+// interval (RescueInterval); the one that leads rescues. A leader that dies
+// or loses its session hands over within one interval.
+type rescuer struct {
+	elector  *elector
+	queries  *db.Queries
+	pool     db.DBTX
+	classOID int64  // the advisory lock class of task locks
+	channel  string // the work channel, to wake claimers of rescued tasks
+	interval time.Duration
+	// beforeRescue runs before each pass (guard.beforeRescue).
+	beforeRescue func(ctx context.Context)
+	observer     Observer
+	log          *slog.Logger
+	passed       func() // after each pass, if set (a test signal)
+}
+
+func (r *rescuer) run(ctx context.Context) {
+	tick := time.NewTicker(r.interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if r.elector.lead(ctx) {
+			r.beforeRescue(ctx)
+			r.rescue(ctx)
+			if r.passed != nil {
+				r.passed()
+			}
+		}
+	}
+}
+
+// rescue is one pass.
+func (r *rescuer) rescue(ctx context.Context) {
+	rows, err := r.queries.TaskRescueOrphans(ctx, r.pool, r.classOID)
+	if err != nil {
+		if ctx.Err() == nil {
+			r.log.Warn("skiplock: rescuing orphaned tasks", "error", err)
+		}
+		return
+	}
+	if len(rows) == 0 {
+		return
+	}
+	// One line per lost worker and pass, not per task: a storm of lost
+	// sessions rescues thousands.
+	queues := map[string]bool{}
+	byWorker := map[string][]int64{}
+	failed := map[string]int{}
+	for _, row := range rows {
+		r.observer.Rescued(row.Queue, row.Name)
+		lost := deref(row.LostWorkerID)
+		byWorker[lost] = append(byWorker[lost], row.ID)
+		if row.Status == "pending" {
+			queues[row.Queue] = true
+		} else {
+			failed[lost]++
+		}
+	}
+	for lost, ids := range byWorker {
+		r.log.Warn("skiplock: rescued tasks whose worker is gone", "lost_worker", lost, "count", len(ids),
+			"failed_out_of_attempts", failed[lost], "task_ids", firstIDs(ids))
+	}
+	if len(queues) > 0 {
+		names := make([]string, 0, len(queues))
+		for q := range queues {
+			names = append(names, q)
+		}
+		if err := r.queries.QueueNotify(ctx, r.pool, db.QueueNotifyParams{Channel: r.channel, Queues: names}); err != nil {
+			r.log.Warn("skiplock: notifying rescued tasks", "error", err)
+		}
+	}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}

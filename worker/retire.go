@@ -1,0 +1,98 @@
+package worker
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/skiplock/skiplock/db"
+)
+
+// Retirement: how often finished tasks past their retention are deleted,
+// how many per statement, and how often and after how long the rows of
+// stopped workers go.
+const (
+	retireInterval  = time.Minute
+	retireBatch     = 10000
+	pruneInterval   = 10 * time.Second
+	workerRetention = 7 * 24 * time.Hour
+)
+
+// retirer deletes finished tasks past their retention (RetainCompleted,
+// RetainFailed, RetainCancelled) and the rows of workers stopped for
+// workerRetention. It works only while leads says this worker leads (the
+// rescuer's election), so that one worker does it.
+type retirer struct {
+	leads   func() bool
+	queries *db.Queries
+	pool    db.DBTX
+	retain  map[string]time.Duration // by status; < 0 keeps forever
+	log     *slog.Logger
+}
+
+func newRetirer(cfg Config, leads func() bool, queries *db.Queries, pool db.DBTX, log *slog.Logger) *retirer {
+	return &retirer{leads: leads, queries: queries, pool: pool, log: log, retain: map[string]time.Duration{
+		"completed": cfg.RetainCompleted, "failed": cfg.RetainFailed, "cancelled": cfg.RetainCancelled,
+	}}
+}
+
+func (r *retirer) run(ctx context.Context) {
+	retire := time.NewTicker(r.every())
+	defer retire.Stop()
+	prune := time.NewTicker(pruneInterval)
+	defer prune.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-retire.C:
+			if r.leads() {
+				r.retire(ctx)
+			}
+		case <-prune.C:
+			if r.leads() {
+				if _, err := r.queries.WorkerPrune(ctx, r.pool, workerRetention.Seconds()); err != nil && ctx.Err() == nil {
+					r.log.Warn("skiplock: pruning old worker rows", "error", err)
+				}
+			}
+		}
+	}
+}
+
+// every is retireInterval, or less when a retention is shorter.
+func (r *retirer) every() time.Duration {
+	d := retireInterval
+	for _, keep := range r.retain {
+		if keep > 0 {
+			d = min(d, max(keep/2, 100*time.Millisecond))
+		}
+	}
+	return d
+}
+
+// retire deletes finished tasks past their retention, a batch at a time,
+// so that no statement holds many row locks or runs long.
+func (r *retirer) retire(ctx context.Context) {
+	for status, keep := range r.retain {
+		if keep < 0 {
+			continue
+		}
+		var total int64
+		for ctx.Err() == nil {
+			n, err := r.queries.TaskRetire(ctx, r.pool, db.TaskRetireParams{Status: status, OlderThanSeconds: keep.Seconds(), BatchSize: retireBatch})
+			if err != nil {
+				if ctx.Err() == nil {
+					r.log.Warn("skiplock: deleting finished tasks past their retention", "status", status, "error", err)
+				}
+				return
+			}
+			total += n
+			if n < retireBatch {
+				break
+			}
+		}
+		if total > 0 {
+			r.log.Debug("skiplock: deleted finished tasks past their retention", "status", status, "count", total)
+		}
+	}
+}

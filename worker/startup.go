@@ -1,0 +1,148 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"golang.org/x/sync/semaphore"
+
+	"github.com/skiplock/skiplock/db"
+	"github.com/skiplock/skiplock/internal/pgerr"
+	"github.com/skiplock/skiplock/queue"
+)
+
+// Start-up retries: the first attempt's backoff, its cap, and how long one
+// attempt may take.
+const (
+	startBackoff        = 100 * time.Millisecond
+	maxStartBackoff     = 5 * time.Second
+	startAttemptTimeout = 30 * time.Second
+)
+
+// errReadOnly is a start attempt's error on a server that refuses writes.
+var errReadOnly = errors.New("the server is read-only (a standby, or a primary not yet open for writes after a failover): " +
+	"with several hosts, add target_session_attrs=read-write to the URL so that connections go to the primary")
+
+// start checks the database and the schema, sets up what Run needs, and
+// opens the guard, which registers the worker. While the database cannot be reached, or only in
+// read-only mode, it retries with backoff; it returns an error only for a
+// configuration error (isConfigError) or when ctx ends.
+func (w *Worker) start(ctx context.Context) error {
+	o := &outage{log: w.log, what: "starting"}
+	var table db.SchemaTaskTableRow
+	err := untilAvailable(ctx, o, func(ctx context.Context) (err error) {
+		table, err = w.checkDatabase(ctx)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	w.channel, w.control = queue.Channels(table.Schema)
+	w.queueSlots = map[string]*semaphore.Weighted{}
+	w.queueLimits = map[string]RateLimit{}
+	for _, q := range w.cfg.Queues {
+		w.wakes[q] = make(chan struct{}, 1)
+		if n, ok := w.cfg.QueueConcurrency[q]; ok {
+			w.queueSlots[q] = semaphore.NewWeighted(int64(n))
+		}
+	}
+	for _, r := range w.cfg.RateLimits {
+		if r.Queue != "" {
+			w.queueLimits[r.Queue] = r
+		} else {
+			w.nameLimits = append(w.nameLimits, r)
+			w.limitedNames = append(w.limitedNames, r.Name)
+		}
+	}
+
+	w.classOID = table.Oid
+	w.slots = newSlots(w.cfg.Concurrency, w.cfg.ClaimBatch)
+	write := func(ctx context.Context, p db.TaskFinishManyParams) ([]int64, error) {
+		p.WorkerID = w.cfg.WorkerID
+		return w.queries.TaskFinishMany(ctx, customPlans{w.pool}, p)
+	}
+	w.comp = newCompleter(write, w.guard.release, w.slots.free, w.wakeAll, w.log)
+	return w.guard.open(ctx, table.Oid, o)
+}
+
+// checkDatabase is one attempt at the checks of start: are sessions real,
+// is the schema there and current, are writes accepted.
+func (w *Worker) checkDatabase(ctx context.Context) (db.SchemaTaskTableRow, error) {
+	var table db.SchemaTaskTableRow
+	// First, before any statement that a pooler could break: are sessions
+	// real?
+	pooled, err := transactionPooled(ctx, w.pool)
+	if err != nil {
+		return table, fmt.Errorf("skiplock: connecting to the database: %w", pgerr.Interpret(err))
+	}
+	if err := w.guard.checkPooling(pooled); err != nil {
+		return table, err
+	}
+	// The schema's own version (skiplock_schema_version()), so that a
+	// schema applied by any migration tool is accepted.
+	info, err := queue.ReadSchema(ctx, w.pool)
+	if err != nil {
+		if errors.Is(err, ErrNotMigrated) {
+			return table, err
+		}
+		return table, fmt.Errorf("skiplock: connecting to the database: %w", err)
+	}
+	if err := queue.CheckSchema(info); err != nil {
+		return table, err
+	}
+	table = db.SchemaTaskTableRow{Oid: info.TableOID, Schema: info.Name}
+	readOnly, err := w.queries.SessionReadOnly(ctx, w.pool)
+	if err != nil {
+		return table, fmt.Errorf("skiplock: connecting to the database: %w", err)
+	}
+	if readOnly {
+		return table, fmt.Errorf("skiplock: %w", errReadOnly)
+	}
+	return table, nil
+}
+
+// untilAvailable runs step until it succeeds, fails with a configuration
+// error, or ctx ends, with backoff between attempts. It logs through o
+// once per change of state, not per attempt.
+func untilAvailable(ctx context.Context, o *outage, step func(context.Context) error) error {
+	backoff := startBackoff
+	for {
+		actx, cancel := context.WithTimeout(ctx, startAttemptTimeout)
+		err := step(actx)
+		cancel()
+		if err == nil {
+			o.ok()
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if isConfigError(err) {
+			return err
+		}
+		o.failed(err, "retry_in", backoff)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, maxStartBackoff)
+	}
+}
+
+// isConfigError reports whether a start attempt failed in a way that
+// waiting cannot fix, so that Run returns it: a schema that is not migrated
+// (or is dirty), a transaction pooler in advisory mode or a statement cache
+// behind one, a server that refuses the login (SQLSTATE class 28: wrong
+// user or password, no pg_hba.conf entry) or has no such database (3D000).
+// Everything else (refused or timed-out connections, a server starting up
+// or shutting down, too many connections, a read-only server) is an outage
+// and is retried.
+func isConfigError(err error) bool {
+	if errors.Is(err, ErrNotMigrated) || errors.Is(err, ErrTransactionPooling) || errors.Is(err, ErrStatementCache) {
+		return true
+	}
+	return pgerr.IsLoginRefused(err)
+}
