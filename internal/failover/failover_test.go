@@ -163,6 +163,127 @@ type round struct {
 	orphans              map[int64]int // task -> attempt, running on the old primary at the failover
 	repointed            time.Time     // lease mode: PgBouncer now points at the new primary
 	firstClaim, lastSave time.Time
+	// asyncUntil, if set: the old primary went on acknowledging commits,
+	// without waiting for the standby, until then (see lostByFormation).
+	asyncUntil time.Time
+}
+
+// until is when the round's switch was over: the new primary accepted
+// writes, and the old one no longer did.
+func (r *round) until() time.Time {
+	if r.asyncUntil.After(r.writable) {
+		return r.asyncUntil
+	}
+	return r.writable
+}
+
+// ack is an acknowledged enqueue: the task's ID and when Enqueue returned.
+type ack struct {
+	id int64
+	at time.Time
+}
+
+// lostByFormation returns the IDs of the acknowledged tasks to check, and
+// how many acknowledged tasks pg_auto_failover lost, which it leaves out.
+//
+// pg_auto_failover 2.0 (Debian 12) has a race in a planned failover
+// (hapostgres/pg_auto_failover#774, fixed upstream by PR #1165): when the
+// old primary's keeper reports "primary" after the monitor has moved the
+// standby to prepare_promotion, the monitor's "no healthy standby in the
+// quorum" rule reassigns the old primary wait_primary instead of draining.
+// wait_primary turns synchronous replication off; the old primary goes on
+// acknowledging commits the standby, then promoted, never gets, until the
+// demote timeout demotes it. No client can keep such a commit: the test
+// asserts that every acknowledged task missing from the new primary was
+// acknowledged inside such a window, and fails for any other.
+func lostByFormation(t *testing.T, ctx context.Context, pool *pgxpool.Pool, f *hapg.Formation, rs []*round, acked map[string]ack) ([]int64, int) {
+	t.Helper()
+	ids := make([]int64, 0, len(acked))
+	for _, a := range acked {
+		ids = append(ids, a.id)
+	}
+	rows, err := pool.Query(ctx, "SELECT id, payload #>> '{}' FROM skiplock_tasks WHERE id = ANY($1)", ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	payloads := map[int64]string{}
+	for rows.Next() {
+		var id int64
+		var payload string
+		if err := rows.Scan(&id, &payload); err != nil {
+			t.Fatal(err)
+		}
+		payloads[id] = payload
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	// The windows in which an old primary acknowledged commits on its own.
+	type window struct{ from, to time.Time }
+	var windows []window
+	for i, r := range rs {
+		events, err := f.EventsSince(ctx, r.loss.Add(-time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var w window
+		for _, e := range events {
+			switch {
+			case w.from.IsZero() && e.Node == r.oldNode.Name && e.Goal == "wait_primary" && e.At.Before(r.writable):
+				w.from = e.At
+			case !w.from.IsZero() && e.Node == r.oldNode.Name && e.Reported == "demoted":
+				w.to = e.At
+			}
+			if !w.to.IsZero() {
+				break
+			}
+		}
+		if w.from.IsZero() {
+			continue
+		}
+		if w.to.IsZero() {
+			w.to = time.Now()
+		}
+		// Commits waiting for the standby when the old primary gave it up
+		// are acknowledged as it applies wait_primary; clocks are the same
+		// machine's.
+		w.from, w.to = r.loss, w.to.Add(time.Second)
+		r.asyncUntil = w.to
+		t.Logf("round %d: the monitor reassigned the old primary %s wait_primary during the failover (pg_auto_failover#774): it acknowledged commits without the standby until it reported demoted, %s after the failover began",
+			i, r.oldNode.Name, w.to.Sub(r.loss).Round(time.Millisecond))
+		windows = append(windows, w)
+	}
+	var want []int64
+	lost, unexplained := 0, 0
+	for payload, a := range acked {
+		if payloads[a.id] == payload {
+			want = append(want, a.id)
+			continue
+		}
+		explained := false
+		for _, w := range windows {
+			if a.at.After(w.from) && a.at.Before(w.to) {
+				explained = true
+			}
+		}
+		if explained {
+			lost++
+			continue
+		}
+		unexplained++
+		if unexplained <= 5 {
+			t.Errorf("task %d (%s), acknowledged at %s, is missing from the new primary, and no old primary was acknowledging commits on its own then",
+				a.id, payload, a.at.Format("15:04:05.000"))
+		}
+	}
+	if unexplained > 0 {
+		events, _ := f.Events(ctx, 40)
+		t.Fatalf("%d acknowledged tasks lost outside any window of asynchronous commits; monitor events:\n%s", unexplained, events)
+	}
+	if lost > 0 {
+		t.Logf("pg_auto_failover lost %d acknowledged enqueues (pg_auto_failover#774); the %d others are checked", lost, len(want))
+	}
+	return want, lost
 }
 
 func runFailover(t *testing.T, mode, kind string) {
@@ -214,15 +335,22 @@ func runFailover(t *testing.T, mode, kind string) {
 	}
 	defer producers.Close()
 	var ackMu sync.Mutex
-	acked := map[int64]time.Time{}
+	// By payload, unique to each enqueue: a task acknowledged by the old
+	// primary and lost with it leaves its ID free for the new primary's
+	// sequence to hand out again.
+	acked := map[string]ack{}
 	var enqueueErrors int
 	client := queue.New(producers)
-	ids, err := client.EnqueueMany(ctx, slices.Repeat([]queue.NewTask{{Name: "work", Payload: "backlog"}}, 1000))
+	backlog := make([]queue.NewTask, 1000)
+	for i := range backlog {
+		backlog[i] = queue.NewTask{Name: "work", Payload: fmt.Sprintf("backlog-%d", i)}
+	}
+	ids, err := client.EnqueueMany(ctx, backlog)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, id := range ids {
-		acked[id] = time.Now()
+	for i, id := range ids {
+		acked[backlog[i].Payload.(string)] = ack{id, time.Now()}
 	}
 	stopProducers := make(chan struct{})
 	var producing sync.WaitGroup
@@ -237,11 +365,12 @@ func runFailover(t *testing.T, mode, kind string) {
 				default:
 				}
 				ectx, cancel := context.WithTimeout(ctx, 5*time.Second)
-				id, err := client.Enqueue(ectx, "work", fmt.Sprintf("p%d-%d", p, i))
+				payload := fmt.Sprintf("p%d-%d", p, i)
+				id, err := client.Enqueue(ectx, "work", payload)
 				cancel()
 				ackMu.Lock()
 				if err == nil {
-					acked[id] = time.Now()
+					acked[payload] = ack{id, time.Now()}
 				} else {
 					enqueueErrors++
 				}
@@ -408,12 +537,10 @@ func runFailover(t *testing.T, mode, kind string) {
 	close(stopProducers)
 	producing.Wait()
 
-	// Every acknowledged task completes.
+	// Every acknowledged task completes, but those the formation itself
+	// lost (see lostByFormation).
 	ackMu.Lock()
-	want := make([]int64, 0, len(acked))
-	for id := range acked {
-		want = append(want, id)
-	}
+	want, lost := lostByFormation(t, ctx, admin, f, rs, acked)
 	ackMu.Unlock()
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
@@ -455,8 +582,8 @@ func runFailover(t *testing.T, mode, kind string) {
 	for _, p := range procs {
 		logStateChanges(t, p.id, p.out.String())
 	}
-	t.Logf("%s mode, %s failover: %d acknowledged enqueues (%d enqueue errors during the failovers), %d rounds, %s",
-		mode, kind, len(want), enqueueErrors, rounds, workTime.Round(time.Millisecond))
+	t.Logf("%s mode, %s failover: %d acknowledged enqueues (%d enqueue errors during the failovers; %d lost by pg_auto_failover), %d rounds, %s",
+		mode, kind, len(want)+lost, enqueueErrors, lost, rounds, workTime.Round(time.Millisecond))
 }
 
 // checkLockClass checks, while workers run on the new primary, that the
@@ -692,7 +819,7 @@ func verify(t *testing.T, ctx context.Context, pool *pgxpool.Pool, dir string, a
 	const outcomeLag = 2 * time.Second
 	atFailover := func(x run) *round {
 		for _, r := range rs {
-			if x.start.Before(r.writable) && (!x.finished || x.finish.After(r.loss.Add(-outcomeLag))) {
+			if x.start.Before(r.until()) && (!x.finished || x.finish.After(r.loss.Add(-outcomeLag))) {
 				return r
 			}
 		}

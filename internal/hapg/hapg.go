@@ -693,6 +693,31 @@ func tailOf(b []byte) string {
 	return strings.Join(lines, "\n")
 }
 
+// Event is one of the monitor's events: a node's reported state, the goal
+// state the monitor assigned it, and why.
+type Event struct {
+	At                          time.Time
+	Node, Reported, Goal, About string
+}
+
+// EventsSince returns the monitor's events from since on, oldest first.
+func (f *Formation) EventsSince(ctx context.Context, since time.Time) ([]Event, error) {
+	conn, err := connect(ctx, f.MonitorURL())
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(context.Background())
+	rows, err := conn.Query(ctx, `SELECT eventtime, nodename, reportedstate::text, goalstate::text, description
+		FROM pgautofailover.event WHERE eventtime >= $1 ORDER BY eventid`, since)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Event, error) {
+		var e Event
+		return e, r.Scan(&e.At, &e.Node, &e.Reported, &e.Goal, &e.About)
+	})
+}
+
 // Events returns the monitor's last n events, oldest first, one line each
 // with its time: what a failure report or a timing question needs.
 func (f *Formation) Events(ctx context.Context, n int) (string, error) {
