@@ -6,6 +6,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync/atomic"
@@ -339,5 +340,231 @@ func TestRowHeartbeat(t *testing.T) {
 	}
 	if !fresh {
 		t.Error("heartbeat_at not moved forward")
+	}
+}
+
+// openAdvisory opens the advisory guard of d, with a lock session of its
+// own, until the test ends.
+func (b *jobsBundle) openAdvisory(t *testing.T, d guardDeps) *advisoryGuard {
+	t.Helper()
+	g := newGuard(d).(*advisoryGuard)
+	if err := g.open(context.Background(), b.schema.TableOID, &outage{log: b.log, what: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(g.close)
+	return g
+}
+
+// lockBackend is the server process of worker id's lock session, as its
+// row in skiplock_workers says.
+func (b *jobsBundle) lockBackend(t *testing.T, id string) int32 {
+	t.Helper()
+	var pid int32
+	if err := b.pool.QueryRow(context.Background(), "SELECT lock_backend_pid FROM skiplock_workers WHERE id = $1", id).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	return pid
+}
+
+// leaderBackends are the server processes holding job's election lock.
+func (b *jobsBundle) leaderBackends(t *testing.T, job uint32) []int32 {
+	t.Helper()
+	var pids []int32
+	err := b.pool.QueryRow(context.Background(), `SELECT coalesce(array_agg(pid), '{}') FROM pg_locks
+		WHERE locktype = 'advisory' AND objsubid = 1 AND objid = $1 AND granted AND classid::bigint = $2`,
+		job, b.schema.TableOID).Scan(&pids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pids
+}
+
+// TestAdvisoryElectorHandsOver: of two candidates on two lock sessions
+// exactly one leads, and keeps leading while its session lives; once the
+// server ends that session, the other takes over, and the first, back on a
+// new session, does not take it back.
+func TestAdvisoryElectorHandsOver(t *testing.T) {
+	t.Parallel()
+	b := setupJobs(t)
+	ctx := context.Background()
+	g1 := b.openAdvisory(t, b.deps(t, "w1", ModeAdvisory, nil, nil))
+	g2 := b.openAdvisory(t, b.deps(t, "w2", ModeAdvisory, nil, nil))
+	e1, e2 := newElector(rescuerJob, g1, b.log, "w1"), newElector(rescuerJob, g2, b.log, "w2")
+	for range 3 {
+		if !e1.lead(ctx) || e2.lead(ctx) {
+			t.Fatalf("first candidate leads: %v, second leads: %v; want only the first", e1.isLeader(), e2.isLeader())
+		}
+	}
+	first := b.lockBackend(t, "w1")
+	if pids := b.leaderBackends(t, leaderJobRescuer); len(pids) != 1 || pids[0] != first {
+		t.Fatalf("election lock held by backends %v, want the first candidate's %d", pids, first)
+	}
+
+	b.exec(t, "SELECT pg_terminate_backend($1)", first)
+	pgtest.Eventually(t, time.Second, "the second candidate leading", func() bool { return e2.lead(ctx) })
+	// In a worker the session's health job notices the loss; here a ping
+	// does, and the session reconnects.
+	if err := g1.ls.ping(0, nil); !errors.Is(err, errSessionDown) {
+		t.Fatalf("ping of the ended session: %v, want errSessionDown", err)
+	}
+	pgtest.Eventually(t, time.Second, "the first candidate's session back", func() bool {
+		gen, up := g1.ls.generation()
+		return up && gen == 2
+	})
+	if e1.lead(ctx) || !e2.lead(ctx) {
+		t.Fatalf("after the handover first leads: %v, second leads: %v; want only the second", e1.isLeader(), e2.isLeader())
+	}
+	if pids, second := b.leaderBackends(t, leaderJobRescuer), b.lockBackend(t, "w2"); len(pids) != 1 || pids[0] != second {
+		t.Fatalf("election lock held by backends %v, want the second candidate's %d", pids, second)
+	}
+}
+
+// sessionEvents is an Observer that passes on lock session events.
+type sessionEvents struct {
+	NopObserver
+	lost        chan int // handlers cancelled
+	reconnected chan struct{}
+}
+
+func (o *sessionEvents) LockSessionLost(cancelled int) {
+	select {
+	case o.lost <- cancelled:
+	default:
+	}
+}
+
+func (o *sessionEvents) LockSessionReconnected() {
+	select {
+	case o.reconnected <- struct{}{}:
+	default:
+	}
+}
+
+// TestSessionHealth: the health job alone keeps the worker's heartbeat
+// fresh through the lock session, and notices when the server ends the
+// session: it cancels the handlers of the tasks locked in it with
+// errLockLost, reports the loss, and the session comes back registered
+// under its new server process.
+func TestSessionHealth(t *testing.T) {
+	t.Parallel()
+	b := setupJobs(t)
+	var held []*execution // set before the job starts
+	cancels := make(chan error, 1)
+	d := b.deps(t, "w1", ModeAdvisory, func() []*execution { return held }, func(e *execution, cause error) {
+		select {
+		case cancels <- cause:
+		default:
+		}
+	})
+	// An idle session is pinged every 20 ms; the heartbeat goes every
+	// StaleAfter/5 = 500 ms.
+	d.cfg.HealthInterval, d.cfg.PingTimeout, d.cfg.StaleAfter = 20*time.Millisecond, time.Second, 2500*time.Millisecond
+	events := &sessionEvents{lost: make(chan int, 1), reconnected: make(chan struct{}, 1)}
+	d.cfg.Observer = events
+	g := b.openAdvisory(t, d)
+	rows, gen := b.claimGen(t, g, "w1", 1)
+	e := executionOf(rows[0])
+	e.gen = gen
+	held = []*execution{e}
+	b.exec(t, "UPDATE skiplock_workers SET heartbeat_at = now() - interval '1 hour' WHERE id = 'w1'")
+
+	jobs := g.jobs()
+	if len(jobs) != 1 {
+		t.Fatalf("advisory guard has %d jobs, want the session health alone", len(jobs))
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	go jobs[0](ctx)
+
+	pgtest.Eventually(t, time.Second, "a heartbeat through the lock session", func() bool {
+		var fresh bool
+		err := b.pool.QueryRow(ctx, "SELECT heartbeat_at > now() - interval '1 minute' FROM skiplock_workers WHERE id = 'w1'").Scan(&fresh)
+		return err == nil && fresh
+	})
+	first := b.lockBackend(t, "w1")
+	b.exec(t, "SELECT pg_terminate_backend($1)", first)
+	if cause := waitFor(t, cancels, "the handler's cancellation"); !errors.Is(cause, errLockLost) {
+		t.Fatalf("handler cancelled with %v, want errLockLost", cause)
+	}
+	if n := waitFor(t, events.lost, "the loss reported"); n != 1 {
+		t.Errorf("loss reported with %d handlers cancelled, want 1", n)
+	}
+	waitFor(t, events.reconnected, "the session reconnected")
+	if now := b.lockBackend(t, "w1"); now == first || now == 0 {
+		t.Errorf("worker row names lock backend %d after reconnecting, want a new one (was %d)", now, first)
+	}
+}
+
+// TestSchedulersEnqueueEachTickOnce: two schedulers that both believe they
+// lead, on one clock that the test moves a minute at a time, enqueue every
+// tick of each schedule exactly once.
+func TestSchedulersEnqueueEachTickOnce(t *testing.T) {
+	t.Parallel()
+	b := setupJobs(t)
+	schedules, err := parseSchedules([]PeriodicTask{
+		{Every: time.Minute, Name: "report"},
+		{Cron: "*/5 * * * *", Name: "digest"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	var clock atomic.Int64
+	clock.Store(start.UnixNano())
+	now := func() time.Time { return time.Unix(0, clock.Load()).UTC() }
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	var passes [2]atomic.Int64
+	for i := range passes {
+		s := &scheduler{
+			schedules: schedules, lead: func(context.Context) bool { return true },
+			pool: b.pool, queries: b.queries, producer: b.client, now: now, every: 5 * time.Millisecond, log: b.log,
+			passed: func() { passes[i].Add(1) },
+		}
+		go s.run(ctx)
+	}
+	// settle waits until each scheduler has made two more passes: the
+	// second began after the clock last moved.
+	settle := func() {
+		t.Helper()
+		for i := range passes {
+			from := passes[i].Load()
+			pgtest.Eventually(t, 500*time.Millisecond, fmt.Sprintf("two passes of scheduler %d", i), func() bool {
+				return passes[i].Load() >= from+2
+			})
+		}
+	}
+	ticks := func(name string) []time.Time {
+		t.Helper()
+		var at []time.Time
+		err := b.pool.QueryRow(ctx, "SELECT coalesce(array_agg(run_at ORDER BY run_at), '{}') FROM skiplock_tasks WHERE name = $1", name).Scan(&at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return at
+	}
+	settle() // a new schedule starts with its next tick
+	if n := len(ticks("report")) + len(ticks("digest")); n != 0 {
+		t.Fatalf("%d tasks enqueued before the first tick", n)
+	}
+	const minutes = 12
+	for m := 1; m <= minutes; m++ {
+		clock.Store(start.Add(time.Duration(m) * time.Minute).UnixNano())
+		settle()
+		if n := len(ticks("report")); n != m {
+			t.Fatalf("at 12:%02d: %d report tasks enqueued, want %d", m, n, m)
+		}
+	}
+	for name, every := range map[string]time.Duration{"report": time.Minute, "digest": 5 * time.Minute} {
+		at := ticks(name)
+		if want := int(minutes * time.Minute / every); len(at) != want {
+			t.Errorf("%s: %d ticks enqueued, want %d: %v", name, len(at), want, at)
+			continue
+		}
+		for i, tick := range at {
+			if want := start.Add(time.Duration(i+1) * every); !tick.Equal(want) {
+				t.Errorf("%s: tick %d runs at %s, want %s", name, i, tick.UTC(), want)
+			}
+		}
 	}
 }

@@ -146,22 +146,25 @@ func (s schedule) latestTick(after, now time.Time) (tick time.Time, count int) {
 }
 
 // scheduler is the elected periodic scheduler: each pass (every second, or
-// PollInterval if shorter) enqueues the ticks that came due, while this
-// worker leads.
+// PollInterval if shorter) enqueues the ticks that came due, while lead
+// says this worker leads. Two schedulers that both believe they lead (a
+// handover, clocks apart) still enqueue each tick once: the tick's unique
+// key decides.
 type scheduler struct {
 	schedules []schedule
-	elector   *elector
+	lead      func(ctx context.Context) bool // the scheduler's election (elector.lead)
 	pool      *pgxpool.Pool
 	queries   *db.Queries
 	producer  *queue.Client
 	now       func() time.Time
 	every     time.Duration
 	log       *slog.Logger
+	passed    func() // after each pass it leads, if set (a test signal)
 }
 
 func (w *Worker) scheduler() *scheduler {
 	return &scheduler{
-		schedules: w.schedules, elector: newElector(schedulerJob, w.guard, w.log, w.cfg.WorkerID),
+		schedules: w.schedules, lead: newElector(schedulerJob, w.guard, w.log, w.cfg.WorkerID).lead,
 		pool: w.pool, queries: w.queries, producer: w.producer, now: w.now,
 		every: min(time.Second, w.cfg.PollInterval), log: w.log,
 	}
@@ -179,13 +182,16 @@ func (s *scheduler) run(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
-		if !s.elector.lead(ctx) {
+		if !s.lead(ctx) {
 			continue
 		}
 		for _, sc := range s.schedules {
 			if err := s.scheduleOne(ctx, sc); err != nil && ctx.Err() == nil {
 				s.log.Warn("skiplock: enqueueing a periodic task", "schedule", sc.ID, "error", err)
 			}
+		}
+		if s.passed != nil {
+			s.passed()
 		}
 	}
 }
