@@ -202,11 +202,21 @@ func (f ListFilter) check() (statuses, waits []string, limit int, err error) {
 
 // List returns the tasks that match f, newest (highest ID) first.
 func (c *Client) List(ctx context.Context, f ListFilter) ([]*Task, error) {
+	return c.list(ctx, c.exec, f)
+}
+
+// ListTx is List within tx: it sees the tasks tx enqueued and has not
+// committed yet, as well as the committed ones.
+func (c *Client) ListTx(ctx context.Context, tx Executor, f ListFilter) ([]*Task, error) {
+	return c.list(ctx, pgerr.Interpreting(tx), f)
+}
+
+func (c *Client) list(ctx context.Context, exec db.DBTX, f ListFilter) ([]*Task, error) {
 	statuses, waits, limit, err := f.check()
 	if err != nil {
 		return nil, err
 	}
-	rows, err := c.queries.TaskList(ctx, c.exec, db.TaskListParams{
+	rows, err := c.queries.TaskList(ctx, exec, db.TaskListParams{
 		Statuses:       statuses,
 		Ids:            nonNil(f.IDs),
 		Queues:         nonNil(f.Queues),

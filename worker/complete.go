@@ -132,27 +132,7 @@ func (c *completer) flushAll() {
 }
 
 func (c *completer) flush(batch []finish) {
-	p := db.TaskFinishManyParams{
-		Ids:      make([]int64, len(batch)),
-		Attempts: make([]int32, len(batch)),
-		Statuses: make([]string, len(batch)),
-		DelayMs:  make([]int64, len(batch)),
-		Refunds:  make([]int32, len(batch)),
-		Errors:   make([]json.RawMessage, len(batch)),
-	}
-	for i, f := range batch {
-		p.Ids[i] = f.id
-		p.Attempts[i] = int32(f.attempt)
-		p.Statuses[i] = string(f.status)
-		p.DelayMs[i] = f.delayMs
-		p.Refunds[i] = int32(f.refund)
-		p.Errors[i] = json.RawMessage("null")
-		if f.entry.Outcome != "" {
-			p.Errors[i], _ = json.Marshal(f.entry)
-		}
-	}
-
-	written, err := c.writeRetrying(p)
+	written, err := c.writeRetrying(finishParams(batch))
 	if err != nil {
 		// The tasks stay running in the table. Releasing their locks lets
 		// the rescuer return them to the queue, so nothing is lost.
@@ -177,6 +157,31 @@ func (c *completer) flush(batch []finish) {
 	c.release(batch)
 	c.free(batch)
 	c.notifyRetries(batch)
+}
+
+// finishParams lays a batch of outcomes out for TaskFinishMany; the
+// worker's ID is the writer's to set.
+func finishParams(batch []finish) db.TaskFinishManyParams {
+	p := db.TaskFinishManyParams{
+		Ids:      make([]int64, len(batch)),
+		Attempts: make([]int32, len(batch)),
+		Statuses: make([]string, len(batch)),
+		DelayMs:  make([]int64, len(batch)),
+		Refunds:  make([]int32, len(batch)),
+		Errors:   make([]json.RawMessage, len(batch)),
+	}
+	for i, f := range batch {
+		p.Ids[i] = f.id
+		p.Attempts[i] = int32(f.attempt)
+		p.Statuses[i] = string(f.status)
+		p.DelayMs[i] = f.delayMs
+		p.Refunds[i] = int32(f.refund)
+		p.Errors[i] = json.RawMessage("null")
+		if f.entry.Outcome != "" {
+			p.Errors[i], _ = json.Marshal(f.entry)
+		}
+	}
+	return p
 }
 
 // notifyRetries wakes this worker's claim loops for tasks that are due again

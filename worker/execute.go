@@ -52,6 +52,10 @@ type execution struct {
 	settled atomic.Bool // set once by whoever records the outcome
 	mu      sync.Mutex
 	timers  []*time.Timer
+
+	// onSettle, if set, takes the outcome instead of the completer: an
+	// attempt run by RunTask, outside Run's slots and bookkeeping.
+	onSettle func(finish, result)
 }
 
 // result is what an attempt came to.
@@ -63,6 +67,18 @@ type result struct {
 }
 
 func (w *Worker) launch(r db.TaskClaimRow, gen uint64, queueSlots *semaphore.Weighted) {
+	e := w.newExecution(r, gen, queueSlots)
+	w.settled.Add(1)
+	w.mu.Lock()
+	w.inflight[e] = struct{}{}
+	w.mu.Unlock()
+	w.armAbandon(e)
+	go w.execute(e, w.handlers)
+}
+
+// newExecution prepares the attempt of a claimed task: its context, with
+// the task's timeout (or the worker's).
+func (w *Worker) newExecution(r db.TaskClaimRow, gen uint64, queueSlots *semaphore.Weighted) *execution {
 	timeout := w.cfg.TaskTimeout
 	if r.TimeoutMs != nil {
 		timeout = time.Duration(*r.TimeoutMs) * time.Millisecond
@@ -72,16 +88,15 @@ func (w *Worker) launch(r db.TaskClaimRow, gen uint64, queueSlots *semaphore.Wei
 	if timeout > 0 {
 		ctx, stop = context.WithTimeoutCause(base, timeout, errTimeout)
 	}
-	e := &execution{task: queueTask(r), slots: queueSlots, gen: gen, timeout: timeout, ctx: ctx, cancel: cancel, stopCtx: stop}
+	return &execution{task: queueTask(r), slots: queueSlots, gen: gen, timeout: timeout, ctx: ctx, cancel: cancel, stopCtx: stop}
+}
 
-	w.settled.Add(1)
-	w.mu.Lock()
-	w.inflight[e] = struct{}{}
-	w.mu.Unlock()
-	if timeout > 0 {
-		e.addTimer(time.AfterFunc(timeout+w.cfg.AbandonAfter, func() { w.abandon(e) }))
+// armAbandon abandons a timed execution whose handler is still running
+// AbandonAfter past its timeout.
+func (w *Worker) armAbandon(e *execution) {
+	if e.timeout > 0 {
+		e.addTimer(time.AfterFunc(e.timeout+w.cfg.AbandonAfter, func() { w.abandon(e) }))
 	}
-	go w.execute(e)
 }
 
 func (e *execution) addTimer(t *time.Timer) {
@@ -92,14 +107,14 @@ func (e *execution) addTimer(t *time.Timer) {
 
 // execute runs the handler and records its outcome in a defer, so that the
 // lock is handed back however the handler ends.
-func (w *Worker) execute(e *execution) {
+func (w *Worker) execute(e *execution, handlers Handlers) {
 	var res result
 	defer func() { w.settle(e, res) }()
 
-	h, ok := w.handlers[e.task.Name]
+	h, ok := handlers[e.task.Name]
 	if !ok {
 		res = result{outcome: outcomeNoHandler, permanent: true, err: fmt.Sprintf("no handler for task name %q in this worker (it handles: %s); "+
-			"deploy a handler, then `skiplock requeue %d`", e.task.Name, strings.Join(handlerNames(w.handlers), ", "), e.task.ID)}
+			"deploy a handler, then `skiplock requeue %d`", e.task.Name, strings.Join(handlerNames(handlers), ", "), e.task.ID)}
 		return
 	}
 	res = w.classify(e, callHandler(h, e.ctx, e.task))
@@ -179,13 +194,17 @@ func (w *Worker) settle(e *execution, res result) bool {
 	e.stopCtx()
 	e.cancel(context.Canceled)
 
+	f := w.finishFor(e, res)
+	w.cfg.Observer.Finished(e.task, Outcome(res.outcome), f.status, time.Since(e.task.StartedAt))
+	if e.onSettle != nil {
+		e.onSettle(f, res)
+		return true
+	}
+
 	w.mu.Lock()
 	delete(w.inflight, e)
 	w.mu.Unlock()
-
-	f := w.finishFor(e, res)
 	f.slots = e.slots
-	w.cfg.Observer.Finished(e.task, Outcome(res.outcome), f.status, time.Since(e.task.StartedAt))
 	// The slot goes back once the outcome is written (the completer frees
 	// it): when writes fall behind, claims wait, rather than piling up
 	// unwritten outcomes that each hold a lock.

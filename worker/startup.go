@@ -59,12 +59,15 @@ func (w *Worker) start(ctx context.Context) error {
 
 	w.classOID = table.Oid
 	w.slots = newSlots(w.cfg.Concurrency, w.cfg.ClaimBatch)
-	write := func(ctx context.Context, p db.TaskFinishManyParams) ([]int64, error) {
-		p.WorkerID = w.cfg.WorkerID
-		return w.queries.TaskFinishMany(ctx, customPlans{w.pool}, p)
-	}
-	w.comp = newCompleter(write, w.guard.release, w.slots.free, w.wakeAll, w.log)
+	w.comp = newCompleter(w.writeFinishes, w.guard.release, w.slots.free, w.wakeAll, w.log)
 	return w.guard.open(ctx, table.Oid, o)
+}
+
+// writeFinishes records a batch of this worker's outcomes once, and returns
+// the IDs it wrote: the others were no longer this worker's.
+func (w *Worker) writeFinishes(ctx context.Context, p db.TaskFinishManyParams) ([]int64, error) {
+	p.WorkerID = w.cfg.WorkerID
+	return w.queries.TaskFinishMany(ctx, customPlans{w.pool}, p)
 }
 
 // checkDatabase is one attempt at the checks of start: are sessions real,

@@ -195,6 +195,17 @@ func (p *panicTB) Fatalf(format string, a ...any) { panic(fmt.Sprintf(format, a.
 func (p *panicTB) Errorf(format string, a ...any) { panic(fmt.Sprintf(format, a...)) }
 func (p *panicTB) Cleanup(f func())               { p.cleanups = append(p.cleanups, f) }
 
+// ExampleTB returns a testing.TB for an Example function, which gets none:
+// a failure panics with its message; done runs its cleanups.
+func ExampleTB() (tb testing.TB, done func()) {
+	p := &panicTB{}
+	return p, func() {
+		for i := len(p.cleanups) - 1; i >= 0; i-- {
+			p.cleanups[i]()
+		}
+	}
+}
+
 // ExamplePool returns a pool on a fresh migrated schema for an Example
 // function, and a func that drops it. It panics on failure.
 func ExamplePool() (*pgxpool.Pool, func()) {
