@@ -61,6 +61,7 @@ type SkiplockTask struct {
 	ExclusiveKey      *string
 	CancelRequestedAt *time.Time
 	LockedUntil       *time.Time
+	Output            json.RawMessage
 }
 
 type SkiplockWorker struct {

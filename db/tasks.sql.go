@@ -232,6 +232,7 @@ func (q *Queries) TaskClaim(ctx context.Context, db DBTX, arg TaskClaimParams) (
 const taskFinishMany = `-- name: TaskFinishMany :many
 UPDATE skiplock_tasks AS t
 SET status = u.status,
+    output = CASE WHEN u.output IS NULL OR u.output = 'null'::jsonb THEN t.output ELSE u.output END,
     run_at = CASE WHEN u.delay_ms >= 0 THEN now() + u.delay_ms * interval '1 millisecond' ELSE t.run_at END,
     attempt = t.attempt - u.refund,
     finished_at = CASE WHEN u.status = 'pending' THEN NULL ELSE now() END,
@@ -243,7 +244,8 @@ FROM (
            unnest($4::text[])       AS status,
            unnest($5::bigint[])     AS delay_ms,
            unnest($6::integer[])     AS refund,
-           unnest($7::jsonb[])        AS error
+           unnest($7::jsonb[])        AS error,
+           unnest($8::jsonb[])       AS output
 ) AS u
 WHERE t.id = u.id
   AND t.status = 'running' COLLATE "C"
@@ -260,6 +262,7 @@ type TaskFinishManyParams struct {
 	DelayMs  []int64
 	Refunds  []int32
 	Errors   []json.RawMessage
+	Outputs  []json.RawMessage
 }
 
 // Records the outcome of a batch of attempts. Each write is fenced by the
@@ -278,6 +281,9 @@ type TaskFinishManyParams struct {
 // scan, read all of it, dead entries included, and re-ran the batch's
 // unnest for every running row it found: 60-120 ms per write of 250 rows,
 // growing as the run went on (docs/PERFORMANCE.md, "A fresh backlog").
+//
+// A completed task's output (worker.SetOutput) rides in the same write;
+// JSON null means none and leaves the column as it was.
 func (q *Queries) TaskFinishMany(ctx context.Context, db DBTX, arg TaskFinishManyParams) ([]int64, error) {
 	rows, err := db.Query(ctx, taskFinishMany,
 		arg.WorkerID,
@@ -287,6 +293,7 @@ func (q *Queries) TaskFinishMany(ctx context.Context, db DBTX, arg TaskFinishMan
 		arg.DelayMs,
 		arg.Refunds,
 		arg.Errors,
+		arg.Outputs,
 	)
 	if err != nil {
 		return nil, err
@@ -307,7 +314,7 @@ func (q *Queries) TaskFinishMany(ctx context.Context, db DBTX, arg TaskFinishMan
 }
 
 const taskGet = `-- name: TaskGet :one
-SELECT id, queue, name, payload, metadata, status, priority, run_at, attempt, max_attempts, timeout_ms, errors, worker_id, created_at, started_at, finished_at, unique_key, unique_window_key, exclusive_key, cancel_requested_at, locked_until FROM skiplock_tasks WHERE id = $1::bigint
+SELECT id, queue, name, payload, metadata, status, priority, run_at, attempt, max_attempts, timeout_ms, errors, worker_id, created_at, started_at, finished_at, unique_key, unique_window_key, exclusive_key, cancel_requested_at, locked_until, output FROM skiplock_tasks WHERE id = $1::bigint
 `
 
 func (q *Queries) TaskGet(ctx context.Context, db DBTX, id int64) (SkiplockTask, error) {
@@ -335,6 +342,7 @@ func (q *Queries) TaskGet(ctx context.Context, db DBTX, id int64) (SkiplockTask,
 		&i.ExclusiveKey,
 		&i.CancelRequestedAt,
 		&i.LockedUntil,
+		&i.Output,
 	)
 	return i, err
 }

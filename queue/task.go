@@ -50,6 +50,9 @@ type Task struct {
 	CreatedAt  time.Time
 	StartedAt  *time.Time
 	FinishedAt *time.Time
+	// Output is the JSON its handler recorded (worker.SetOutput), written
+	// with the completion; nil when it recorded none.
+	Output json.RawMessage
 }
 
 // AttemptError records one attempt that did not succeed.
@@ -85,6 +88,7 @@ func taskFromRow(r db.SkiplockTask) (*Task, error) {
 		CreatedAt:   r.CreatedAt,
 		StartedAt:   r.StartedAt,
 		FinishedAt:  r.FinishedAt,
+		Output:      r.Output,
 	}
 	if r.TimeoutMs != nil {
 		t.Timeout = time.Duration(*r.TimeoutMs) * time.Millisecond

@@ -140,8 +140,12 @@ FROM unnest(@ids::bigint[]) AS id;
 -- scan, read all of it, dead entries included, and re-ran the batch's
 -- unnest for every running row it found: 60-120 ms per write of 250 rows,
 -- growing as the run went on (docs/PERFORMANCE.md, "A fresh backlog").
+--
+-- A completed task's output (worker.SetOutput) rides in the same write;
+-- JSON null means none and leaves the column as it was.
 UPDATE skiplock_tasks AS t
 SET status = u.status,
+    output = CASE WHEN u.output IS NULL OR u.output = 'null'::jsonb THEN t.output ELSE u.output END,
     run_at = CASE WHEN u.delay_ms >= 0 THEN now() + u.delay_ms * interval '1 millisecond' ELSE t.run_at END,
     attempt = t.attempt - u.refund,
     finished_at = CASE WHEN u.status = 'pending' THEN NULL ELSE now() END,
@@ -153,7 +157,8 @@ FROM (
            unnest(@statuses::text[])       AS status,
            unnest(@delay_ms::bigint[])     AS delay_ms,
            unnest(@refunds::integer[])     AS refund,
-           unnest(@errors::jsonb[])        AS error
+           unnest(@errors::jsonb[])        AS error,
+           unnest(@outputs::jsonb[])       AS output
 ) AS u
 WHERE t.id = u.id
   AND t.status = 'running' COLLATE "C"

@@ -29,6 +29,7 @@ type finish struct {
 	delayMs int64 // retry delay; -1 keeps run_at
 	refund  int   // 1 gives the attempt back
 	entry   queue.AttemptError
+	output  json.RawMessage     // a completed task's output; nil for none
 	slots   *semaphore.Weighted // the queue's own slots, freed with the process's
 }
 
@@ -169,6 +170,7 @@ func finishParams(batch []finish) db.TaskFinishManyParams {
 		DelayMs:  make([]int64, len(batch)),
 		Refunds:  make([]int32, len(batch)),
 		Errors:   make([]json.RawMessage, len(batch)),
+		Outputs:  make([]json.RawMessage, len(batch)),
 	}
 	for i, f := range batch {
 		p.Ids[i] = f.id
@@ -179,6 +181,10 @@ func finishParams(batch []finish) db.TaskFinishManyParams {
 		p.Errors[i] = json.RawMessage("null")
 		if f.entry.Outcome != "" {
 			p.Errors[i], _ = json.Marshal(f.entry)
+		}
+		p.Outputs[i] = json.RawMessage("null")
+		if f.output != nil {
+			p.Outputs[i] = f.output
 		}
 	}
 	return p

@@ -225,6 +225,13 @@ type Config struct {
 	// NopObserver.
 	Observer Observer
 
+	// MaxOutputSize bounds, in bytes of JSON, the output a task records
+	// with SetOutput: past it the task fails for good with an error that
+	// says so (ErrOutputTooLarge), and can be requeued once the limit is
+	// raised. Outputs are stored in the task's row and read with it.
+	// Negative means no limit. Defaults to DefaultMaxOutputSize (32 KiB).
+	MaxOutputSize int
+
 	now func() time.Time // the scheduler's clock; tests move it
 	// rescuePassed, if set, is called after each rescue pass of the
 	// elected rescuer: a signal for tests.
@@ -335,6 +342,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.now == nil {
 		c.now = time.Now
+	}
+	if c.MaxOutputSize == 0 {
+		c.MaxOutputSize = DefaultMaxOutputSize
 	}
 
 	var errs []error

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"runtime/debug"
@@ -46,6 +47,7 @@ type execution struct {
 	gen     uint64              // lock session generation holding the task's lock
 	timeout time.Duration
 	ctx     context.Context // the handler's; cancelled by timeout or cancel
+	scope   *scope          // what the handler's ctx carries (its output)
 	cancel  context.CancelCauseFunc
 	stopCtx context.CancelFunc
 
@@ -62,8 +64,9 @@ type execution struct {
 type result struct {
 	outcome   string // "" for success
 	err       string
-	permanent bool          // fail now, whatever attempts are left
-	snooze    time.Duration // with outcomeSnoozed: run again after this
+	permanent bool            // fail now, whatever attempts are left
+	snooze    time.Duration   // with outcomeSnoozed: run again after this
+	output    json.RawMessage // a completed attempt's output (SetOutput); nil for none
 }
 
 func (w *Worker) launch(r db.TaskClaimRow, gen uint64, queueSlots *semaphore.Weighted) {
@@ -83,12 +86,13 @@ func (w *Worker) newExecution(r db.TaskClaimRow, gen uint64, queueSlots *semapho
 	if r.TimeoutMs != nil {
 		timeout = time.Duration(*r.TimeoutMs) * time.Millisecond
 	}
-	base, cancel := context.WithCancelCause(context.Background())
+	sc := &scope{taskID: r.ID, limit: w.cfg.MaxOutputSize, worker: w}
+	base, cancel := context.WithCancelCause(context.WithValue(context.Background(), scopeKey{}, sc))
 	ctx, stop := base, context.CancelFunc(func() {})
 	if timeout > 0 {
 		ctx, stop = context.WithTimeoutCause(base, timeout, errTimeout)
 	}
-	return &execution{task: queueTask(r), slots: queueSlots, gen: gen, timeout: timeout, ctx: ctx, cancel: cancel, stopCtx: stop}
+	return &execution{task: queueTask(r), slots: queueSlots, gen: gen, timeout: timeout, ctx: ctx, scope: sc, cancel: cancel, stopCtx: stop}
 }
 
 // armAbandon abandons a timed execution whose handler is still running
@@ -118,6 +122,9 @@ func (w *Worker) execute(e *execution, handlers Handlers) {
 		return
 	}
 	res = w.classify(e, callHandler(h, e.ctx, e.task))
+	if res.outcome == "" {
+		res.output = e.scope.completed(&res)
+	}
 }
 
 // panicError carries a recovered panic and its stack.
@@ -219,7 +226,7 @@ func (w *Worker) finishFor(e *execution, res result) finish {
 	f := finish{id: t.ID, attempt: t.Attempt, gen: e.gen, delayMs: -1}
 	switch {
 	case res.outcome == "":
-		f.status = queue.StatusCompleted
+		f.status, f.output = queue.StatusCompleted, res.output
 		return f
 	case res.outcome == outcomeSnoozed:
 		f.status, f.refund, f.delayMs = queue.StatusPending, 1, res.snooze.Milliseconds()

@@ -34,11 +34,14 @@ type taskJSON struct {
 	TimeoutMS   int64           `json:"timeout_ms,omitempty"`
 	Payload     json.RawMessage `json:"payload"`
 	Metadata    json.RawMessage `json:"metadata"`
-	RunAt       time.Time       `json:"run_at"`
-	CreatedAt   time.Time       `json:"created_at"`
-	StartedAt   *time.Time      `json:"started_at"`
-	FinishedAt  *time.Time      `json:"finished_at"`
-	WorkerID    string          `json:"worker_id,omitempty"`
+	// Output is what the handler recorded (worker.SetOutput); absent when
+	// it recorded nothing.
+	Output     json.RawMessage `json:"output,omitempty"`
+	RunAt      time.Time       `json:"run_at"`
+	CreatedAt  time.Time       `json:"created_at"`
+	StartedAt  *time.Time      `json:"started_at"`
+	FinishedAt *time.Time      `json:"finished_at"`
+	WorkerID   string          `json:"worker_id,omitempty"`
 	// Attempts is the history: every attempt that did not succeed, then
 	// the current or successful one.
 	Attempts []attemptJSON `json:"attempts"`
@@ -90,7 +93,7 @@ func toJSON(t *queue.Task) taskJSON {
 	return taskJSON{
 		ID: t.ID, Queue: t.Queue, Name: t.Name, Status: t.Status, State: t.State(), Permanent: t.FailedPermanently(), Priority: t.Priority,
 		Attempt: t.Attempt, MaxAttempts: t.MaxAttempts, TimeoutMS: t.Timeout.Milliseconds(),
-		Payload: t.Payload, Metadata: t.Metadata, RunAt: t.RunAt, CreatedAt: t.CreatedAt,
+		Payload: t.Payload, Metadata: t.Metadata, Output: t.Output, RunAt: t.RunAt, CreatedAt: t.CreatedAt,
 		StartedAt: t.StartedAt, FinishedAt: t.FinishedAt, WorkerID: t.WorkerID,
 		Attempts: attempts(t),
 	}
@@ -298,7 +301,7 @@ func (a *app) showCommand() *cobra.Command {
 	return newCommand(&cobra.Command{
 		Use:   "show ID",
 		Short: "Show a task: payload, every attempt with its error, who holds it now",
-		Long: `Show one task: its payload and metadata, every attempt with its outcome,
+		Long: `Show one task: its payload and metadata, its output, every attempt with its outcome,
 error, worker, host and pid, and, while it runs, who holds its advisory lock
 (the PostgreSQL session, its client and the worker process).`,
 		Example: `  skiplock show 42
@@ -360,6 +363,9 @@ func printTask(w io.Writer, t *queue.Task, holder *queue.TaskLock) {
 	tw.Flush()
 	fmt.Fprintf(w, "  Payload:   %s\n", indentJSON(t.Payload, "             "))
 	fmt.Fprintf(w, "  Metadata:  %s\n", indentJSON(t.Metadata, "             "))
+	if t.Output != nil {
+		fmt.Fprintf(w, "  Output:    %s\n", indentJSON(t.Output, "             "))
+	}
 
 	hist := attempts(t)
 	fmt.Fprintln(w)

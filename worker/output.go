@@ -1,0 +1,119 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+)
+
+// DefaultMaxOutputSize bounds the JSON a task may record as its output
+// (Config.MaxOutputSize): 32 KiB.
+const DefaultMaxOutputSize = 32 << 10
+
+// ErrOutputTooLarge is wrapped by the error SetOutput returns, and fails the
+// task for good, when an output is larger than Config.MaxOutputSize.
+var ErrOutputTooLarge = errors.New("skiplock: task output too large")
+
+// scope is what a handler's context carries about its attempt: the output
+// it recorded. Each attempt has its own.
+type scope struct {
+	taskID int64
+	limit  int // bytes; < 0 for none
+	worker *Worker
+
+	mu     sync.Mutex
+	output json.RawMessage // nil: none
+	err    error           // the last SetOutput failed; fails the attempt
+}
+
+type scopeKey struct{}
+
+func scopeOf(ctx context.Context) *scope {
+	s, _ := ctx.Value(scopeKey{}).(*scope)
+	return s
+}
+
+// SetOutput records v, encoded as JSON, as the output of the task whose
+// handler's context is ctx. It is written with the task's completion, in
+// the same statement, and read with queue.Client.Get, `skiplock show`, the
+// dashboard, and by the tasks of a workflow that depend on this one
+// (DependencyOutputs). The last call wins; the output of an attempt that
+// does not complete is dropped. v may be a json.RawMessage or []byte
+// holding JSON; JSON null records nothing.
+//
+// An output that cannot be encoded, or is larger than Config.MaxOutputSize
+// (32 KiB by default), is an error, returned here and sticky: unless a
+// later call records an output that fits, the attempt fails for good with
+// that error (requeue the task after raising the limit). SetOutput returns
+// an error, and records nothing, outside a handler's context.
+func SetOutput(ctx context.Context, v any) error {
+	s := scopeOf(ctx)
+	if s == nil {
+		return errors.New("skiplock: SetOutput called outside a task handler's context")
+	}
+	raw, err := encodeOutput(v)
+	if err == nil && s.limit >= 0 && len(raw) > s.limit {
+		err = fmt.Errorf("%w: task %d's output is %d bytes, over the limit of %d (worker.Config.MaxOutputSize); "+
+			"record less, or raise the limit and requeue the task", ErrOutputTooLarge, s.taskID, len(raw), s.limit)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		s.output, s.err = nil, err
+		return err
+	}
+	s.output, s.err = raw, nil
+	return nil
+}
+
+func encodeOutput(v any) (json.RawMessage, error) {
+	var raw []byte
+	switch v := v.(type) {
+	case json.RawMessage:
+		raw = v
+	case []byte:
+		raw = v
+	default:
+		b, err := json.Marshal(v)
+		if err != nil {
+			return nil, fmt.Errorf("skiplock: task output cannot be encoded as JSON: %w", err)
+		}
+		raw = b
+	}
+	if !json.Valid(raw) {
+		return nil, fmt.Errorf("skiplock: task output is not valid JSON: %.60q", raw)
+	}
+	return raw, nil
+}
+
+// Returning adapts a handler that returns its output: when fn returns a
+// nil error, its value is recorded as with SetOutput (and an output that
+// does not fit fails the task, as there).
+//
+//	handlers["resize"] = worker.Returning(func(ctx context.Context, t *worker.Task) (Thumb, error) { ... })
+func Returning[T any](fn func(ctx context.Context, t *Task) (T, error)) Handler {
+	return func(ctx context.Context, t *Task) error {
+		v, err := fn(ctx, t)
+		if err != nil {
+			return err
+		}
+		if err := SetOutput(ctx, v); err != nil {
+			return Permanent(err)
+		}
+		return nil
+	}
+}
+
+// completed checks a successful attempt's output: an output error fails
+// the task for good. It returns the output to write (nil for none).
+func (s *scope) completed(res *result) json.RawMessage {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		*res = result{outcome: outcomeError, err: s.err.Error(), permanent: true}
+		return nil
+	}
+	return s.output
+}
