@@ -44,7 +44,7 @@ func ExampleClient_CancelRunning() {
 	q := queue.New(pool)
 	id, _ := q.Enqueue(ctx, "video.encode", map[string]string{"file": "talk.mp4"})
 
-	started := make(chan struct{})
+	started, stopped := make(chan struct{}), make(chan struct{})
 	w := worker.New(pool, worker.Config{
 		PollInterval: 10 * time.Millisecond,
 		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -55,6 +55,7 @@ func ExampleClient_CancelRunning() {
 		finished <- w.Run(runCtx, worker.Handlers{"video.encode": func(ctx context.Context, t *worker.Task) error {
 			close(started)
 			<-ctx.Done() // encoding, until told to stop
+			close(stopped)
 			return ctx.Err()
 		}})
 	}()
@@ -62,16 +63,11 @@ func ExampleClient_CancelRunning() {
 	<-started
 	asked, _ := q.CancelRunning(ctx, []int64{id})
 	fmt.Println("asked to cancel:", len(asked))
-	for {
-		task, _ := q.Get(ctx, id)
-		if task.Status != queue.StatusRunning {
-			fmt.Println("status:", task.Status)
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	<-stopped
 	stop()
-	<-finished
+	<-finished // Run returns once every outcome is written
+	task, _ := q.Get(ctx, id)
+	fmt.Println("status:", task.Status)
 	// Output:
 	// asked to cancel: 1
 	// status: cancelled

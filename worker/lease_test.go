@@ -104,6 +104,11 @@ func TestLeaseExpiryRescueAndFencing(t *testing.T) {
 	bouncer := pgtest.PgBouncer(t, pgtest.Server(t).URL, b.schema)
 	cfg := worker.Config{Mode: worker.ModeLease, LeaseDuration: time.Second}
 	cancelled := make(chan error, 1)
+	// A's handler returns success only once the task has run elsewhere.
+	ranElsewhere := make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(ranElsewhere) }) }
+	defer release()
 	// One slot, which A's hanging handler keeps: A cannot claim the task
 	// again, so B runs it.
 	aCfg := cfg
@@ -111,9 +116,7 @@ func TestLeaseExpiryRescueAndFencing(t *testing.T) {
 	a, stopA := start(t, b.bouncerPool(t, bouncer), aCfg, worker.Handlers{"job": func(ctx context.Context, task *worker.Task) error {
 		<-ctx.Done()
 		cancelled <- context.Cause(ctx)
-		for b.get(t, task.ID).Status != queue.StatusCompleted {
-			time.Sleep(10 * time.Millisecond)
-		}
+		<-ranElsewhere
 		return nil // too late: fenced
 	}})
 	id := b.enqueue(t, "job", nil)
@@ -144,6 +147,7 @@ func TestLeaseExpiryRescueAndFencing(t *testing.T) {
 	}
 	// A's fenced write: stopping A waits for its handler to return and for
 	// its completer to write the outcome, which the fence must discard.
+	release()
 	stopA()
 	task := b.get(t, id)
 	if task.WorkerID != bw.ID() || task.Attempt != 2 || len(task.Errors) != 1 || task.Errors[0].Outcome != "rescued" {

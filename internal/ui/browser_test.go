@@ -177,22 +177,25 @@ func text(t *testing.T, ctx context.Context, css string) string {
 	return s
 }
 
-// waitJS polls a JavaScript predicate until it holds, across navigations.
+// waitJS polls a JavaScript predicate until it holds, across navigations;
+// on a timeout it logs the predicate's last error and the page's state.
 func waitJS(t *testing.T, ctx context.Context, what, js string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	var last error
+	held := false
+	defer func() {
+		if !held {
+			t.Logf("%s is still false (%v); page state: %s", js, last, pageState(ctx))
+		}
+	}()
+	pgtest.Eventually(t, 2*time.Second, what, func() bool {
 		ectx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
 		ok, err := chromedp.Run(ectx, chromedp.Evaluate[bool](js))
-		cancel()
-		if err == nil && ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("waiting for %s: %s is still false (%v); page state: %s", what, js, err, pageState(ctx))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		last = err
+		return err == nil && ok
+	})
+	held = true
 }
 
 // pageState describes what a failed wait saw: where the page is, whether it
