@@ -166,17 +166,82 @@ func (r lossRecorder) LockSessionLost(int) {
 			if err == nil {
 				return
 			}
-			time.Sleep(100 * time.Millisecond)
+			time.Sleep(100 * time.Millisecond) // a pause between retries, in the worker process
 		}
 	}()
 }
 
-// proc is a running worker process.
+// proc is a worker process: this test binary, re-executed in worker mode.
 type proc struct {
 	id   string
 	cmd  *exec.Cmd
-	out  *bytes.Buffer
-	done chan error
+	out  *lockedBuffer // its output, readable while it runs
+	done chan struct{} // closed once it has exited, with err set
+	err  error
+}
+
+// startProc starts cmd as the worker process id, with env added to this
+// process's environment.
+func startProc(t *testing.T, id string, cmd *exec.Cmd, env ...string) *proc {
+	t.Helper()
+	cmd.Env = append(append(os.Environ(), envWorker+"="+id), env...)
+	p := &proc{id: id, cmd: cmd, out: &lockedBuffer{}, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = p.out, p.out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	return p
+}
+
+// exited reports whether the process has exited.
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// stopGracefully sends every process SIGTERM, then checks that each exits
+// 0 within a minute.
+func stopGracefully(t *testing.T, procs ...*proc) {
+	t.Helper()
+	for _, p := range procs {
+		p.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	for _, p := range procs {
+		select {
+		case <-p.done:
+			if p.err != nil {
+				t.Errorf("worker %s exited with %v; output:\n%s", p.id, p.err, tail(p.out.String()))
+			}
+		case <-time.After(60 * time.Second):
+			t.Errorf("worker %s did not stop on SIGTERM", p.id)
+		}
+	}
+}
+
+// lockedBuffer is a process's output, read while it runs.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // event is a disruption. at is taken just before it and after just after
@@ -245,17 +310,8 @@ func runChaos(t *testing.T, mode string) {
 	spawn := func(slot int) {
 		generation++
 		id := fmt.Sprintf("chaos-w%d-%d", slot, generation)
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), envWorker+"="+id, envURL+"="+workerURL, envWork+"="+strconv.Itoa(workMs),
-			envMode+"="+mode, envListen+"="+srv.URL)
-		out := &bytes.Buffer{}
-		cmd.Stdout, cmd.Stderr = out, out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		p := &proc{id: id, cmd: cmd, out: out, done: make(chan error, 1)}
-		go func() { p.done <- cmd.Wait() }()
-		procs[slot] = p
+		procs[slot] = startProc(t, id, exec.Command(os.Args[0], "-test.run=^$"),
+			envURL+"="+workerURL, envWork+"="+strconv.Itoa(workMs), envMode+"="+mode, envListen+"="+srv.URL)
 	}
 	for i := range workers {
 		spawn(i)
@@ -295,11 +351,9 @@ func runChaos(t *testing.T, mode string) {
 		// while the database was down fails its startup, as it should.
 		mu.Lock()
 		for slot, p := range procs {
-			select {
-			case err := <-p.done:
-				t.Logf("worker %s exited by itself (%v); restarting it: %s", p.id, err, firstLine(p.out.String()))
+			if p.exited() {
+				t.Logf("worker %s exited by itself (%v); restarting it: %s", p.id, p.err, firstLine(p.out.String()))
 				spawn(slot)
-			default:
 			}
 		}
 		mu.Unlock()
@@ -353,31 +407,18 @@ func runChaos(t *testing.T, mode string) {
 
 	// Graceful stop: every worker exits 0 and releases every lock. A worker
 	// respawned a moment ago may not handle SIGTERM yet: wait until each
-	// has registered, which it does after installing its handler.
-	waitDeadline := time.Now().Add(30 * time.Second)
+	// has registered, which it does after installing its handler (or has
+	// exited, which stopGracefully reports).
+	var last []*proc
 	for _, p := range procs {
-		for {
+		pgtest.Eventually(t, 2*time.Second, "worker "+p.id+" registered", func() bool {
 			var n int
-			pool.QueryRow(ctx, "SELECT count(*) FROM skiplock_workers WHERE id = $1", p.id).Scan(&n)
-			if n == 1 || time.Now().After(waitDeadline) {
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			err := pool.QueryRow(ctx, "SELECT count(*) FROM skiplock_workers WHERE id = $1", p.id).Scan(&n)
+			return (err == nil && n == 1) || p.exited()
+		})
+		last = append(last, p)
 	}
-	for _, p := range procs {
-		p.cmd.Process.Signal(syscall.SIGTERM)
-	}
-	for _, p := range procs {
-		select {
-		case err := <-p.done:
-			if err != nil {
-				t.Errorf("worker %s exited with %v; output:\n%s", p.id, err, tail(p.out.String()))
-			}
-		case <-time.After(60 * time.Second):
-			t.Errorf("worker %s did not stop on SIGTERM", p.id)
-		}
-	}
+	stopGracefully(t, last...)
 	// The README's promise: advisory mode rescues within RescueInterval (1s)
 	// of a SIGKILL; lease mode within the lease plus RescueInterval. Reported
 	// against the measured latency, not asserted (see the package comment).

@@ -2,7 +2,6 @@ package chaos
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"net/netip"
@@ -10,7 +9,6 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,6 +18,7 @@ import (
 
 	"github.com/skiplock/skiplock/internal/devpg"
 	"github.com/skiplock/skiplock/internal/netns"
+	"github.com/skiplock/skiplock/internal/pgtest"
 	"github.com/skiplock/skiplock/migrations"
 	"github.com/skiplock/skiplock/queue"
 )
@@ -102,31 +101,6 @@ func (f partitionFigures) String() string {
 		ms(f.serverRelease), f.releasedBy, f.duplicates, ms(f.healReclaim), f.killed, ms(f.killP50), ms(f.killMax))
 }
 
-// lockedBuffer is a process's output, read while it runs.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-type partitionProc struct {
-	id   string
-	cmd  *exec.Cmd
-	out  *lockedBuffer
-	done chan error
-}
-
 func runPartition(t *testing.T, variant string) partitionFigures {
 	fig := partitionFigures{mode: variant, releasedBy: "n/a"}
 	mode, noTCP := variant, "0"
@@ -186,23 +160,18 @@ func runPartition(t *testing.T, variant string) partitionFigures {
 	defer func() { stopFeed(); <-feeding }()
 
 	nsURL := srv.URLOn(host.Local.Addr())
-	var procs []*partitionProc
-	spawn := func(id string, inNamespace bool) *partitionProc {
+	var procs []*proc
+	spawn := func(id string, inNamespace bool) *proc {
 		url, cmd := srv.URL, exec.Command(os.Args[0], "-test.run=^$")
 		if inNamespace {
 			url, cmd = nsURL, host.Command(os.Args[0], "-test.run=^$")
 		}
-		cmd.Env = append(os.Environ(), envWorker+"="+id, envURL+"="+url, envWork+"="+fmt.Sprint(partitionWork.Milliseconds()),
-			envFixed+"=1", envMode+"="+mode, envListen+"="+url, envLease+"="+fmt.Sprint(partitionLease.Milliseconds()))
+		env := []string{envURL + "=" + url, envWork + "=" + fmt.Sprint(partitionWork.Milliseconds()),
+			envFixed + "=1", envMode + "=" + mode, envListen + "=" + url, envLease + "=" + fmt.Sprint(partitionLease.Milliseconds())}
 		if inNamespace {
-			cmd.Env = append(cmd.Env, envNoTCP+"="+noTCP)
+			env = append(env, envNoTCP+"="+noTCP)
 		}
-		p := &partitionProc{id: id, cmd: cmd, out: &lockedBuffer{}, done: make(chan error, 1)}
-		cmd.Stdout, cmd.Stderr = p.out, p.out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		go func() { p.done <- cmd.Wait() }()
+		p := startProc(t, id, cmd, env...)
 		procs = append(procs, p)
 		return p
 	}
@@ -216,17 +185,6 @@ func runPartition(t *testing.T, variant string) partitionFigures {
 			}
 		}
 	}()
-	wait := func(timeout time.Duration, what string, cond func() bool) time.Time {
-		t.Helper()
-		deadline := time.Now().Add(timeout)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: not within %s", what, timeout)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		return time.Now()
-	}
 	count := func(query string, args ...any) int {
 		var n int
 		if err := pool.QueryRow(ctx, query, args...).Scan(&n); err != nil {
@@ -244,12 +202,12 @@ func runPartition(t *testing.T, variant string) partitionFigures {
 	if mode == "lease" {
 		leads = `SELECT count(*) FROM skiplock_leaders WHERE job = 'rescuer' AND holder = $1 AND expires_at > now()`
 	}
-	wait(60*time.Second, "the worker in the namespace elected rescuer", func() bool { return count(leads, cut.id) == 1 })
+	pgtest.Eventually(t, 5*time.Second, "the worker in the namespace elected rescuer", func() bool { return count(leads, cut.id) == 1 })
 	lo1, lo2 := spawn("part-lo1", false), spawn("part-lo2", false)
 	runningOn := func(id string) int {
 		return count("SELECT count(*) FROM skiplock_tasks WHERE status = 'running' AND worker_id = $1", id)
 	}
-	wait(60*time.Second, "every worker running tasks", func() bool {
+	pgtest.Eventually(t, 5*time.Second, "every worker running tasks", func() bool {
 		return count("SELECT count(*) FROM chaos_runs WHERE worker_id = $1 AND finished_at IS NOT NULL", cut.id) > 0 &&
 			runningOn(cut.id) >= 4 && runningOn(lo1.id) > 0 && runningOn(lo2.id) > 0
 	})
@@ -275,14 +233,20 @@ func runPartition(t *testing.T, variant string) partitionFigures {
 	t.Logf("%s: namespace blackholed with %d tasks running in it", mode, len(atCut))
 
 	// The partition lasts partitionFor, whatever happens: meanwhile, watch
-	// for the server ending the cut-off session.
+	// (every 100 ms) for the server ending the cut-off session.
 	var serverEnd time.Time
-	for time.Since(cutAt) < partitionFor {
-		if mode == "advisory" && serverEnd.IsZero() && count("SELECT count(*) FROM pg_stat_activity WHERE pid = $1", lockPID) == 0 {
-			serverEnd = time.Now()
+	healTime, watch := time.After(partitionFor-time.Since(cutAt)), time.NewTicker(100*time.Millisecond)
+	for partitioned := true; partitioned; {
+		select {
+		case <-healTime:
+			partitioned = false
+		case <-watch.C:
+			if mode == "advisory" && serverEnd.IsZero() && count("SELECT count(*) FROM pg_stat_activity WHERE pid = $1", lockPID) == 0 {
+				serverEnd = time.Now()
+			}
 		}
-		time.Sleep(100 * time.Millisecond)
 	}
+	watch.Stop()
 	healAt := time.Now()
 	if err := host.Heal(); err != nil {
 		t.Fatal(err)
@@ -296,9 +260,13 @@ func runPartition(t *testing.T, variant string) partitionFigures {
 	}
 
 	// After the heal the cut-off worker works again, without a restart.
-	reclaim := wait(90*time.Second, "the healed worker claiming again", func() bool {
+	pgtest.Eventually(t, 2*time.Second, "the healed worker claiming again", func() bool {
 		return count("SELECT count(*) FROM chaos_runs WHERE worker_id = $1 AND started_at > $2", cut.id, healAt) > 0
 	})
+	var reclaim time.Time
+	if err := pool.QueryRow(ctx, "SELECT min(started_at) FROM chaos_runs WHERE worker_id = $1 AND started_at > $2", cut.id, healAt).Scan(&reclaim); err != nil {
+		t.Fatal(err)
+	}
 	fig.healReclaim = reclaim.Sub(healAt)
 
 	// A crash after the heal is rescued as usual: no zombie holds the
@@ -308,26 +276,14 @@ func runPartition(t *testing.T, variant string) partitionFigures {
 		t.Fatal(err)
 	}
 	<-lo1.done
-	wait(60*time.Second, "the SIGKILLed worker's tasks rescued", func() bool { return runningOn(lo1.id) == 0 })
+	pgtest.Eventually(t, 15*time.Second, "the SIGKILLed worker's tasks rescued", func() bool { return runningOn(lo1.id) == 0 })
 
 	stopFeed()
 	<-feeding
-	wait(2*time.Minute, "every task completed", func() bool {
+	pgtest.Eventually(t, 10*time.Second, "every task completed", func() bool {
 		return count("SELECT count(*) FROM skiplock_tasks WHERE status <> 'completed'") == 0
 	})
-	for _, p := range []*partitionProc{cut, lo2} {
-		p.cmd.Process.Signal(syscall.SIGTERM)
-	}
-	for _, p := range []*partitionProc{cut, lo2} {
-		select {
-		case err := <-p.done:
-			if err != nil {
-				t.Errorf("worker %s exited with %v", p.id, err)
-			}
-		case <-time.After(60 * time.Second):
-			t.Errorf("worker %s did not stop on SIGTERM", p.id)
-		}
-	}
+	stopGracefully(t, cut, lo2)
 
 	// The ledger.
 	if n := count(`SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'`); n != 0 {
