@@ -68,23 +68,16 @@ func timePtr(t time.Time) *time.Time {
 	return &t
 }
 
-// attempts is the history of t: its error entries, then the attempt the
-// row itself describes when it is running or completed.
+// attempts is the history of t (queue.Task.History), with the times of an
+// attempt not begun or not finished left out.
 func attempts(t *queue.Task) []attemptJSON {
-	out := make([]attemptJSON, 0, len(t.Errors)+1)
-	for _, e := range t.Errors {
-		out = append(out, attemptJSON{
-			Attempt: e.Attempt, Outcome: e.Outcome, Error: e.Error, WorkerID: e.WorkerID, Host: e.Host, PID: e.PID,
-			StartedAt: timePtr(e.StartedAt), FinishedAt: timePtr(e.FinishedAt),
-		})
-	}
-	switch t.Status {
-	case queue.StatusRunning, queue.StatusCompleted:
-		a := attemptJSON{Attempt: t.Attempt, Outcome: string(t.Status), WorkerID: t.WorkerID, StartedAt: t.StartedAt}
-		if t.Status == queue.StatusCompleted {
-			a.FinishedAt = t.FinishedAt
+	history := t.History()
+	out := make([]attemptJSON, len(history))
+	for i, a := range history {
+		out[i] = attemptJSON{
+			Attempt: a.Attempt, Outcome: a.Outcome, Error: a.Error, WorkerID: a.WorkerID, Host: a.Host, PID: a.PID,
+			StartedAt: timePtr(a.StartedAt), FinishedAt: timePtr(a.FinishedAt),
 		}
-		out = append(out, a)
 	}
 	return out
 }
@@ -99,23 +92,12 @@ func toJSON(t *queue.Task) taskJSON {
 	}
 }
 
-// lastError is the error of the task's last failed attempt; the entries
-// that record requeues are notes, not errors.
-func lastError(t *queue.Task) string {
-	for i := len(t.Errors) - 1; i >= 0; i-- {
-		if t.Errors[i].Outcome != "requeued" {
-			return t.Errors[i].Error
-		}
-	}
-	return ""
-}
-
 // printTasks writes tasks as a table.
 func printTasks(w io.Writer, tasks []*queue.Task) {
 	tw := table(w, "ID", "QUEUE", "NAME", "STATUS", "ATTEMPTS", "CREATED", "WHEN", "LAST ERROR")
 	for _, t := range tasks {
 		row(tw, t.ID, t.Queue, t.Name, stateLabel(t), fmt.Sprintf("%d/%d", t.Attempt, t.MaxAttempts),
-			ago(t.CreatedAt)+" ago", when(t), clip(lastError(t), 60))
+			ago(t.CreatedAt)+" ago", when(t), clip(t.LastError(), 60))
 	}
 	tw.Flush()
 }

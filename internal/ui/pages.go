@@ -250,26 +250,6 @@ func (s *Server) queuesPage(w http.ResponseWriter, r *http.Request) {
 	}{views, tp.since, barChart(totalDone, totalFailed, tp.since, bigChart, "tasks completed and failed per minute over the last hour, every queue")})
 }
 
-// taskRow is a task in a list.
-type taskRow struct {
-	*queue.Task
-	LastError string
-}
-
-func rowsOf(tasks []*queue.Task) []taskRow {
-	out := make([]taskRow, len(tasks))
-	for i, t := range tasks {
-		out[i] = taskRow{Task: t}
-		for j := len(t.Errors) - 1; j >= 0; j-- {
-			if e := t.Errors[j]; e.Outcome != "requeued" {
-				out[i].LastError = e.Error
-				break
-			}
-		}
-	}
-	return out
-}
-
 // listView is the tasks and failed pages' data.
 type listView struct {
 	Status   string
@@ -279,7 +259,7 @@ type listView struct {
 	Queues   []string // the filter's choices
 	Names    []string
 	Before   int64
-	Tasks    []taskRow
+	Tasks    []*queue.Task
 	Select   bool // rows have checkboxes for the bulk forms
 	NextURL  string
 	FirstURL string
@@ -340,7 +320,7 @@ func (s *Server) listTasks(r *http.Request, status string) (*listView, error) {
 			v.FirstURL += "?" + first.Encode()
 		}
 	}
-	v.Tasks = rowsOf(tasks)
+	v.Tasks = tasks
 	if v.Queues, v.Names, err = s.choices(r.Context(), v.Queue, v.Name); err != nil {
 		return nil, err
 	}
@@ -427,19 +407,10 @@ func (s *Server) taskPage(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	attempts := make([]attemptRow, 0, len(t.Errors)+1)
-	for _, e := range t.Errors {
-		attempts = append(attempts, attemptRow{AttemptError: e})
-	}
-	if t.Status == queue.StatusRunning || t.Status == queue.StatusCompleted {
-		cur := attemptRow{Current: true, AttemptError: queue.AttemptError{Attempt: t.Attempt, WorkerID: t.WorkerID, Outcome: string(t.Status)}}
-		if t.StartedAt != nil {
-			cur.StartedAt = *t.StartedAt
-		}
-		if t.FinishedAt != nil {
-			cur.FinishedAt = *t.FinishedAt
-		}
-		attempts = append(attempts, cur)
+	history := t.History()
+	attempts := make([]attemptRow, len(history))
+	for i, a := range history {
+		attempts[i] = attemptRow{AttemptError: a, Current: i >= len(t.Errors)}
 	}
 	slices.Reverse(attempts) // latest first
 	s.render(w, r, http.StatusOK, "task", fmt.Sprintf("Task %d", id), "tasks", struct {
