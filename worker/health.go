@@ -60,3 +60,50 @@ func (h *sessionHealth) run(ctx context.Context) {
 		}()
 	}
 }
+
+// ping checks the session, so that a session the server ended (or a
+// network that died) is noticed even while no claim runs: with heartbeat
+// set it writes the worker's heartbeat through it, otherwise it pings only
+// a session idle for idle. An answer not back within PingTimeout ends the
+// session. It also checks that the session is one: behind a transaction
+// pooler the server process changes, and with it the locks this session
+// believes it holds.
+func (s *lockSession) ping(idle time.Duration, heartbeat func(ctx context.Context, conn *pgx.Conn) error) error {
+	s.mu.Lock()
+	recent := time.Since(s.lastUsed) < idle
+	s.mu.Unlock()
+	if recent && heartbeat == nil {
+		return nil
+	}
+	return s.doWithin(s.tuning.pingTimeout, errPingTimeout, func(ctx context.Context, conn *pgx.Conn, _ uint64) error {
+		if heartbeat != nil {
+			return heartbeat(ctx, conn)
+		}
+		backend, err := s.queries.SessionBackendPID(ctx, conn)
+		if err == nil && backend != s.backend {
+			s.log.Error(ErrTransactionPooling.Error(), "was", s.backend, "now", backend)
+			s.backend = backend
+		}
+		return err
+	})
+}
+
+// watchdog gives up a session whose statement in flight has gone without
+// any answer from the server for silence: the network, not the server, is
+// the likely culprit, and the rescuer will end the server's side of the
+// session after StaleAfter anyway. Closing the socket fails the statement,
+// which reports the generation lost and reconnects. It never blocks.
+func (s *lockSession) watchdog(silence time.Duration) {
+	busy := s.busySince.Load()
+	sock := s.sock.Load()
+	if busy == 0 || sock == nil {
+		return
+	}
+	now := time.Now()
+	since := now.Sub(time.Unix(0, max(busy, s.lastProof.Load())))
+	if since < silence {
+		return
+	}
+	s.log.Error("skiplock: lock session silent; giving it up", "silent_for", since.Round(time.Millisecond))
+	sock.Conn().SetDeadline(now)
+}

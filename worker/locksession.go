@@ -5,16 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 
 	"github.com/skiplock/skiplock/db"
 	"github.com/skiplock/skiplock/internal/pgerr"
@@ -23,48 +20,10 @@ import (
 // errSessionDown is returned by lock session calls while it reconnects.
 var errSessionDown = errors.New("lock session is down")
 
-// unlockDelay is how long released task locks may wait for the next claim
-// to carry them before they are sent on their own. It only delays a retry's
-// re-claim of the same task, never a claim of other work.
-const unlockDelay = 2 * time.Millisecond
-
 // lockQueryTimeout bounds one statement on the lock session. A statement that
 // takes longer is cancelled with a cancel request, which keeps the session
 // and its locks.
 const lockQueryTimeout = 30 * time.Second
-
-// errPingTimeout is the cause of a ping's deadline: the session is given up
-// at once rather than after a cancel request, which a silent network would
-// not carry either.
-var errPingTimeout = errors.New("skiplock: lock session ping timed out")
-
-// sessionTuning is how the lock session detects a dead peer; see the
-// TCP and PingTimeout fields of Config.
-type sessionTuning struct {
-	keepIdle, keepInterval time.Duration // <= 0: the system's
-	keepCount              int           // <= 0: the system's
-	userTimeout            time.Duration // <= 0: the system's
-	pingTimeout            time.Duration
-	appName                string
-}
-
-func (c Config) sessionTuning() sessionTuning {
-	return sessionTuning{
-		keepIdle: c.TCPKeepaliveIdle, keepInterval: c.TCPKeepaliveInterval, keepCount: c.TCPKeepaliveCount,
-		userTimeout: c.TCPUserTimeout, pingTimeout: c.PingTimeout,
-		appName: appName("skiplock lock session " + c.WorkerID),
-	}
-}
-
-// appName clips an application_name as PostgreSQL would (63 bytes), on a
-// rune boundary.
-func appName(s string) string {
-	for len(s) > 63 {
-		_, size := utf8.DecodeLastRuneInString(s)
-		s = s[:len(s)-size]
-	}
-	return s
-}
 
 // lockSession is the one connection of a worker process that holds the
 // advisory locks of all its running tasks: one session holds any number of
@@ -114,29 +73,7 @@ type lockSession struct {
 }
 
 func newLockSession(config *pgx.ConnConfig, class int32, classOID int64, tuning sessionTuning, log *slog.Logger) *lockSession {
-	config = config.Copy()
-	// A dead peer must be noticed in seconds, not after the kernel's two
-	// hours: keepalives probe an idle socket, and TCP_USER_TIMEOUT bounds
-	// data left unacknowledged (and probes left unanswered).
-	dialer := &net.Dialer{
-		Timeout: 10 * time.Second,
-		KeepAliveConfig: net.KeepAliveConfig{
-			Enable: true, Idle: tuning.keepIdle, Interval: tuning.keepInterval, Count: tuning.keepCount,
-		},
-		Control: setUserTimeout(tuning.userTimeout),
-	}
-	config.DialFunc = dialer.DialContext
-	// pgx's default reaction to a cancelled context is to break the
-	// connection, which here would drop every task lock at once. Send a
-	// cancel request instead and give up on the socket only if the server
-	// does not answer that either; a ping that timed out gives up at once.
-	config.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
-		return &watchHandler{conn: c, soft: &pgconn.CancelRequestContextWatcherHandler{Conn: c, DeadlineDelay: 10 * time.Second}}
-	}
-	if config.RuntimeParams == nil {
-		config.RuntimeParams = map[string]string{}
-	}
-	config.RuntimeParams["application_name"] = tuning.appName
+	config = tuning.apply(config)
 	return &lockSession{
 		config:   config,
 		queries:  db.New(),
@@ -148,41 +85,6 @@ func newLockSession(config *pgx.ConnConfig, class int32, classOID int64, tuning 
 		held:     map[int64]int{},
 		stop:     make(chan struct{}),
 	}
-}
-
-// watchHandler reacts to a statement's cancelled context: a ping's deadline
-// (errPingTimeout) closes the socket at once; anything else sends a cancel
-// request, which keeps the session and its locks.
-type watchHandler struct {
-	conn *pgconn.PgConn
-	soft *pgconn.CancelRequestContextWatcherHandler
-	hard bool
-}
-
-func (h *watchHandler) HandleCancel(ctx context.Context) {
-	h.hard = errors.Is(context.Cause(ctx), errPingTimeout)
-	if h.hard {
-		h.conn.Conn().SetDeadline(time.Now())
-		return
-	}
-	h.soft.HandleCancel(ctx)
-}
-
-func (h *watchHandler) HandleUnwatchAfterCancel() {
-	if h.hard {
-		h.conn.Conn().SetDeadline(time.Time{})
-		return
-	}
-	h.soft.HandleUnwatchAfterCancel()
-}
-
-// seconds is a duration as the server's whole-second settings take it; 0
-// leaves the system's.
-func seconds(d time.Duration) string {
-	if d <= 0 {
-		return "0"
-	}
-	return strconv.FormatInt(int64((d+time.Second-1)/time.Second), 10)
 }
 
 // connect opens the first session; Run fails fast when it cannot.
@@ -330,127 +232,6 @@ func (s *lockSession) reconnect() {
 	}
 }
 
-// claim takes tasks as p says and locks each one. It carries the pending
-// unlocks with it.
-func (s *lockSession) claim(p db.TaskClaimParams) (rows []db.TaskClaimRow, gen uint64, err error) {
-	p.LockClass = s.class
-	err = s.do(func(ctx context.Context, conn *pgx.Conn, g uint64) error {
-		gen = g
-		p.UnlockIds = s.takeUnlocks(g)
-		rows, err = s.queries.TaskClaim(ctx, customPlans{conn}, p)
-		if err != nil {
-			return err
-		}
-		for _, r := range rows {
-			s.held[r.ID]++
-		}
-		return nil
-	})
-	return rows, gen, err
-}
-
-// release queues the locks of tasks claimed in generation gen, whose
-// outcomes are written, for release. Locks of an earlier generation died
-// with their session and are dropped: releasing them by key could release
-// a lock the new session took for a new claim of the same task.
-func (s *lockSession) release(ids []int64, gen uint64) {
-	s.umu.Lock()
-	defer s.umu.Unlock()
-	if gen != s.unlocksGen {
-		return
-	}
-	s.unlocks = append(s.unlocks, ids...)
-	if s.flushTimer == nil {
-		s.flushTimer = time.AfterFunc(unlockDelay, s.flushUnlocks)
-	}
-}
-
-// takeUnlocks hands the pending unlocks of generation g to a statement
-// about to run on the session (mu held), and forgets them as held: should
-// the statement fail, reconcile releases whatever is still held.
-func (s *lockSession) takeUnlocks(g uint64) []int64 {
-	s.umu.Lock()
-	ids := s.unlocks
-	s.unlocks = nil
-	if s.flushTimer != nil {
-		s.flushTimer.Stop()
-		s.flushTimer = nil
-	}
-	s.umu.Unlock()
-	if s.unlocksGen != g || ids == nil {
-		return []int64{}
-	}
-	for _, id := range ids {
-		if s.held[id] <= 1 {
-			delete(s.held, id)
-		} else {
-			s.held[id]--
-		}
-	}
-	return ids
-}
-
-// flushUnlocks sends pending unlocks that no claim carried.
-func (s *lockSession) flushUnlocks() {
-	err := s.do(func(ctx context.Context, conn *pgx.Conn, g uint64) error {
-		ids := s.takeUnlocks(g)
-		if len(ids) == 0 {
-			return nil
-		}
-		_, err := s.queries.TaskUnlockMany(ctx, conn, db.TaskUnlockManyParams{LockClass: s.class, Ids: ids})
-		if err != nil && !conn.IsClosed() {
-			// The locks may still be held; reconcile finds out.
-			return errors.Join(err, s.reconcileLocked(ctx, conn))
-		}
-		return err
-	})
-	if err != nil && !errors.Is(err, errSessionDown) {
-		s.log.Warn("skiplock: releasing task locks", "error", err)
-	}
-}
-
-// reconcile releases task locks the session holds but no claim accounts
-// for. A claim statement that fails part way (out of shared memory, a
-// cancelled query) has already taken some advisory locks: session locks are
-// not transactional, so they outlive the rollback.
-func (s *lockSession) reconcile() error {
-	return s.do(func(ctx context.Context, conn *pgx.Conn, _ uint64) error {
-		return s.reconcileLocked(ctx, conn)
-	})
-}
-
-// reconcileLocked is reconcile with mu held.
-func (s *lockSession) reconcileLocked(ctx context.Context, conn *pgx.Conn) error {
-	{
-		for range 3 { // a lock taken twice needs two unlocks
-			keys, err := s.queries.TaskLocksHeld(ctx, conn, s.classOID)
-			if err != nil {
-				return err
-			}
-			expected := make(map[int64]bool, len(s.held))
-			for id := range s.held {
-				expected[id%(1<<32)] = true
-			}
-			var extra []int64
-			for _, k := range keys {
-				if !expected[k] {
-					extra = append(extra, k)
-				}
-			}
-			if len(extra) == 0 {
-				return nil
-			}
-			s.log.Warn("skiplock: releasing advisory locks left by a failed claim", "count", len(extra))
-			// The key is the low 32 bits of a task id, and so is a valid
-			// id for TaskUnlockMany.
-			if _, err := s.queries.TaskUnlockMany(ctx, conn, db.TaskUnlockManyParams{LockClass: s.class, Ids: extra}); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-}
-
 // tryLeader tries to take the session lock that elects one process for a
 // maintenance job; it returns the generation the lock lives in.
 func (s *lockSession) tryLeader(key int64) (acquired bool, gen uint64, err error) {
@@ -460,53 +241,6 @@ func (s *lockSession) tryLeader(key int64) (acquired bool, gen uint64, err error
 		return err
 	})
 	return acquired, gen, err
-}
-
-// ping checks the session, so that a session the server ended (or a
-// network that died) is noticed even while no claim runs: with heartbeat
-// set it writes the worker's heartbeat through it, otherwise it pings only
-// a session idle for idle. An answer not back within PingTimeout ends the
-// session. It also checks that the session is one: behind a transaction
-// pooler the server process changes, and with it the locks this session
-// believes it holds.
-func (s *lockSession) ping(idle time.Duration, heartbeat func(ctx context.Context, conn *pgx.Conn) error) error {
-	s.mu.Lock()
-	recent := time.Since(s.lastUsed) < idle
-	s.mu.Unlock()
-	if recent && heartbeat == nil {
-		return nil
-	}
-	return s.doWithin(s.tuning.pingTimeout, errPingTimeout, func(ctx context.Context, conn *pgx.Conn, _ uint64) error {
-		if heartbeat != nil {
-			return heartbeat(ctx, conn)
-		}
-		backend, err := s.queries.SessionBackendPID(ctx, conn)
-		if err == nil && backend != s.backend {
-			s.log.Error(ErrTransactionPooling.Error(), "was", s.backend, "now", backend)
-			s.backend = backend
-		}
-		return err
-	})
-}
-
-// watchdog gives up a session whose statement in flight has gone without
-// any answer from the server for silence: the network, not the server, is
-// the likely culprit, and the rescuer will end the server's side of the
-// session after StaleAfter anyway. Closing the socket fails the statement,
-// which reports the generation lost and reconnects. It never blocks.
-func (s *lockSession) watchdog(silence time.Duration) {
-	busy := s.busySince.Load()
-	sock := s.sock.Load()
-	if busy == 0 || sock == nil {
-		return
-	}
-	now := time.Now()
-	since := now.Sub(time.Unix(0, max(busy, s.lastProof.Load())))
-	if since < silence {
-		return
-	}
-	s.log.Error("skiplock: lock session silent; giving it up", "silent_for", since.Round(time.Millisecond))
-	sock.Conn().SetDeadline(now)
 }
 
 // close ends the session, releasing every lock it still holds: queued

@@ -1,0 +1,141 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/skiplock/skiplock/db"
+)
+
+// The task locks on the lock session (locksession.go): claims take them,
+// released ones are batched onto the next claim, and reconcile drops any
+// that a failed claim left behind.
+
+// unlockDelay is how long released task locks may wait for the next claim
+// to carry them before they are sent on their own. It only delays a retry's
+// re-claim of the same task, never a claim of other work.
+const unlockDelay = 2 * time.Millisecond
+
+// claim takes tasks as p says and locks each one. It carries the pending
+// unlocks with it.
+func (s *lockSession) claim(p db.TaskClaimParams) (rows []db.TaskClaimRow, gen uint64, err error) {
+	p.LockClass = s.class
+	err = s.do(func(ctx context.Context, conn *pgx.Conn, g uint64) error {
+		gen = g
+		p.UnlockIds = s.takeUnlocks(g)
+		rows, err = s.queries.TaskClaim(ctx, customPlans{conn}, p)
+		if err != nil {
+			return err
+		}
+		for _, r := range rows {
+			s.held[r.ID]++
+		}
+		return nil
+	})
+	return rows, gen, err
+}
+
+// release queues the locks of tasks claimed in generation gen, whose
+// outcomes are written, for release. Locks of an earlier generation died
+// with their session and are dropped: releasing them by key could release
+// a lock the new session took for a new claim of the same task.
+func (s *lockSession) release(ids []int64, gen uint64) {
+	s.umu.Lock()
+	defer s.umu.Unlock()
+	if gen != s.unlocksGen {
+		return
+	}
+	s.unlocks = append(s.unlocks, ids...)
+	if s.flushTimer == nil {
+		s.flushTimer = time.AfterFunc(unlockDelay, s.flushUnlocks)
+	}
+}
+
+// takeUnlocks hands the pending unlocks of generation g to a statement
+// about to run on the session (mu held), and forgets them as held: should
+// the statement fail, reconcile releases whatever is still held.
+func (s *lockSession) takeUnlocks(g uint64) []int64 {
+	s.umu.Lock()
+	ids := s.unlocks
+	s.unlocks = nil
+	if s.flushTimer != nil {
+		s.flushTimer.Stop()
+		s.flushTimer = nil
+	}
+	s.umu.Unlock()
+	if s.unlocksGen != g || ids == nil {
+		return []int64{}
+	}
+	for _, id := range ids {
+		if s.held[id] <= 1 {
+			delete(s.held, id)
+		} else {
+			s.held[id]--
+		}
+	}
+	return ids
+}
+
+// flushUnlocks sends pending unlocks that no claim carried.
+func (s *lockSession) flushUnlocks() {
+	err := s.do(func(ctx context.Context, conn *pgx.Conn, g uint64) error {
+		ids := s.takeUnlocks(g)
+		if len(ids) == 0 {
+			return nil
+		}
+		_, err := s.queries.TaskUnlockMany(ctx, conn, db.TaskUnlockManyParams{LockClass: s.class, Ids: ids})
+		if err != nil && !conn.IsClosed() {
+			// The locks may still be held; reconcile finds out.
+			return errors.Join(err, s.reconcileLocked(ctx, conn))
+		}
+		return err
+	})
+	if err != nil && !errors.Is(err, errSessionDown) {
+		s.log.Warn("skiplock: releasing task locks", "error", err)
+	}
+}
+
+// reconcile releases task locks the session holds but no claim accounts
+// for. A claim statement that fails part way (out of shared memory, a
+// cancelled query) has already taken some advisory locks: session locks are
+// not transactional, so they outlive the rollback.
+func (s *lockSession) reconcile() error {
+	return s.do(func(ctx context.Context, conn *pgx.Conn, _ uint64) error {
+		return s.reconcileLocked(ctx, conn)
+	})
+}
+
+// reconcileLocked is reconcile with mu held.
+func (s *lockSession) reconcileLocked(ctx context.Context, conn *pgx.Conn) error {
+	{
+		for range 3 { // a lock taken twice needs two unlocks
+			keys, err := s.queries.TaskLocksHeld(ctx, conn, s.classOID)
+			if err != nil {
+				return err
+			}
+			expected := make(map[int64]bool, len(s.held))
+			for id := range s.held {
+				expected[id%(1<<32)] = true
+			}
+			var extra []int64
+			for _, k := range keys {
+				if !expected[k] {
+					extra = append(extra, k)
+				}
+			}
+			if len(extra) == 0 {
+				return nil
+			}
+			s.log.Warn("skiplock: releasing advisory locks left by a failed claim", "count", len(extra))
+			// The key is the low 32 bits of a task id, and so is a valid
+			// id for TaskUnlockMany.
+			if _, err := s.queries.TaskUnlockMany(ctx, conn, db.TaskUnlockManyParams{LockClass: s.class, Ids: extra}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
