@@ -15,7 +15,7 @@ import (
 // ends. It sleeps when the queue is drained (or over its rate limit), until
 // a notification, the poll interval, or ctx.
 func (w *Worker) claimLoop(ctx context.Context, queueName string) {
-	qslots := w.queueSlots[queueName]
+	qslots := w.limits.queueSlots[queueName]
 	poll := time.NewTicker(w.cfg.PollInterval)
 	defer poll.Stop()
 	errBackoff := 50 * time.Millisecond
@@ -91,7 +91,7 @@ func (w *Worker) idle(ctx context.Context, queueName string, poll <-chan time.Ti
 // budget; the rest of the queue after them.
 func (w *Worker) claimRound(queueName string, n int, qslots *semaphore.Weighted) (claimed int, err error) {
 	budget := n
-	if limit, ok := w.queueLimits[queueName]; ok {
+	if limit, ok := w.limits.byQueue[queueName]; ok {
 		granted, window, err := w.takeBudget(limit, n)
 		if err != nil {
 			return 0, err
@@ -99,7 +99,7 @@ func (w *Worker) claimRound(queueName string, n int, qslots *semaphore.Weighted)
 		budget = granted
 		defer func() { w.giveBack(limit, window, granted-claimed) }()
 	}
-	for _, limit := range w.nameLimits {
+	for _, limit := range w.limits.byName {
 		if claimed >= budget {
 			return claimed, nil
 		}
@@ -118,7 +118,7 @@ func (w *Worker) claimRound(queueName string, n int, qslots *semaphore.Weighted)
 		}
 	}
 	if claimed < budget {
-		got, err := w.claimAndStart(queueName, budget-claimed, nil, w.limitedNames, qslots)
+		got, err := w.claimAndStart(queueName, budget-claimed, nil, w.limits.limitedNames, qslots)
 		claimed += got
 		if err != nil {
 			return claimed, err

@@ -392,3 +392,36 @@ func TestRetention(t *testing.T) {
 		t.Fatalf("recent task is %s; it was deleted or not run", s)
 	}
 }
+
+// TestQueueConcurrencyCap: a queue with slots of its own never runs more
+// tasks at once than its cap, and the worker's other queues still run.
+func TestQueueConcurrencyCap(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for i := range 12 {
+		b.enqueue(t, "work", i, queue.WithQueue("capped"))
+		b.enqueue(t, "work", i)
+	}
+	var mu sync.Mutex
+	running := map[string]int{}
+	most := map[string]int{}
+	start(t, b.pool, worker.Config{Concurrency: 8, Queues: []string{"default", "capped"}, QueueConcurrency: map[string]int{"capped": 2}},
+		worker.Handlers{"work": func(ctx context.Context, task *worker.Task) error {
+			mu.Lock()
+			running[task.Queue]++
+			most[task.Queue] = max(most[task.Queue], running[task.Queue])
+			mu.Unlock()
+			time.Sleep(20 * time.Millisecond) // work
+			mu.Lock()
+			running[task.Queue]--
+			mu.Unlock()
+			return nil
+		}})
+	waitFor(t, 5*time.Second, "all done", func() bool { return b.count(t, "status = 'completed'") == 24 })
+	mu.Lock()
+	defer mu.Unlock()
+	if most["capped"] > 2 {
+		t.Fatalf("%d tasks of a queue capped at 2 ran at once", most["capped"])
+	}
+	t.Logf("at most %d capped and %d uncapped tasks ran at once", most["capped"], most["default"])
+}

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"golang.org/x/sync/semaphore"
-
 	"github.com/skiplock/skiplock/db"
 	"github.com/skiplock/skiplock/internal/pgerr"
 	"github.com/skiplock/skiplock/queue"
@@ -40,22 +38,10 @@ func (w *Worker) start(ctx context.Context) error {
 		return err
 	}
 	w.channel, w.control = queue.Channels(table.Schema)
-	w.queueSlots = map[string]*semaphore.Weighted{}
-	w.queueLimits = map[string]RateLimit{}
 	for _, q := range w.cfg.Queues {
 		w.wakes[q] = make(chan struct{}, 1)
-		if n, ok := w.cfg.QueueConcurrency[q]; ok {
-			w.queueSlots[q] = semaphore.NewWeighted(int64(n))
-		}
 	}
-	for _, r := range w.cfg.RateLimits {
-		if r.Queue != "" {
-			w.queueLimits[r.Queue] = r
-		} else {
-			w.nameLimits = append(w.nameLimits, r)
-			w.limitedNames = append(w.limitedNames, r.Name)
-		}
-	}
+	w.limits = newClaimLimits(w.cfg)
 
 	w.classOID = table.Oid
 	w.slots = newSlots(w.cfg.Concurrency, w.cfg.ClaimBatch)

@@ -14,7 +14,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
-	"golang.org/x/sync/semaphore"
 
 	"github.com/skiplock/skiplock/db"
 	"github.com/skiplock/skiplock/internal/pgerr"
@@ -47,18 +46,15 @@ type Worker struct {
 	inflight map[*execution]struct{}
 	wakes    map[string]chan struct{}
 
-	schedules    []schedule
-	producer     *queue.Client
-	queueSlots   map[string]*semaphore.Weighted // queues with their own cap
-	queueLimits  map[string]RateLimit           // rate limits by queue
-	nameLimits   []RateLimit                    // rate limits by task name
-	limitedNames []string
+	schedules []schedule
+	producer  *queue.Client
 
 	guard guard // advisory locks or leases, as Config.Mode says
 
 	// Set by Run.
 	handlers Handlers
 	slots    *slots
+	limits   claimLimits  // per-queue slots and rate limits (limits.go)
 	cursors  claimCursors // where each claim loop's claims start (cursor.go)
 	settled  sync.WaitGroup
 	comp     *completer

@@ -1,0 +1,31 @@
+package worker
+
+import "golang.org/x/sync/semaphore"
+
+// claimLimits bound a claim loop beyond the worker's free slots: queues
+// with slots of their own (Config.QueueConcurrency) and rate limits
+// (Config.RateLimits) by queue and by task name. claim.go obeys them.
+type claimLimits struct {
+	queueSlots   map[string]*semaphore.Weighted // queues with their own cap
+	byQueue      map[string]RateLimit           // rate limits by queue
+	byName       []RateLimit                    // rate limits by task name
+	limitedNames []string                       // the names of byName, which the rest of a claim skips
+}
+
+func newClaimLimits(cfg Config) claimLimits {
+	l := claimLimits{queueSlots: map[string]*semaphore.Weighted{}, byQueue: map[string]RateLimit{}}
+	for _, q := range cfg.Queues {
+		if n, ok := cfg.QueueConcurrency[q]; ok {
+			l.queueSlots[q] = semaphore.NewWeighted(int64(n))
+		}
+	}
+	for _, r := range cfg.RateLimits {
+		if r.Queue != "" {
+			l.byQueue[r.Queue] = r
+		} else {
+			l.byName = append(l.byName, r)
+			l.limitedNames = append(l.limitedNames, r.Name)
+		}
+	}
+	return l
+}
