@@ -291,10 +291,14 @@ func (f *Formation) Primary(ctx context.Context) (*Node, error) {
 	return nil, errors.New("hapg: no node accepts writes")
 }
 
-// Failover runs `pg_autoctl perform failover` without waiting for it to
-// complete: the caller watches the formation (WaitWritable).
+// Failover starts a planned failover, as `pg_autoctl perform failover`
+// does, and returns at once: the caller watches the formation
+// (WaitWritable). It calls the monitor's function itself because the
+// command, even with --wait 0, returns only once the new primary is
+// "primary" (measured: 11.6 s after the first state change), which made a
+// failover look that much longer to anyone timing it from the return.
 func (f *Formation) Failover(ctx context.Context) error {
-	return f.autoctlRun(ctx, "perform", "failover", "--monitor", f.MonitorURL(), "--formation", formationName, "--wait", "0")
+	return f.exec(ctx, f.MonitorURL(), fmt.Sprintf("SELECT pgautofailover.perform_failover('%s', 0)", formationName))
 }
 
 // Kill SIGKILLs a data node: its pg_autoctl (which would restart
