@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -136,6 +137,30 @@ type Config struct {
 	// attempt (1-based) failed. Defaults to DefaultRetryBackoff.
 	RetryBackoff func(attempt int) time.Duration
 
+	// Retry sets the retry policy of tasks by name, over RetryBackoff; a
+	// typed task's name is its TaskName (Retry[Email{}.TaskName()]).
+	// Names not listed follow RetryBackoff and their own max attempts.
+	Retry map[string]RetryPolicy
+
+	// OnError, if set, is called when a handler returns an error, a
+	// timeout included (OutcomeOf(ctx, err) tells), before the attempt is
+	// recorded; its return stands for the handler's: err as it is for the
+	// default (a retry with backoff while attempts last), Permanent(err) to
+	// fail now, Cancel(err) to cancel, Snooze(d) to try again after d
+	// without spending the attempt, nil to complete the task. ctx is the
+	// handler's, maybe cancelled already (context.Cause says why). It is
+	// not called for success, a Snooze or Cancel from the handler, nor for
+	// attempts ended by shutdown, a lost lock or a cancellation request,
+	// which are not the task's doing. It runs on the handler's goroutine
+	// and must be safe for concurrent use; a panic in it is logged and the
+	// attempt keeps its error.
+	OnError func(ctx context.Context, t *Task, err error) error
+
+	// OnPanic is OnError for a handler that panicked: return p for the
+	// default (outcome panic, retried while attempts last), or decide as
+	// OnError does; Permanent(p) fails the task now, still as a panic.
+	OnPanic func(ctx context.Context, t *Task, p *PanicError) error
+
 	// RescueInterval is how often the elected process looks for running
 	// tasks whose worker is gone, and how often the others try to take over
 	// when it dies. Defaults to DefaultRescueInterval (1s).
@@ -248,6 +273,22 @@ type RateLimit struct {
 	Name  string // limit the tasks with this name, in any queue
 	Limit int
 	Per   time.Duration
+}
+
+// RetryPolicy is how the failed attempts of one task name are retried, in
+// the workers whose Config.Retry lists it.
+type RetryPolicy struct {
+	// Backoff returns how long to wait before retrying after attempt
+	// (1-based) failed. Defaults to Config.RetryBackoff.
+	Backoff func(attempt int) time.Duration
+	// MaxAttempts, when positive, ends the retries after this many
+	// attempts, fewer than the task's own max attempts if need be: the task
+	// is then failed for good, as by a Permanent error, and its history
+	// says the policy stopped it. The task's max attempts are set when it
+	// is enqueued (queue.WithMaxAttempts, or its type's TaskOptions), where
+	// the rescuer and operators see them; this is for tasks whose producer
+	// cannot be changed, such as those enqueued from SQL. Zero: the task's.
+	MaxAttempts int
 }
 
 func (r RateLimit) key() string {
@@ -371,6 +412,10 @@ func (c Config) withDefaults() (Config, error) {
 	check(c.TCPUserTimeout < 0 || c.TCPUserTimeout >= time.Millisecond, "TCPUserTimeout must be at least 1ms (or negative: the system's), got %s", c.TCPUserTimeout)
 	for q, n := range c.QueueConcurrency {
 		check(n > 0, "QueueConcurrency[%q] must be positive, got %d", q, n)
+	}
+	for name, p := range c.Retry {
+		check(name != "", "Retry: empty task name")
+		check(p.MaxAttempts >= 0, "Retry[%q].MaxAttempts must not be negative, got %d", name, p.MaxAttempts)
 	}
 	limited := map[string]bool{}
 	for i, r := range c.RateLimits {

@@ -121,43 +121,83 @@ func (w *Worker) execute(e *execution, handlers Handlers) {
 			"deploy a handler, then `skiplock requeue %d`", e.task.Name, strings.Join(handlerNames(handlers), ", "), e.task.ID)}
 		return
 	}
-	res = w.classify(e, callHandler(h, e.ctx, e.task))
+	res = w.classify(e, w.decide(e, callHandler(h, e.ctx, e.task)))
 	if res.outcome == "" {
 		res.output = e.scope.completed(&res)
 	}
 }
 
-// panicError carries a recovered panic and its stack.
-type panicError struct {
-	value any
-	stack []byte
+// PanicError is a handler's panic, recovered, as Config.OnPanic sees it
+// and as the task's history records it (outcome panic).
+type PanicError struct {
+	// Value is what the handler panicked with.
+	Value any
+	// Stack is the goroutine's stack at the panic.
+	Stack []byte
 }
 
-func (p *panicError) Error() string { return fmt.Sprintf("panic: %v\n\n%s", p.value, p.stack) }
+func (p *PanicError) Error() string { return fmt.Sprintf("panic: %v\n\n%s", p.Value, p.Stack) }
 
 func callHandler(h Handler, ctx context.Context, t *Task) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = &panicError{value: r, stack: debug.Stack()}
+			err = &PanicError{Value: r, Stack: debug.Stack()}
 		}
 	}()
 	return h(ctx, t)
 }
 
-func (w *Worker) classify(e *execution, err error) result {
-	var p *panicError
+// decide hands a failed attempt to Config.OnPanic or Config.OnError, whose
+// return then stands for the handler's. The hooks see the attempt's own
+// failures only (an error, a timeout, a panic): shutdown, lost locks and
+// cancellation requests are not the task's doing, and a snooze or a
+// cancellation is a decision already.
+func (w *Worker) decide(e *execution, err error) error {
+	if err == nil || (w.cfg.OnError == nil && w.cfg.OnPanic == nil) {
+		return err
+	}
+	var p *PanicError
 	if errors.As(err, &p) {
-		return result{outcome: outcomePanic, err: err.Error()}
+		if w.cfg.OnPanic == nil {
+			return err
+		}
+		return w.callHook(e, err, func() error { return w.cfg.OnPanic(e.ctx, e.task, p) })
+	}
+	if out := OutcomeOf(e.ctx, err); w.cfg.OnError == nil || (out != OutcomeError && out != OutcomeTimeout) {
+		return err
+	}
+	return w.callHook(e, err, func() error { return w.cfg.OnError(e.ctx, e.task, err) })
+}
+
+// callHook runs an error hook; a hook that panics is logged, and the
+// attempt keeps its own error.
+func (w *Worker) callHook(e *execution, err error, hook func() error) (decided error) {
+	defer func() {
+		if r := recover(); r != nil {
+			w.log.Error("skiplock: OnError or OnPanic panicked; the attempt keeps its error", "task_id", e.task.ID, "name", e.task.Name, "panic", r)
+			decided = err
+		}
+	}()
+	return hook()
+}
+
+func (w *Worker) classify(e *execution, err error) result {
+	var snooze snoozeError
+	var cancel cancelError
+	var p *PanicError
+	switch {
+	case err == nil:
+		return result{}
+	case errors.As(err, &snooze):
+		return result{outcome: outcomeSnoozed, snooze: snooze.d}
+	case errors.As(err, &cancel):
+		return result{outcome: outcomeCancelled, err: err.Error()}
+	case errors.As(err, &p):
+		return result{outcome: outcomePanic, err: err.Error(), permanent: IsPermanent(err)}
 	}
 	switch out := OutcomeOf(e.ctx, err); out {
-	case OutcomeSuccess:
-		return result{}
-	case OutcomeSnoozed:
-		var snooze snoozeError
-		errors.As(err, &snooze)
-		return result{outcome: outcomeSnoozed, snooze: snooze.d}
 	case OutcomeTimeout:
-		return result{outcome: outcomeTimeout, err: fmt.Sprintf("timed out after %s: %v", e.timeout, err)}
+		return result{outcome: outcomeTimeout, err: fmt.Sprintf("timed out after %s: %v", e.timeout, err), permanent: IsPermanent(err)}
 	case OutcomeError:
 		return result{outcome: outcomeError, err: err.Error(), permanent: IsPermanent(err)}
 	default:
@@ -224,6 +264,7 @@ func (w *Worker) settle(e *execution, res result) bool {
 func (w *Worker) finishFor(e *execution, res result) finish {
 	t := e.task
 	f := finish{id: t.ID, attempt: t.Attempt, gen: e.gen, delayMs: -1}
+	policy := w.cfg.Retry[t.Name]
 	switch {
 	case res.outcome == "":
 		f.status, f.output = queue.StatusCompleted, res.output
@@ -245,9 +286,18 @@ func (w *Worker) finishFor(e *execution, res result) finish {
 		f.status = queue.StatusPending
 	case res.permanent || t.Attempt >= t.MaxAttempts:
 		f.status = queue.StatusFailed
+	case policy.MaxAttempts > 0 && t.Attempt >= policy.MaxAttempts:
+		// Failed for good before the task's own attempts ran out: recorded
+		// as permanent, saying why.
+		f.status, res.permanent = queue.StatusFailed, true
+		res.err += fmt.Sprintf(" (not retried: the worker's retry policy for %s allows %d attempts)", t.Name, policy.MaxAttempts)
 	default:
 		f.status = queue.StatusPending
-		f.delayMs = w.cfg.RetryBackoff(t.Attempt).Milliseconds()
+		backoff := w.cfg.RetryBackoff
+		if policy.Backoff != nil {
+			backoff = policy.Backoff
+		}
+		f.delayMs = max(backoff(t.Attempt).Milliseconds(), 0)
 	}
 	f.entry = queue.AttemptError{
 		Attempt:    t.Attempt,

@@ -87,6 +87,10 @@ func OutcomeOf(ctx context.Context, err error) Outcome {
 	if errors.As(err, &snooze) {
 		return OutcomeSnoozed
 	}
+	var cancel cancelError
+	if errors.As(err, &cancel) {
+		return OutcomeCancelled
+	}
 	switch cause := context.Cause(ctx); {
 	case errors.Is(cause, errShutdown):
 		return OutcomeShutdown

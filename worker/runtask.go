@@ -42,8 +42,8 @@ type RunResult struct {
 // It needs no Run: the task is guarded by a lease of Config.LeaseDuration,
 // renewed while the handler runs, whatever Config.Mode, so a running
 // worker's rescuer takes the task back only if this process stops renewing
-// it. The handler's context carries ctx's values and is cancelled with ctx
-// (an error outcome, retried). A task that does not exist returns an error
+// it. The handler's context is cancelled when ctx is (an error outcome,
+// retried); it does not carry ctx's values, as a worker's handlers do not. A task that does not exist returns an error
 // wrapping queue.ErrNotFound; one that is not pending, ErrNotPending.
 func (w *Worker) RunTask(ctx context.Context, handlers Handlers, id int64) (*RunResult, error) {
 	if w.cfgErr != nil {
@@ -101,7 +101,7 @@ func (w *Worker) RunTask(ctx context.Context, handlers Handlers, id int64) (*Run
 	if err != nil {
 		return nil, err
 	}
-	return &RunResult{Outcome: Outcome(s.res.outcome), Status: f.status, Error: s.res.err, Task: t}, nil
+	return &RunResult{Outcome: Outcome(s.res.outcome), Status: f.status, Error: f.entry.Error, Task: t}, nil
 }
 
 // renewOne renews the lease of a RunTask execution every third of it until

@@ -61,6 +61,23 @@ func (e snoozeError) Error() string { return fmt.Sprintf("snoozed for %s", e.d) 
 // that is not ready yet.
 func Snooze(d time.Duration) error { return snoozeError{max(d, 0)} }
 
+type cancelError struct{ err error }
+
+func (e cancelError) Error() string { return e.err.Error() }
+func (e cancelError) Unwrap() error { return e.err }
+
+// Cancel returns an error that cancels the task: it becomes cancelled at
+// once, with err in its history, and is not retried, whatever attempts it
+// has left. A failed task failed; a cancelled one was not worth doing,
+// such as work for an account that is gone. Requeue brings it back. A nil
+// err records "cancelled by its handler".
+func Cancel(err error) error {
+	if err == nil {
+		err = errors.New("cancelled by its handler")
+	}
+	return cancelError{err}
+}
+
 type permanentError struct{ err error }
 
 func (e permanentError) Error() string { return e.err.Error() }

@@ -44,7 +44,13 @@ type Worker struct {
 	mu       sync.Mutex
 	started  bool
 	inflight map[*execution]struct{}
-	wakes    map[string]chan struct{}
+
+	// Stop closes stopping, StopAndCancel hardStop too; ran is closed when
+	// a started Run returns.
+	stopping, hardStop chan struct{}
+	stopOnce, hardOnce sync.Once
+	ran                chan struct{}
+	wakes              map[string]chan struct{}
 
 	schedules []schedule
 	producer  *queue.Client
@@ -81,6 +87,9 @@ func New(pool *pgxpool.Pool, cfg Config) *Worker {
 		pid:       os.Getpid(),
 		inflight:  map[*execution]struct{}{},
 		wakes:     map[string]chan struct{}{},
+		stopping:  make(chan struct{}),
+		hardStop:  make(chan struct{}),
+		ran:       make(chan struct{}),
 	}
 	w.guard = newGuard(guardDeps{
 		pool: pool, queries: w.queries, cfg: cfg, log: w.log,
@@ -122,7 +131,18 @@ func (w *Worker) Run(ctx context.Context, handlers Handlers) error {
 	}
 	w.started = true
 	w.mu.Unlock()
+	defer close(w.ran)
 	w.handlers = wrap(handlers, w.cfg.Middleware)
+	// Stop and StopAndCancel end Run as the end of ctx does.
+	ctx, endRun := context.WithCancel(ctx)
+	defer endRun()
+	go func() {
+		select {
+		case <-w.stopping:
+			endRun()
+		case <-ctx.Done():
+		}
+	}()
 
 	if err := w.start(ctx); err != nil {
 		if ctx.Err() != nil {
@@ -174,6 +194,50 @@ func (w *Worker) Run(ctx context.Context, handlers Handlers) error {
 	w.guard.resign(electedJobs)
 	w.log.Info("skiplock: worker stopped", "worker_id", w.cfg.WorkerID)
 	return nil
+}
+
+// Stop shuts the worker down gracefully, as the end of Run's context does:
+// claiming stops, running handlers get Config.ShutdownGrace to finish,
+// the rest are cancelled and their tasks go back to pending without
+// spending an attempt. It returns once Run has returned, or ctx's error if
+// ctx ends first (the shutdown goes on; StopAndCancel hurries it). Stop
+// before Run makes Run return at once, having run nothing.
+func (w *Worker) Stop(ctx context.Context) error {
+	w.stopOnce.Do(func() { close(w.stopping) })
+	return w.waitRun(ctx)
+}
+
+// StopAndCancel shuts the worker down without the grace period: claiming
+// stops and every running handler's context is cancelled at once
+// (context.Cause is a shutdown). A task whose handler then returns nil is
+// completed; any other ending (an error, a timeout, a panic...) counts as
+// the shutdown's, not the task's: the task goes back to pending with its
+// attempt given back and its place in line (run_at) kept, and its history
+// records a shutdown entry. A handler that ignores its context is
+// abandoned after Config.AbandonAfter, its task handed back the same way
+// (the goroutine is left to end on its own: it may still be running when
+// the task runs again elsewhere). It returns once Run has returned, or
+// ctx's error if ctx ends first. It may follow a Stop whose grace is not
+// over.
+func (w *Worker) StopAndCancel(ctx context.Context) error {
+	w.hardOnce.Do(func() { close(w.hardStop) })
+	w.stopOnce.Do(func() { close(w.stopping) })
+	return w.waitRun(ctx)
+}
+
+func (w *Worker) waitRun(ctx context.Context) error {
+	w.mu.Lock()
+	started := w.started
+	w.mu.Unlock()
+	if !started {
+		return nil
+	}
+	select {
+	case <-w.ran:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // backgroundJobs are the loops that run beside the claim loops, each in a
@@ -232,13 +296,17 @@ func (w *Worker) shutdown() {
 		w.settled.Wait()
 		close(done)
 	}()
+	grace := time.NewTimer(w.cfg.ShutdownGrace)
+	defer grace.Stop()
 	select {
 	case <-done:
 		return
-	case <-time.After(w.cfg.ShutdownGrace):
+	case <-grace.C:
+		w.log.Warn("skiplock: shutdown grace period over; cancelling running tasks, which go back to pending", "count", len(w.inflightSnapshot()))
+	case <-w.hardStop:
+		w.log.Info("skiplock: stopping and cancelling running tasks, which go back to pending", "count", len(w.inflightSnapshot()))
 	}
 	running := w.inflightSnapshot()
-	w.log.Warn("skiplock: shutdown grace period over; cancelling running tasks, which go back to pending", "count", len(running))
 	for _, e := range running {
 		w.cancelExecution(e, errShutdown)
 	}
@@ -246,8 +314,9 @@ func (w *Worker) shutdown() {
 }
 
 // Run runs handlers on the database in DATABASE_URL with the default Config
-// until SIGINT or SIGTERM, then shuts down gracefully. It is the whole main
-// of a consumer binary:
+// until SIGINT or SIGTERM, then shuts down gracefully (Worker.Stop); a
+// second signal cancels the handlers still running (Worker.StopAndCancel).
+// It is the whole main of a consumer binary:
 //
 //	func main() {
 //		if err := worker.Run(handlers); err != nil {
@@ -259,14 +328,28 @@ func Run(handlers Handlers) error {
 	if url == "" {
 		return errors.New("skiplock: DATABASE_URL is not set (export DATABASE_URL=postgres://user@host:5432/dbname)")
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	pool, err := pgxpool.New(ctx, url)
+	signals := make(chan os.Signal, 2)
+	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(signals)
+	pool, err := pgxpool.New(context.Background(), url)
 	if err != nil {
 		return fmt.Errorf("skiplock: DATABASE_URL: %w", err)
 	}
 	defer pool.Close()
-	return New(pool, Config{}).Run(ctx, handlers)
+	w := New(pool, Config{})
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		for _, stop := range []func(context.Context) error{w.Stop, w.StopAndCancel} {
+			select {
+			case <-signals:
+				go stop(context.Background()) //nolint:errcheck // Run's return reports the end
+			case <-done:
+				return
+			}
+		}
+	}()
+	return w.Run(context.Background(), handlers)
 }
 
 func handlerNames(h Handlers) []string {

@@ -1,0 +1,139 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/skiplock/skiplock/internal/pgtest"
+	"github.com/skiplock/skiplock/queue"
+	"github.com/skiplock/skiplock/worker"
+)
+
+// TestStopAndCancel: a hard stop does not wait out the grace period. Every
+// running handler's context is cancelled; tasks whose handlers then fail,
+// or ignore the cancellation until abandoned, go back to pending with their
+// attempt given back and their run time kept, and a second worker on
+// another pool runs them as their first attempt; a handler that finishes
+// its work anyway completes its task.
+func TestStopAndCancel(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+
+	started := make(chan string, 10)
+	release := make(chan struct{})
+	defer close(release)
+	handlers := worker.Handlers{
+		"block": func(ctx context.Context, _ *worker.Task) error {
+			started <- "block"
+			<-ctx.Done()
+			return ctx.Err()
+		},
+		"stubborn": func(ctx context.Context, _ *worker.Task) error {
+			started <- "stubborn"
+			<-release // ignores ctx
+			return nil
+		},
+		"finisher": func(ctx context.Context, _ *worker.Task) error {
+			started <- "finisher"
+			<-ctx.Done()
+			return nil // its work was done
+		},
+	}
+	w, _ := start(t, pgtest.NewPool(t, b.schema), worker.Config{ShutdownGrace: time.Hour, AbandonAfter: 200 * time.Millisecond}, handlers)
+
+	var ids []int64
+	for _, name := range []string{"block", "block", "block", "stubborn", "finisher"} {
+		ids = append(ids, b.enqueue(t, name, nil, queue.WithMaxAttempts(1)))
+	}
+	for range ids {
+		select {
+		case <-started:
+		case <-time.After(pgtest.Patient(time.Second)):
+			t.Fatal("handlers did not start")
+		}
+	}
+
+	// Graceful first: with an hour of grace, it does not return before its
+	// context ends.
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if err := w.Stop(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Stop with handlers running and an hour of grace: %v, want the context's deadline", err)
+	}
+	patient, cancel := context.WithTimeout(ctx, pgtest.Patient(time.Second))
+	defer cancel()
+	if err := w.StopAndCancel(patient); err != nil {
+		t.Fatalf("StopAndCancel: %v", err)
+	}
+
+	for i, id := range ids {
+		task := b.get(t, id)
+		if i == 4 {
+			if task.Status != queue.StatusCompleted {
+				t.Errorf("finisher: %s, want completed", task.Status)
+			}
+			continue
+		}
+		last := task.Errors[len(task.Errors)-1]
+		if task.Status != queue.StatusPending || task.Attempt != 0 || last.Outcome != "shutdown" || task.RunAt.After(task.CreatedAt.Add(time.Second)) {
+			t.Errorf("%s: %s, attempt %d of %d, last outcome %q, run at %s (created %s); want pending, attempt 0, shutdown, run time kept",
+				task.Name, task.Status, task.Attempt, task.MaxAttempts, last.Outcome, task.RunAt, task.CreatedAt)
+		}
+	}
+	if n := b.taskLocks(t); n != 0 {
+		t.Errorf("%d task locks left after StopAndCancel", n)
+	}
+
+	// Another worker runs them: max attempts 1, and still their first.
+	done := func(context.Context, *worker.Task) error { return nil }
+	start(t, pgtest.NewPool(t, b.schema), worker.Config{}, worker.Handlers{"block": done, "stubborn": done, "finisher": done})
+	waitFor(t, time.Second, "the handed-back tasks completed elsewhere", func() bool {
+		return b.count(t, "status = 'completed' AND attempt = 1") == len(ids)
+	})
+}
+
+// TestStopGraceful: Stop lets running handlers finish and returns once Run
+// has; a Stop before Run makes Run return at once, having run nothing.
+func TestStopGraceful(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+
+	started, release := make(chan struct{}, 1), make(chan struct{})
+	w, _ := start(t, b.pool, worker.Config{}, worker.Handlers{"work": func(ctx context.Context, _ *worker.Task) error {
+		started <- struct{}{}
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}})
+	id := b.enqueue(t, "work", nil)
+	<-started
+	stopped := make(chan error, 1)
+	go func() { stopped <- w.Stop(ctx) }()
+	close(release)
+	if err := <-stopped; err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	if task := b.get(t, id); task.Status != queue.StatusCompleted || task.Attempt != 1 {
+		t.Errorf("task %s after %d attempts, want completed after 1", task.Status, task.Attempt)
+	}
+
+	// Stopped before it runs.
+	idle := worker.New(b.pool, testConfig(worker.Config{}))
+	if err := idle.Stop(ctx); err != nil {
+		t.Fatalf("Stop before Run: %v", err)
+	}
+	later := b.enqueue(t, "work", nil)
+	if err := idle.Run(ctx, worker.Handlers{"work": func(context.Context, *worker.Task) error { return nil }}); err != nil {
+		t.Fatalf("Run after Stop: %v", err)
+	}
+	if task := b.get(t, later); task.Status != queue.StatusPending || task.Attempt != 0 {
+		t.Errorf("Run after Stop ran task %d: %s, attempt %d", later, task.Status, task.Attempt)
+	}
+}
