@@ -91,9 +91,10 @@ func (e *env) sweep(ctx context.Context) error {
 
 // schema is one run's fresh, migrated schema and a pool on it.
 type schema struct {
-	env  *env
-	name string
-	pool *pgxpool.Pool
+	env      *env
+	name     string
+	pool     *pgxpool.Pool
+	producer *pgxpool.Pool // newRunSchema's producer pool, if any
 }
 
 // newSchema creates and migrates a schema; poolConns sizes its pool (0 keeps
@@ -129,6 +130,20 @@ func (e *env) newSchema(ctx context.Context, poolConns int) (*schema, error) {
 	return s, nil
 }
 
+// newRunSchema is newSchema, with pgxpool's default pool, and a producer
+// pool of producerConns connections on it; drop closes both.
+func (e *env) newRunSchema(ctx context.Context, producerConns int) (*schema, *pgxpool.Pool, error) {
+	s, err := e.newSchema(ctx, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	if s.producer, err = s.newPool(ctx, producerConns); err != nil {
+		s.drop()
+		return nil, nil, err
+	}
+	return s, s.producer, nil
+}
+
 // newPool opens a pool whose search_path is the schema.
 func (s *schema) newPool(ctx context.Context, maxConns int) (*pgxpool.Pool, error) {
 	cfg, err := s.poolConfig()
@@ -154,6 +169,9 @@ func (s *schema) poolConfig() (*pgxpool.Config, error) {
 
 // drop removes the schema, even when the run's context is cancelled.
 func (s *schema) drop() {
+	if s.producer != nil {
+		s.producer.Close()
+	}
 	if s.pool != nil {
 		s.pool.Close()
 	}

@@ -33,16 +33,11 @@ func (b *bencher) latency(ctx context.Context) error {
 }
 
 func (b *bencher) latencyRun(ctx context.Context, perSec float64, label string) ([]measure, error) {
-	s, err := b.env.newSchema(ctx, 0)
+	s, producerPool, err := b.env.newRunSchema(ctx, 1)
 	if err != nil {
 		return nil, err
 	}
 	defer s.drop()
-	producerPool, err := s.newPool(ctx, 1)
-	if err != nil {
-		return nil, err
-	}
-	defer producerPool.Close()
 	if err := warmPool(ctx, producerPool, 1); err != nil {
 		return nil, err
 	}

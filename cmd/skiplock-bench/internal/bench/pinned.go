@@ -119,16 +119,11 @@ func (p *pinnedStarts) between(from, to time.Time) (int, []time.Duration) {
 func (b *bencher) pinnedRun(ctx context.Context, label string) ([]measure, error) {
 	o := b.opts
 	clean, after := pinPhases(o.Pin)
-	s, err := b.env.newSchema(ctx, 0)
+	s, producerPool, err := b.env.newRunSchema(ctx, 2)
 	if err != nil {
 		return nil, err
 	}
 	defer s.drop()
-	producerPool, err := s.newPool(ctx, 2)
-	if err != nil {
-		return nil, err
-	}
-	defer producerPool.Close()
 	client := queue.New(producerPool)
 
 	cfg, err := s.poolConfig()

@@ -50,16 +50,11 @@ func (b *bencher) sustained(ctx context.Context) error {
 
 func (b *bencher) sustainedRun(ctx context.Context, label string) ([]measure, error) {
 	o := b.opts
-	s, err := b.env.newSchema(ctx, 0)
+	s, producerPool, err := b.env.newRunSchema(ctx, 2)
 	if err != nil {
 		return nil, err
 	}
 	defer s.drop()
-	producerPool, err := s.newPool(ctx, 2)
-	if err != nil {
-		return nil, err
-	}
-	defer producerPool.Close()
 	client := queue.New(producerPool)
 
 	ps, err := startProcs(ctx, o.Self, 1, workerSpec{URL: b.env.url, Schema: s.name, Mode: o.Mode,

@@ -361,48 +361,47 @@ func (s *schema) busy(ctx context.Context) (bool, error) {
 
 // throughput: one worker process with default settings works a backlog.
 func (b *bencher) throughput(ctx context.Context) error {
-	for _, n := range b.opts.Tasks {
-		for _, conc := range b.opts.Concurrency {
-			name := fmt.Sprintf("tasks=%d", n)
-			if conc != 0 {
-				name += fmt.Sprintf(" concurrency=%d", conc)
-			}
-			if b.opts.Vacuum {
-				name += " vacuumed"
-			}
-			params := map[string]float64{"tasks": float64(n), "procs": 1, "concurrency": float64(concurrencyOf(conc))}
-			err := b.repeat(ctx, WorkloadThroughput, name, params, func(ctx context.Context, run int) ([]measure, error) {
-				ms, err := b.workBacklog(ctx, workCase{tasks: n, procs: 1, concurrency: conc}, WorkloadThroughput+" "+name+runLabel(run, b.opts.Runs))
-				if err == nil && conc == 0 {
-					switch n {
-					case 100_000:
-						ms[0].target = &target{atLeast: true, v: 36_000}
-					case 1_000_000:
-						ms[0].target = &target{atLeast: true, v: 25_000}
-					}
-				}
-				return ms, err
-			})
-			if err != nil {
-				return err
-			}
+	return b.oneWorkerBacklogs(ctx, WorkloadThroughput, false, func(n, conc int, ms []measure) {
+		if conc != 0 {
+			return
 		}
-	}
-	return nil
+		switch n {
+		case 100_000:
+			ms[0].target = &target{atLeast: true, v: 36_000}
+		case 1_000_000:
+			ms[0].target = &target{atLeast: true, v: 25_000}
+		}
+	})
 }
 
 // burst: the backlog arrives while the workers are already running, after
 // a trickle of work on an empty table.
 func (b *bencher) burst(ctx context.Context) error {
+	return b.oneWorkerBacklogs(ctx, WorkloadBurst, true, nil)
+}
+
+// oneWorkerBacklogs runs workload with one worker process for each task
+// count and concurrency of the options; burst says when the backlog
+// arrives (workCase). targets, if set, sets the targets of a case's
+// measures.
+func (b *bencher) oneWorkerBacklogs(ctx context.Context, workload string, burst bool, targets func(n, conc int, ms []measure)) error {
 	for _, n := range b.opts.Tasks {
 		for _, conc := range b.opts.Concurrency {
 			name := fmt.Sprintf("tasks=%d", n)
 			if conc != 0 {
 				name += fmt.Sprintf(" concurrency=%d", conc)
 			}
+			if b.opts.Vacuum && !burst {
+				name += " vacuumed"
+			}
 			params := map[string]float64{"tasks": float64(n), "procs": 1, "concurrency": float64(concurrencyOf(conc))}
-			err := b.repeat(ctx, WorkloadBurst, name, params, func(ctx context.Context, run int) ([]measure, error) {
-				return b.workBacklog(ctx, workCase{tasks: n, procs: 1, concurrency: conc, burst: true}, WorkloadBurst+" "+name+runLabel(run, b.opts.Runs))
+			c := workCase{tasks: n, procs: 1, concurrency: conc, burst: burst}
+			err := b.repeat(ctx, workload, name, params, func(ctx context.Context, run int) ([]measure, error) {
+				ms, err := b.workBacklog(ctx, c, workload+" "+name+runLabel(run, b.opts.Runs))
+				if err == nil && targets != nil {
+					targets(n, conc, ms)
+				}
+				return ms, err
 			})
 			if err != nil {
 				return err
