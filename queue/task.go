@@ -3,6 +3,7 @@ package queue
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/skiplock/skiplock/db"
@@ -53,6 +54,12 @@ type Task struct {
 	// Output is the JSON its handler recorded (worker.SetOutput), written
 	// with the completion; nil when it recorded none.
 	Output json.RawMessage
+	// UniqueKey is the task's unique key (WithUniqueKey, or the one
+	// WithUnique derived), with or without a window; empty for none.
+	UniqueKey string
+	// ExclusiveKey is the task's exclusive key (WithExclusiveKey); empty
+	// for none.
+	ExclusiveKey string
 }
 
 // AttemptError records one attempt that did not succeed.
@@ -95,6 +102,19 @@ func taskFromRow(r db.SkiplockTask) (*Task, error) {
 	}
 	if r.WorkerID != nil {
 		t.WorkerID = *r.WorkerID
+	}
+	switch {
+	case r.UniqueKey != nil:
+		t.UniqueKey = *r.UniqueKey
+	case r.UniqueWindowKey != nil:
+		// Stored as key@window number.
+		t.UniqueKey = *r.UniqueWindowKey
+		if i := strings.LastIndexByte(t.UniqueKey, '@'); i >= 0 {
+			t.UniqueKey = t.UniqueKey[:i]
+		}
+	}
+	if r.ExclusiveKey != nil {
+		t.ExclusiveKey = *r.ExclusiveKey
 	}
 	if len(r.Errors) > 0 {
 		if err := json.Unmarshal(r.Errors, &t.Errors); err != nil {

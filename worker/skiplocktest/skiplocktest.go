@@ -62,6 +62,17 @@ type Want struct {
 	Timeout     time.Duration
 	// Status must be the task's status.
 	Status queue.Status
+	// UniqueKey and ExclusiveKey must equal the task's keys
+	// (queue.WithUniqueKey, WithExclusiveKey); a unique key within a window
+	// is compared without its window.
+	UniqueKey    string
+	ExclusiveKey string
+	// RunAt must equal the task's run time, to the microsecond PostgreSQL
+	// keeps (queue.WithRunAt), or be within RunAtLeeway of it: a run time
+	// from queue.WithDelay is the database's clock at the insert plus the
+	// delay, so compare it with time.Now().Add(delay) and a leeway.
+	RunAt       time.Time
+	RunAtLeeway time.Duration
 }
 
 // Expected is one task of RequireManyEnqueued: its name, and what it must
@@ -243,6 +254,18 @@ func mismatch(t TB, exec queue.Executor, task *queue.Task, want *Want) (diff str
 	if want.Status != "" && task.Status != want.Status {
 		diffs = append(diffs, fmt.Sprintf("status %s, want %s", task.Status, want.Status))
 	}
+	if want.UniqueKey != "" && task.UniqueKey != want.UniqueKey {
+		diffs = append(diffs, fmt.Sprintf("unique key %q, want %q", task.UniqueKey, want.UniqueKey))
+	}
+	if want.ExclusiveKey != "" && task.ExclusiveKey != want.ExclusiveKey {
+		diffs = append(diffs, fmt.Sprintf("exclusive key %q, want %q", task.ExclusiveKey, want.ExclusiveKey))
+	}
+	if !want.RunAt.IsZero() {
+		off := task.RunAt.Sub(want.RunAt.Truncate(time.Microsecond)).Abs()
+		if off > want.RunAtLeeway {
+			diffs = append(diffs, fmt.Sprintf("run at %s, want %s ± %s", task.RunAt.Format(time.RFC3339Nano), want.RunAt.Format(time.RFC3339Nano), want.RunAtLeeway))
+		}
+	}
 	for _, c := range []struct {
 		what      string
 		have      json.RawMessage
@@ -298,6 +321,15 @@ func (w *Want) describe() string {
 	}
 	if w.Status != "" {
 		parts = append(parts, "status "+string(w.Status))
+	}
+	if w.UniqueKey != "" {
+		parts = append(parts, fmt.Sprintf("unique key %q", w.UniqueKey))
+	}
+	if w.ExclusiveKey != "" {
+		parts = append(parts, fmt.Sprintf("exclusive key %q", w.ExclusiveKey))
+	}
+	if !w.RunAt.IsZero() {
+		parts = append(parts, fmt.Sprintf("run at %s ± %s", w.RunAt.Format(time.RFC3339Nano), w.RunAtLeeway))
 	}
 	if len(parts) == 0 {
 		return "anything"

@@ -417,3 +417,32 @@ func TestSchemaNoURL(t *testing.T) {
 	}
 	r.fails(t, "no URL", "TEST_DATABASE_URL or DATABASE_URL")
 }
+
+func TestRequireEnqueuedKeysAndRunAt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	r := &recorder{}
+
+	at := time.Now().Add(24 * time.Hour)
+	if _, err := b.q.Enqueue(ctx, "at", nil, queue.WithRunAt(at), queue.WithUniqueKey("day:1@x"), queue.WithExclusiveKey("account:7")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.q.Enqueue(ctx, "later", nil, queue.WithDelay(time.Hour), queue.WithUniqueKey("digest:ada"), queue.WithUniqueWindow(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+
+	skiplocktest.RequireEnqueued(r, b.pool, "at", &skiplocktest.Want{RunAt: at, UniqueKey: "day:1@x", ExclusiveKey: "account:7"})
+	r.passes(t, "exact run time and keys")
+	skiplocktest.RequireEnqueued(r, b.pool, "later", &skiplocktest.Want{RunAt: time.Now().Add(time.Hour), RunAtLeeway: time.Minute, UniqueKey: "digest:ada"})
+	r.passes(t, "delay within a leeway, windowed unique key without its window")
+
+	skiplocktest.RequireEnqueued(r, b.pool, "at", &skiplocktest.Want{RunAt: at.Add(time.Millisecond)})
+	r.fails(t, "run time off by 1ms, no leeway", "run at", "± 0s")
+	skiplocktest.RequireEnqueued(r, b.pool, "later", &skiplocktest.Want{RunAt: time.Now(), RunAtLeeway: time.Minute})
+	r.fails(t, "run time an hour off", "run at")
+	skiplocktest.RequireEnqueued(r, b.pool, "at", &skiplocktest.Want{UniqueKey: "day:2"})
+	r.fails(t, "unique key", `unique key "day:1@x", want "day:2"`)
+	skiplocktest.RequireEnqueued(r, b.pool, "at", &skiplocktest.Want{ExclusiveKey: "account:8"})
+	r.fails(t, "exclusive key", `exclusive key "account:7", want "account:8"`)
+}
