@@ -203,7 +203,8 @@ func TestGracefulShutdownFinishesWork(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	started := make(chan struct{}, 3)
-	_, stop := start(t, b.pool, worker.Config{}, worker.Handlers{"work": func(ctx context.Context, task *worker.Task) error {
+	aClaims := &claims{}
+	_, stop := start(t, b.pool, worker.Config{PollInterval: 20 * time.Millisecond, Observer: aClaims}, worker.Handlers{"work": func(ctx context.Context, task *worker.Task) error {
 		started <- struct{}{}
 		select {
 		case <-time.After(300 * time.Millisecond):
@@ -225,11 +226,18 @@ func TestGracefulShutdownFinishesWork(t *testing.T) {
 	if n := b.taskLocks(t); n != 0 {
 		t.Fatalf("%d locks left after shutdown", n)
 	}
-	// A stopped worker claims nothing.
+	// A stopped worker claims nothing: while another worker's claim loop,
+	// polling as often, goes round five times, a claim loop of the stopped
+	// one left running would have claimed.
 	late := b.enqueue(t, "work", nil)
-	// Run has returned, so no event can come; a bounded look catches a
-	// claim loop left running.
-	time.Sleep(200 * time.Millisecond)
+	stopped := aClaims.n.Load()
+	other := &claims{}
+	start(t, b.pool, worker.Config{Queues: []string{"elsewhere"}, PollInterval: 20 * time.Millisecond, Observer: other},
+		worker.Handlers{"work": func(context.Context, *worker.Task) error { return nil }})
+	waitClaims(t, 5, other)
+	if n := aClaims.n.Load() - stopped; n != 0 {
+		t.Fatalf("stopped worker made %d claims", n)
+	}
 	if s := b.get(t, late).Status; s != queue.StatusPending {
 		t.Fatalf("task enqueued after shutdown is %s", s)
 	}
