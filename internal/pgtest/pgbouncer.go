@@ -118,12 +118,11 @@ pidfile = %s
 		}
 	})
 
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	Eventually(tb, time.Second, fmt.Sprintf("pgbouncer to listen on port %d", port), func() bool {
 		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second)
 		if err == nil {
 			c.Close()
-			break
+			return true
 		}
 		select {
 		case err := <-exited:
@@ -131,11 +130,8 @@ pidfile = %s
 			tb.Fatalf("pgtest: pgbouncer exited (%v):\n%s", err, log)
 		default:
 		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("pgtest: pgbouncer did not listen on port %d within 10s", port)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return false
+	})
 	u := url.URL{
 		Scheme:   "postgres",
 		User:     url.User(server.User),

@@ -194,6 +194,7 @@ func (p *panicTB) Helper()                        {}
 func (p *panicTB) Fatalf(format string, a ...any) { panic(fmt.Sprintf(format, a...)) }
 func (p *panicTB) Errorf(format string, a ...any) { panic(fmt.Sprintf(format, a...)) }
 func (p *panicTB) Cleanup(f func())               { p.cleanups = append(p.cleanups, f) }
+func (p *panicTB) Logf(string, ...any)            {} // Eventually's note on a slow wait
 
 // ExampleTB returns a testing.TB for an Example function, which gets none:
 // a failure panics with its message; done runs its cleanups.
