@@ -9,6 +9,10 @@
 //	// The task exists if and only if tx commits.
 //	id, err = q.EnqueueTx(ctx, tx, "invoice.send", invoice)
 //
+//	// A payload type that names its task, and may carry its options
+//	// (TaskArgs, TaskDefaults).
+//	id, err = q.EnqueueArgs(ctx, Email{To: "ada@example.com"})
+//
 // Workers (package worker) claim and run the tasks. The schema must be
 // migrated first (package migrations, or `skiplock migrate up`).
 package queue

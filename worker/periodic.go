@@ -52,7 +52,9 @@ type PeriodicTask struct {
 	// that every process computes the same ticks.
 	Every time.Duration
 	// Name, Payload and Options make the task, as for queue.Client.Enqueue.
-	// Its run time is the tick.
+	// Its run time is the tick. A Payload that is a typed task
+	// (queue.TaskArgs) may leave Name empty: its TaskName is the name, and
+	// its TaskOptions, if it has them, apply before Options.
 	Name    string
 	Payload any
 	Options []queue.Option
@@ -73,6 +75,10 @@ func parseSchedules(tasks []PeriodicTask) ([]schedule, error) {
 	var out []schedule
 	ids := map[string]bool{}
 	for i, p := range tasks {
+		if args, ok := p.Payload.(queue.TaskArgs); ok && p.Name == "" {
+			t := queue.NewTaskFrom(args, p.Options...)
+			p.Name, p.Options = t.Name, t.Options
+		}
 		s := schedule{PeriodicTask: p}
 		switch {
 		case p.Name == "":

@@ -166,3 +166,30 @@ func TestHandlePanicsOnWiringMistakes(t *testing.T) {
 type unnamed struct{}
 
 func (unnamed) TaskName() string { return "" }
+
+// TestTypedPeriodicTask: a periodic task given as a typed payload takes its
+// name and options from the type.
+func TestTypedPeriodicTask(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ran := make(chan *worker.TaskOf[invoice], 1)
+	h := worker.Handlers{}
+	worker.Handle(h, func(_ context.Context, t *worker.TaskOf[invoice]) error {
+		select {
+		case ran <- t:
+		default:
+		}
+		return nil
+	})
+	start(t, b.pool, worker.Config{Queues: []string{"billing"}, Periodic: []worker.PeriodicTask{
+		{Every: time.Second, Payload: invoice{Number: "monthly"}, Options: []queue.Option{queue.WithMaxAttempts(2)}},
+	}}, h)
+	select {
+	case got := <-ran:
+		if got.Args.Number != "monthly" || got.Queue != "billing" || got.MaxAttempts != 2 || got.Name != "invoice.send" {
+			t.Errorf("ran %s in %s with max attempts %d, args %+v; want invoice.send in billing, 2 (the call's), monthly", got.Name, got.Queue, got.MaxAttempts, got.Args)
+		}
+	case <-time.After(pgtest.Patient(2 * time.Second)):
+		t.Fatal("the periodic invoice did not run")
+	}
+}
