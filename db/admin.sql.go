@@ -485,7 +485,7 @@ WITH picked AS MATERIALIZED (
     FROM picked
     WHERE t.id = picked.id
       AND t.status = ANY($1::text[])
-      AND t.status IN ('pending', 'failed')
+      AND t.status IN ('pending', 'waiting', 'failed')
     RETURNING t.id
 )
 SELECT (SELECT count(*) FROM picked)::bigint AS picked,
@@ -510,7 +510,7 @@ type TaskCancelBatchRow struct {
 	Cancelled int64
 }
 
-// Cancels one batch of pending or failed tasks matching the filter. Running
+// Cancels one batch of pending, waiting or failed tasks matching the filter. Running
 // tasks are never touched: they are not in the statuses a cancel accepts,
 // and a task claimed after the scan fails the re-check. Loop as with
 // TaskRequeueBatch.
@@ -545,7 +545,7 @@ SET status = 'cancelled',
 FROM picked
 WHERE t.id = picked.id
   AND t.status = ANY($1::text[])
-  AND t.status IN ('pending', 'failed')
+  AND t.status IN ('pending', 'waiting', 'failed')
 RETURNING t.id
 `
 
@@ -554,7 +554,7 @@ type TaskCancelManyParams struct {
 	Ids      []int64
 }
 
-// Cancels the named tasks that are pending or failed, waiting for (not
+// Cancels the named tasks that are pending, waiting or failed, waiting for (not
 // skipping) rows another transaction holds: a worker's claim holds a row for
 // one statement, after which the task is running and is left alone.
 func (q *Queries) TaskCancelMany(ctx context.Context, db DBTX, arg TaskCancelManyParams) ([]int64, error) {
@@ -659,7 +659,7 @@ func (q *Queries) TaskDeleteMany(ctx context.Context, db DBTX, ids []int64) ([]i
 }
 
 const taskList = `-- name: TaskList :many
-SELECT t.id, t.queue, t.name, t.payload, t.metadata, t.status, t.priority, t.run_at, t.attempt, t.max_attempts, t.timeout_ms, t.errors, t.worker_id, t.created_at, t.started_at, t.finished_at, t.unique_key, t.unique_window_key, t.exclusive_key, t.cancel_requested_at, t.locked_until, t.output
+SELECT t.id, t.queue, t.name, t.payload, t.metadata, t.status, t.priority, t.run_at, t.attempt, t.max_attempts, t.timeout_ms, t.errors, t.worker_id, t.created_at, t.started_at, t.finished_at, t.unique_key, t.unique_window_key, t.exclusive_key, t.cancel_requested_at, t.locked_until, t.output, t.workflow_id, t.depends_on, t.dependents, t.deps_pending, t.dependency_failure
 FROM skiplock_tasks AS t
 WHERE t.status = ANY($1::text[])
   AND (cardinality($2::bigint[]) = 0 OR t.id = ANY($2::bigint[]))
@@ -738,6 +738,11 @@ func (q *Queries) TaskList(ctx context.Context, db DBTX, arg TaskListParams) ([]
 			&i.CancelRequestedAt,
 			&i.LockedUntil,
 			&i.Output,
+			&i.WorkflowID,
+			&i.DependsOn,
+			&i.Dependents,
+			&i.DepsPending,
+			&i.DependencyFailure,
 		); err != nil {
 			return nil, err
 		}
@@ -851,7 +856,7 @@ WITH picked AS MATERIALIZED (
     FOR UPDATE SKIP LOCKED
 ), requeued AS (
     UPDATE skiplock_tasks AS t
-    SET status = 'pending',
+    SET status = CASE WHEN t.deps_pending > 0 THEN 'waiting' ELSE 'pending' END,
         run_at = now(),
         finished_at = NULL,
         worker_id = NULL,
@@ -908,7 +913,8 @@ type TaskRequeueBatchRow struct {
 // that a worker claimed meanwhile is running, and is not touched.
 //
 // Requeues one batch of failed (or cancelled) tasks matching the filter:
-// pending, due now, with a history entry that records the requeue. Without
+// pending, due now (waiting, if it has dependencies left), with a history
+// entry that records the requeue. Without
 // reset_attempts a task keeps its attempt count and gets at least one more
 // attempt; with it, its attempts start again from zero. Idle workers of each
 // requeued queue are woken (delivered at commit, that is at the end of the
@@ -948,7 +954,7 @@ WITH picked AS MATERIALIZED (
     FOR UPDATE
 ), requeued AS (
     UPDATE skiplock_tasks AS t
-    SET status = 'pending',
+    SET status = CASE WHEN t.deps_pending > 0 THEN 'waiting' ELSE 'pending' END,
         run_at = now(),
         finished_at = NULL,
         worker_id = NULL,

@@ -62,6 +62,11 @@ type SkiplockTask struct {
 	CancelRequestedAt *time.Time
 	LockedUntil       *time.Time
 	Output            json.RawMessage
+	WorkflowID        *int64
+	DependsOn         []int64
+	Dependents        []int64
+	DepsPending       *int32
+	DependencyFailure *string
 }
 
 type SkiplockWorker struct {
@@ -72,4 +77,11 @@ type SkiplockWorker struct {
 	LockBackendPid *int32
 	StartedAt      time.Time
 	HeartbeatAt    time.Time
+}
+
+type SkiplockWorkflow struct {
+	ID        int64
+	Name      string
+	Steps     json.RawMessage
+	CreatedAt time.Time
 }

@@ -475,7 +475,7 @@ func (r CancelRequest) Validate() error {
 
 // check validates r and returns its statuses, batch size and IDs.
 func (r CancelRequest) check() (statuses []string, batch int, ids []int64, err error) {
-	cancellable := []Status{StatusPending, StatusFailed}
+	cancellable := []Status{StatusPending, StatusWaiting, StatusFailed}
 	if statuses, err = r.Filter.statuses("cancel", cancellable, cancellable); err != nil {
 		return nil, 0, nil, err
 	}

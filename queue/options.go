@@ -32,6 +32,8 @@ type options struct {
 	uniqueDerive bool
 	uniqueWindow time.Duration
 	exclusiveKey string
+	dependsOn    []int64
+	depFailure   DependencyFailure
 }
 
 // WithQueue puts the task in the named queue. Defaults to "default".
@@ -105,6 +107,13 @@ func buildOptions(opts []Option) (options, error) {
 		return o, fmt.Errorf("%w: WithUniqueWindow needs WithUniqueKey or WithUnique", ErrInvalidTask)
 	case len(o.uniqueKey) > 1024 || len(o.exclusiveKey) > 1024:
 		return o, fmt.Errorf("%w: unique and exclusive keys must be at most 1024 bytes", ErrInvalidTask)
+	case o.depFailure != "" && o.depFailure != DependencyFailureCancel && o.depFailure != DependencyFailureWait:
+		return o, fmt.Errorf("%w: dependency failure policy %q is not %q or %q", ErrInvalidTask, o.depFailure, DependencyFailureCancel, DependencyFailureWait)
+	}
+	for _, id := range o.dependsOn {
+		if id <= 0 {
+			return o, fmt.Errorf("%w: WithDependsOn: %d is not a task ID", ErrInvalidTask, id)
+		}
 	}
 	if o.metadata == nil {
 		o.metadata = json.RawMessage(`{}`)

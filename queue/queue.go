@@ -110,6 +110,24 @@ func (c *Client) Enqueue(ctx context.Context, name string, payload any, opts ...
 	if err != nil {
 		return 0, err
 	}
+	if len(rows[0].dependsOn) > 0 {
+		// Not group-committed: it locks its dependencies.
+		var ids []int64
+		var dups []*DuplicateError
+		err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+			var err error
+			ids, dups, err = c.insertEach(ctx, tx, rows)
+			return err
+		})
+		if err != nil {
+			return 0, pgerr.Interpret(err)
+		}
+		if len(dups) > 0 {
+			return dups[0].ExistingID, errors.Join(dups[0])
+		}
+		c.afterEnqueue(ctx, hooked, ids)
+		return ids[0], nil
+	}
 	res := c.group.enqueue(ctx, rows[0])
 	if res.err == nil {
 		c.afterEnqueue(ctx, hooked, []int64{res.id})
@@ -217,7 +235,9 @@ func (c *Client) insert(ctx context.Context, tx Executor, tasks []NewTask) ([]in
 	}
 	var ids []int64
 	var dups []*DuplicateError
-	if cp, ok := copyable(tx, rows); ok && len(rows) > 1 {
+	if withDependencies(rows) {
+		ids, dups, err = c.insertEach(ctx, tx, rows)
+	} else if cp, ok := copyable(tx, rows); ok && len(rows) > 1 {
 		ids, err = c.copyRows(ctx, tx, cp, rows)
 	} else {
 		ids, dups, err = c.insertChunks(ctx, tx, rows)
@@ -254,6 +274,8 @@ type row struct {
 	delayMs, timeoutMs                       int64
 	maxAttempts                              int32
 	uniqueKey, uniqueWindowKey, exclusiveKey string
+	dependsOn                                []int64
+	depFailure                               DependencyFailure
 }
 
 // prepare validates a task and encodes it; nothing is sent.
@@ -273,6 +295,7 @@ func prepare(t NewTask) (row, error) {
 		queue: o.queue, name: t.Name, payload: payload, metadata: o.metadata,
 		priority: int16(o.priority), runAt: epoch, delayMs: o.delay.Milliseconds(),
 		maxAttempts: int32(o.maxAttempts), timeoutMs: o.timeout.Milliseconds(), exclusiveKey: o.exclusiveKey,
+		dependsOn: o.dependsOn, depFailure: o.depFailure,
 	}
 	if !o.runAt.IsZero() {
 		r.runAt = o.runAt

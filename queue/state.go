@@ -27,7 +27,7 @@ const (
 )
 
 // States lists every state in life order.
-var States = []State{StateScheduled, StateDue, StateRetrying, StateRunning, StateCompleted, StateFailed, StateCancelled}
+var States = []State{StateWaiting, StateScheduled, StateDue, StateRetrying, StateRunning, StateCompleted, StateFailed, StateCancelled}
 
 // StateAt is the task's state at now (run_at is compared with it).
 func (t *Task) StateAt(now time.Time) State {
@@ -72,6 +72,8 @@ func (t *Task) FailedPermanently() bool {
 // the state says it all.
 func (t *Task) Why(now time.Time) string {
 	switch t.StateAt(now) {
+	case StateWaiting:
+		return fmt.Sprintf("waiting for %d of %d dependencies", t.WaitingFor, len(t.DependsOn))
 	case StateFailed:
 		if t.FailedPermanently() {
 			return fmt.Sprintf("permanent error on attempt %d of %d, not retried", t.Attempt, t.MaxAttempts)

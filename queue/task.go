@@ -27,7 +27,7 @@ const (
 )
 
 // Statuses lists every status in life order.
-var Statuses = []Status{StatusPending, StatusRunning, StatusCompleted, StatusFailed, StatusCancelled}
+var Statuses = []Status{StatusWaiting, StatusPending, StatusRunning, StatusCompleted, StatusFailed, StatusCancelled}
 
 // Task is a task as stored in skiplock_tasks.
 type Task struct {
@@ -60,6 +60,15 @@ type Task struct {
 	// ExclusiveKey is the task's exclusive key (WithExclusiveKey); empty
 	// for none.
 	ExclusiveKey string
+	// WorkflowID is the workflow the task belongs to (EnqueueWorkflow,
+	// WithDependsOn); 0 for none.
+	WorkflowID int64
+	// DependsOn lists the tasks this one waits for; WaitingFor how many of
+	// them have not completed.
+	DependsOn  []int64
+	WaitingFor int
+	// Dependents lists the tasks that wait for this one.
+	Dependents []int64
 }
 
 // AttemptError records one attempt that did not succeed.
@@ -96,6 +105,14 @@ func taskFromRow(r db.SkiplockTask) (*Task, error) {
 		StartedAt:   r.StartedAt,
 		FinishedAt:  r.FinishedAt,
 		Output:      r.Output,
+		DependsOn:   r.DependsOn,
+		Dependents:  r.Dependents,
+	}
+	if r.WorkflowID != nil {
+		t.WorkflowID = *r.WorkflowID
+	}
+	if r.DepsPending != nil {
+		t.WaitingFor = int(*r.DepsPending)
 	}
 	if r.TimeoutMs != nil {
 		t.Timeout = time.Duration(*r.TimeoutMs) * time.Millisecond

@@ -52,7 +52,8 @@ ORDER BY t.id;
 -- that a worker claimed meanwhile is running, and is not touched.
 --
 -- Requeues one batch of failed (or cancelled) tasks matching the filter:
--- pending, due now, with a history entry that records the requeue. Without
+-- pending, due now (waiting, if it has dependencies left), with a history
+-- entry that records the requeue. Without
 -- reset_attempts a task keeps its attempt count and gets at least one more
 -- attempt; with it, its attempts start again from zero. Idle workers of each
 -- requeued queue are woken (delivered at commit, that is at the end of the
@@ -74,7 +75,7 @@ WITH picked AS MATERIALIZED (
     FOR UPDATE SKIP LOCKED
 ), requeued AS (
     UPDATE skiplock_tasks AS t
-    SET status = 'pending',
+    SET status = CASE WHEN t.deps_pending > 0 THEN 'waiting' ELSE 'pending' END,
         run_at = now(),
         finished_at = NULL,
         worker_id = NULL,
@@ -113,7 +114,7 @@ WITH picked AS MATERIALIZED (
     FOR UPDATE
 ), requeued AS (
     UPDATE skiplock_tasks AS t
-    SET status = 'pending',
+    SET status = CASE WHEN t.deps_pending > 0 THEN 'waiting' ELSE 'pending' END,
         run_at = now(),
         finished_at = NULL,
         worker_id = NULL,
@@ -138,7 +139,7 @@ SELECT coalesce((SELECT array_agg(requeued.id ORDER BY requeued.id) FROM requeue
        (SELECT count(*) FROM notified)::bigint AS queues_notified;
 
 -- name: TaskCancelBatch :one
--- Cancels one batch of pending or failed tasks matching the filter. Running
+-- Cancels one batch of pending, waiting or failed tasks matching the filter. Running
 -- tasks are never touched: they are not in the statuses a cancel accepts,
 -- and a task claimed after the scan fails the re-check. Loop as with
 -- TaskRequeueBatch.
@@ -163,7 +164,7 @@ WITH picked AS MATERIALIZED (
     FROM picked
     WHERE t.id = picked.id
       AND t.status = ANY(@statuses::text[])
-      AND t.status IN ('pending', 'failed')
+      AND t.status IN ('pending', 'waiting', 'failed')
     RETURNING t.id
 )
 SELECT (SELECT count(*) FROM picked)::bigint AS picked,
@@ -171,7 +172,7 @@ SELECT (SELECT count(*) FROM picked)::bigint AS picked,
        (SELECT count(*) FROM cancelled)::bigint AS cancelled;
 
 -- name: TaskCancelMany :many
--- Cancels the named tasks that are pending or failed, waiting for (not
+-- Cancels the named tasks that are pending, waiting or failed, waiting for (not
 -- skipping) rows another transaction holds: a worker's claim holds a row for
 -- one statement, after which the task is running and is left alone.
 WITH picked AS MATERIALIZED (
@@ -188,7 +189,7 @@ SET status = 'cancelled',
 FROM picked
 WHERE t.id = picked.id
   AND t.status = ANY(@statuses::text[])
-  AND t.status IN ('pending', 'failed')
+  AND t.status IN ('pending', 'waiting', 'failed')
 RETURNING t.id;
 
 -- name: TaskPurgeBatch :one

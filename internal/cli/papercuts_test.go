@@ -177,8 +177,8 @@ func TestListStates(t *testing.T) {
 	if len(got) != 3 {
 		t.Fatalf("--status pending lists %d tasks, want all 3 pending ones", len(got))
 	}
-	if r := b.run(t, "list", "--status", "waiting"); r.code != cli.ExitUsage || !strings.Contains(r.stderr, "retrying or scheduled") {
-		t.Fatalf("--status waiting: exit %d, %q", r.code, r.stderr)
+	if r := b.run(t, "list", "--status", "sleeping"); r.code != cli.ExitUsage || !strings.Contains(r.stderr, "retrying or scheduled") {
+		t.Fatalf("--status sleeping: exit %d, %q", r.code, r.stderr)
 	}
 	show := b.run(t, "show", fmt.Sprint(retrying)).ok(t).stdout
 	if !strings.Contains(show, "retrying: attempt 1 of 3 failed; retry in") {

@@ -36,12 +36,16 @@ type taskJSON struct {
 	Metadata    json.RawMessage `json:"metadata"`
 	// Output is what the handler recorded (worker.SetOutput); absent when
 	// it recorded nothing.
-	Output     json.RawMessage `json:"output,omitempty"`
-	RunAt      time.Time       `json:"run_at"`
-	CreatedAt  time.Time       `json:"created_at"`
-	StartedAt  *time.Time      `json:"started_at"`
-	FinishedAt *time.Time      `json:"finished_at"`
-	WorkerID   string          `json:"worker_id,omitempty"`
+	Output json.RawMessage `json:"output,omitempty"`
+	// WorkflowID, DependsOn and WaitingFor place a task in its workflow.
+	WorkflowID int64      `json:"workflow_id,omitempty"`
+	DependsOn  []int64    `json:"depends_on,omitempty"`
+	WaitingFor int        `json:"waiting_for,omitempty"`
+	RunAt      time.Time  `json:"run_at"`
+	CreatedAt  time.Time  `json:"created_at"`
+	StartedAt  *time.Time `json:"started_at"`
+	FinishedAt *time.Time `json:"finished_at"`
+	WorkerID   string     `json:"worker_id,omitempty"`
 	// Attempts is the history: every attempt that did not succeed, then
 	// the current or successful one.
 	Attempts []attemptJSON `json:"attempts"`
@@ -87,6 +91,7 @@ func toJSON(t *queue.Task) taskJSON {
 		ID: t.ID, Queue: t.Queue, Name: t.Name, Status: t.Status, State: t.State(), Permanent: t.FailedPermanently(), Priority: t.Priority,
 		Attempt: t.Attempt, MaxAttempts: t.MaxAttempts, TimeoutMS: t.Timeout.Milliseconds(),
 		Payload: t.Payload, Metadata: t.Metadata, Output: t.Output, RunAt: t.RunAt, CreatedAt: t.CreatedAt,
+		WorkflowID: t.WorkflowID, DependsOn: t.DependsOn, WaitingFor: t.WaitingFor,
 		StartedAt: t.StartedAt, FinishedAt: t.FinishedAt, WorkerID: t.WorkerID,
 		Attempts: attempts(t),
 	}
@@ -273,7 +278,7 @@ kinds of pending task; retrying and scheduled select one.`,
 		},
 	})
 	ff.register(c, true)
-	c.Flags().StringSliceVar(&statuses, "status", nil, "only tasks in this status: pending, running, completed, failed, cancelled, or of pending ones retrying or scheduled (comma separated or repeated)")
+	c.Flags().StringSliceVar(&statuses, "status", nil, "only tasks in this status: waiting, pending, running, completed, failed, cancelled, or of pending ones retrying or scheduled (comma separated or repeated)")
 	limit.register(c, "limit", queue.DefaultListLimit, "at most this many tasks")
 	c.Flags().Int64Var(&beforeID, "before", 0, "only tasks with an ID below this one (the next page)")
 	return c
@@ -341,6 +346,16 @@ func printTask(w io.Writer, t *queue.Task, holder *queue.TaskLock) {
 	row(tw, "  Finished:", stampPtr(t.FinishedAt))
 	if t.WorkerID != "" {
 		row(tw, "  Worker:", t.WorkerID)
+	}
+	if t.WorkflowID != 0 {
+		row(tw, "  Workflow:", fmt.Sprintf("%d (skiplock workflow show %d)", t.WorkflowID, t.WorkflowID))
+	}
+	if len(t.DependsOn) > 0 {
+		deps := make([]string, len(t.DependsOn))
+		for i, d := range t.DependsOn {
+			deps[i] = strconv.FormatInt(d, 10)
+		}
+		row(tw, "  Depends on:", fmt.Sprintf("%s (%d not completed)", strings.Join(deps, ", "), t.WaitingFor))
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "  Payload:   %s\n", indentJSON(t.Payload, "             "))

@@ -1,0 +1,380 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/skiplock/skiplock/internal/pgtest"
+	"github.com/skiplock/skiplock/queue"
+	"github.com/skiplock/skiplock/worker"
+)
+
+// A fan-out, fan-in workflow run by two workers, each on its own pool: no
+// step starts before the steps it depends on have completed, and the
+// fan-in step reads every output of the fan-out.
+func TestWorkflowFanOutFanIn(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+
+	const width = 8
+	wf := queue.Workflow{Name: "thumbnails", Steps: []queue.Step{{Name: "fetch", Payload: "cat.png"}}}
+	var sizes []string
+	for i := range width {
+		name := fmt.Sprintf("resize-%d", i)
+		sizes = append(sizes, name)
+		wf.Steps = append(wf.Steps, queue.Step{Name: name, Task: "resize", Payload: 32 << i, DependsOn: []string{"fetch"}})
+	}
+	wf.Steps = append(wf.Steps, queue.Step{Name: "publish", DependsOn: sizes})
+	enq, err := b.client.EnqueueWorkflow(ctx, wf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := b.count(t, "status = 'waiting'"); got != width+1 {
+		t.Fatalf("%d tasks waiting after enqueue, want %d", got, width+1)
+	}
+
+	var mu sync.Mutex
+	ran := map[string][]string{} // worker -> steps, for the log
+	published := make(chan []string, 1)
+	handlers := func(who string) worker.Handlers {
+		note := func(t *worker.Task) {
+			mu.Lock()
+			ran[who] = append(ran[who], t.Name)
+			mu.Unlock()
+		}
+		return worker.Handlers{
+			"fetch": worker.Returning(func(ctx context.Context, t *worker.Task) (string, error) {
+				note(t)
+				return "/tmp/cat.png", nil
+			}),
+			"resize": worker.Returning(func(ctx context.Context, t *worker.Task) (string, error) {
+				note(t)
+				var src string
+				if err := worker.DependencyOutput(ctx, "fetch", &src); err != nil {
+					return "", err
+				}
+				return fmt.Sprintf("%s@%s", src, t.Payload), nil
+			}),
+			"publish": func(ctx context.Context, t *worker.Task) error {
+				note(t)
+				deps, err := worker.DependencyOutputs(ctx)
+				if err != nil {
+					return err
+				}
+				var outs []string
+				for _, d := range deps {
+					var s string
+					if err := d.Decode(&s); err != nil {
+						return err
+					}
+					outs = append(outs, d.Step+"="+s)
+				}
+				published <- outs
+				return nil
+			},
+		}
+	}
+	start(t, pgtest.NewPool(t, b.schema), worker.Config{}, handlers("A"))
+	start(t, pgtest.NewPool(t, b.schema), worker.Config{}, handlers("B"))
+
+	var outs []string
+	select {
+	case outs = <-published:
+	case <-time.After(pgtest.Patient(20 * time.Second)):
+		t.Fatalf("publish did not run; tasks: %s", b.breakdown(t))
+	}
+	if len(outs) != width {
+		t.Fatalf("publish read %d outputs, want %d: %v", len(outs), width, outs)
+	}
+	for i, o := range outs {
+		if want := fmt.Sprintf("resize-%d=/tmp/cat.png@%d", i, 32<<i); o != want {
+			t.Errorf("output %d = %q, want %q", i, o, want)
+		}
+	}
+	waitFor(t, 2*time.Second, "the workflow completed", func() bool { return b.count(t, "status = 'completed'") == width+2 })
+	// No task started before its dependencies finished.
+	if n := b.count(t, `EXISTS (SELECT 1 FROM skiplock_tasks AS p
+		WHERE p.id = ANY(skiplock_tasks.depends_on) AND p.finished_at > skiplock_tasks.started_at)`); n != 0 {
+		t.Fatalf("%d tasks started before a dependency finished", n)
+	}
+	info, err := b.client.GetWorkflow(ctx, enq.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Name != "thumbnails" || len(info.Tasks) != width+2 || info.Steps[enq.Tasks["publish"]] != "publish" {
+		t.Fatalf("GetWorkflow = %+v", info)
+	}
+	t.Logf("steps run by each worker: %v", ran)
+}
+
+// wfBundle runs a workflow test's handlers: each task name fails while
+// fail[name] is set.
+type failSwitch struct {
+	mu   sync.Mutex
+	fail map[string]bool
+}
+
+func (f *failSwitch) set(name string, v bool) {
+	f.mu.Lock()
+	f.fail[name] = v
+	f.mu.Unlock()
+}
+
+func (f *failSwitch) handlers(names ...string) worker.Handlers {
+	h := worker.Handlers{}
+	for _, n := range names {
+		h[n] = func(ctx context.Context, t *worker.Task) error {
+			f.mu.Lock()
+			fail := f.fail[t.Name]
+			f.mu.Unlock()
+			if fail {
+				return worker.Permanent(errors.New("broken"))
+			}
+			return worker.SetOutput(ctx, t.Name)
+		}
+	}
+	return h
+}
+
+// A dependency that fails for good cancels its waiting dependents, and
+// theirs, with the reason; one that asked to wait waits. Requeueing the
+// failed task lets the workflow go on to the end.
+func TestWorkflowDependencyFails(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	sw := &failSwitch{fail: map[string]bool{"b": true}}
+	start(t, b.pool, worker.Config{}, sw.handlers("a", "b", "c", "d", "e"))
+
+	// a -> b -> c -> d, and e waits for b whatever happens.
+	enq, err := b.client.EnqueueWorkflow(ctx, queue.Workflow{Steps: []queue.Step{
+		{Name: "a"},
+		{Name: "b", DependsOn: []string{"a"}},
+		{Name: "c", DependsOn: []string{"b"}},
+		{Name: "d", DependsOn: []string{"c"}},
+		{Name: "e", DependsOn: []string{"b"}, Options: []queue.Option{queue.WithDependencyFailure(queue.DependencyFailureWait)}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := enq.Tasks
+	waitFor(t, 5*time.Second, "b failed and d cancelled", func() bool {
+		return b.get(t, id["b"]).Status == queue.StatusFailed && b.get(t, id["d"]).Status == queue.StatusCancelled
+	})
+	c := b.get(t, id["c"])
+	if c.Status != queue.StatusCancelled || c.Errors[0].Outcome != "dependency_failed" ||
+		c.Errors[0].Error != fmt.Sprintf("dependency %d (b) failed for good", id["b"]) {
+		t.Fatalf("c: %s %+v", c.Status, c.Errors)
+	}
+	if d := b.get(t, id["d"]); d.Errors[0].Error != fmt.Sprintf("dependency %d (c) was cancelled", id["c"]) {
+		t.Fatalf("d: %+v", d.Errors)
+	}
+	if e := b.get(t, id["e"]); e.Status != queue.StatusWaiting || e.WaitingFor != 1 {
+		t.Fatalf("e: %s waiting for %d", e.Status, e.WaitingFor)
+	}
+
+	sw.set("b", false)
+	if _, err := b.client.Requeue(ctx, queue.RequeueRequest{IDs: []int64{id["b"]}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the workflow completed after the requeue", func() bool {
+		return b.count(t, "status = 'completed'") == 5
+	})
+	d := b.get(t, id["d"])
+	if last := d.Errors[len(d.Errors)-1]; last.Outcome != "requeued" || !strings.Contains(last.Error, "was requeued") {
+		t.Fatalf("d's history: %+v", d.Errors)
+	}
+}
+
+// Cancelling a waiting task cancels its dependents; deleting a dependency
+// that never completed cancels them too; WithDependsOn on a task that
+// already failed cancels the new task at once, and on one that completed
+// makes it pending.
+func TestWorkflowCancelAndDelete(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	// No worker: every change here is an operator's or a producer's.
+	root := b.enqueue(t, "root", nil)
+	mid, err := b.client.Enqueue(ctx, "mid", nil, queue.WithDependsOn(root))
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := b.client.Enqueue(ctx, "leaf", nil, queue.WithDependsOn(mid, root))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := b.get(t, leaf); s.Status != queue.StatusWaiting || s.WaitingFor != 2 || s.WorkflowID == 0 || s.WorkflowID != b.get(t, root).WorkflowID {
+		t.Fatalf("leaf: %+v", s)
+	}
+	if _, err := b.client.Cancel(ctx, queue.CancelRequest{IDs: []int64{mid}}); err != nil {
+		t.Fatal(err)
+	}
+	if s := b.get(t, leaf); s.Status != queue.StatusCancelled || s.Errors[0].Outcome != "dependency_cancelled" {
+		t.Fatalf("leaf after cancelling mid: %s %+v", s.Status, s.Errors)
+	}
+
+	other, err := b.client.Enqueue(ctx, "other", nil, queue.WithDependsOn(root))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.client.Delete(ctx, []int64{root}); err != nil {
+		t.Fatal(err)
+	}
+	if s := b.get(t, other); s.Status != queue.StatusCancelled || s.Errors[0].Outcome != "dependency_deleted" {
+		t.Fatalf("other after deleting root: %s %+v", s.Status, s.Errors)
+	}
+
+	failed := pgtest.InsertTask(t, b.pool, "default", "x", "failed", 1, 1, "[]")
+	done := pgtest.InsertTask(t, b.pool, "default", "y", "completed", 1, 1, "[]")
+	late, err := b.client.Enqueue(ctx, "late", nil, queue.WithDependsOn(failed, done))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := b.get(t, late); s.Status != queue.StatusCancelled || !strings.Contains(s.Errors[0].Error, "failed for good") {
+		t.Fatalf("late: %s %+v", s.Status, s.Errors)
+	}
+	ready, err := b.client.Enqueue(ctx, "ready", nil, queue.WithDependsOn(done))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := b.get(t, ready); s.Status != queue.StatusPending {
+		t.Fatalf("ready: %s", s.Status)
+	}
+	if _, err := b.client.Enqueue(ctx, "orphan", nil, queue.WithDependsOn(999999)); !errors.Is(err, queue.ErrInvalidTask) ||
+		!strings.Contains(err.Error(), "do not exist: 999999") {
+		t.Fatalf("depending on a missing task: %v", err)
+	}
+}
+
+func TestWorkflowInvalid(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	for _, tc := range []struct {
+		wf   queue.Workflow
+		want string
+	}{
+		{queue.Workflow{}, "no steps"},
+		{queue.Workflow{Steps: []queue.Step{{Name: "a"}, {Name: "a"}}}, `two steps are named "a"`},
+		{queue.Workflow{Steps: []queue.Step{{Name: "a", DependsOn: []string{"z"}}}}, `step "a" depends on "z", which is not a step`},
+		{queue.Workflow{Steps: []queue.Step{{Name: "a", DependsOn: []string{"c"}}, {Name: "b", DependsOn: []string{"a"}}, {Name: "c", DependsOn: []string{"b"}}, {Name: "d"}}},
+			"dependencies form a cycle among steps a, b, c"},
+		{queue.Workflow{Steps: []queue.Step{{Name: "a", Options: []queue.Option{queue.WithUniqueKey("k")}}}}, "unique keys and WithDependsOn do not apply"},
+	} {
+		_, err := b.client.EnqueueWorkflow(ctx, tc.wf)
+		if !errors.Is(err, queue.ErrInvalidTask) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want %q", tc.wf, err, tc.want)
+		}
+	}
+	if n := b.count(t, "true"); n != 0 {
+		t.Fatalf("%d tasks inserted by invalid workflows", n)
+	}
+}
+
+// The race a release in the outcome write's own snapshot would lose: a
+// dependent is enqueued, in a transaction that locks its running
+// dependency, while the dependency's outcome write waits for that lock.
+// The write goes on after the commit, and must see the new dependent.
+func TestWorkflowDependentEnqueuedDuringCompletion(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	release := make(chan struct{})
+	dependentRan := make(chan struct{})
+	start(t, b.pool, worker.Config{}, worker.Handlers{
+		"first": func(ctx context.Context, t *worker.Task) error { <-release; return nil },
+		"then":  func(ctx context.Context, t *worker.Task) error { close(dependentRan); return nil },
+	})
+	first := b.enqueue(t, "first", nil)
+	waitFor(t, 5*time.Second, "first running", func() bool { return b.get(t, first).Status == queue.StatusRunning })
+
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	then, err := b.client.EnqueueTx(ctx, tx, "then", nil, queue.WithDependsOn(first))
+	if err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	waitFor(t, 5*time.Second, "the outcome write waiting for the producer's lock", func() bool {
+		return b.count(t, `EXISTS (SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%TaskFinishMany%')`) > 0
+	})
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-dependentRan:
+	case <-time.After(pgtest.Patient(10 * time.Second)):
+		t.Fatalf("the dependent never ran: %+v", b.get(t, then))
+	}
+}
+
+// A worker killed between its completion and the release of the task's
+// dependents: the release runs in the completion's own statement (the
+// trigger), so there is no such moment to lose. The test makes the moment
+// as close as it gets: the outcome write is held inside the release (a lock
+// on the dependent's row), and then the worker's connections are killed,
+// the one writing and its lock session. The completion was not committed:
+// the task is still running and its dependent still waiting. Once the lock
+// is let go the worker recovers (its write is retried, or the task is
+// rescued and run again), and the dependent runs, once.
+func TestWorkflowKilledBetweenCompletionAndRelease(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	enq, err := b.client.EnqueueWorkflow(ctx, queue.Workflow{Steps: []queue.Step{
+		{Name: "first"}, {Name: "then", DependsOn: []string{"first"}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, then := enq.Tasks["first"], enq.Tasks["then"]
+	conn, err := pgx.ConnectConfig(ctx, pgtest.Config(t, b.schema).ConnConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	hold := pgtest.HoldTaskRow(t, conn, then)
+
+	var thenRuns atomic.Int64
+	a, _ := start(t, pgtest.NewPool(t, b.schema), worker.Config{}, worker.Handlers{
+		"first": func(ctx context.Context, t *worker.Task) error { return nil },
+		"then":  func(ctx context.Context, t *worker.Task) error { thenRuns.Add(1); return nil },
+	})
+	var pid int32
+	waitFor(t, 5*time.Second, "the outcome write blocked inside the release", func() bool {
+		return b.pool.QueryRow(ctx, `SELECT pid FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '%TaskFinishMany%'`).Scan(&pid) == nil
+	})
+	if _, err := b.pool.Exec(ctx, "SELECT pg_terminate_backend($1)", pid); err != nil {
+		t.Fatal(err)
+	}
+	b.terminateLockSession(t, a)
+	// Whatever the worker does next cannot commit while the lock is held.
+	if s1, s2 := b.get(t, first).Status, b.get(t, then).Status; s1 != queue.StatusRunning || s2 != queue.StatusWaiting {
+		t.Fatalf("after the kill: first %s, then %s; want running and waiting (nothing half done)", s1, s2)
+	}
+	if err := hold.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "both tasks completed", func() bool {
+		return b.get(t, first).Status == queue.StatusCompleted && b.get(t, then).Status == queue.StatusCompleted
+	})
+	if n := thenRuns.Load(); n != 1 {
+		t.Fatalf("the dependent ran %d times", n)
+	}
+	task := b.get(t, first)
+	t.Logf("first completed on attempt %d, history %+v", task.Attempt, task.Errors)
+}
