@@ -139,7 +139,9 @@ type Config struct {
 
 	// Retry sets the retry policy of tasks by name, over RetryBackoff; a
 	// typed task's name is its TaskName (Retry[Email{}.TaskName()]).
-	// Names not listed follow RetryBackoff and their own max attempts.
+	// Names not listed follow RetryBackoff and their own max attempts. A
+	// delay given with RetryAfter, or by a typed task's TaskBackoff, wins
+	// over both.
 	Retry map[string]RetryPolicy
 
 	// OnError, if set, is called when a handler returns an error, a

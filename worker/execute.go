@@ -66,6 +66,7 @@ type result struct {
 	err       string
 	permanent bool            // fail now, whatever attempts are left
 	snooze    time.Duration   // with outcomeSnoozed: run again after this
+	retryIn   *time.Duration  // a retry's delay from RetryAfter, over the backoff
 	output    json.RawMessage // a completed attempt's output (SetOutput); nil for none
 }
 
@@ -195,14 +196,20 @@ func (w *Worker) classify(e *execution, err error) result {
 	case errors.As(err, &p):
 		return result{outcome: outcomePanic, err: err.Error(), permanent: IsPermanent(err)}
 	}
+	var res result
 	switch out := OutcomeOf(e.ctx, err); out {
 	case OutcomeTimeout:
-		return result{outcome: outcomeTimeout, err: fmt.Sprintf("timed out after %s: %v", e.timeout, err), permanent: IsPermanent(err)}
+		res = result{outcome: outcomeTimeout, err: fmt.Sprintf("timed out after %s: %v", e.timeout, err), permanent: IsPermanent(err)}
 	case OutcomeError:
-		return result{outcome: outcomeError, err: err.Error(), permanent: IsPermanent(err)}
+		res = result{outcome: outcomeError, err: err.Error(), permanent: IsPermanent(err)}
 	default:
 		return result{outcome: string(out), err: err.Error()}
 	}
+	var retry retryError
+	if errors.As(err, &retry) {
+		res.retryIn = &retry.d
+	}
+	return res
 }
 
 // cancelExecution cancels a handler's context with cause, and abandons it if
@@ -297,7 +304,12 @@ func (w *Worker) finishFor(e *execution, res result) finish {
 		if policy.Backoff != nil {
 			backoff = policy.Backoff
 		}
-		f.delayMs = max(backoff(t.Attempt).Milliseconds(), 0)
+		delay := res.retryIn
+		if delay == nil {
+			d := backoff(t.Attempt)
+			delay = &d
+		}
+		f.delayMs = max(delay.Milliseconds(), 0)
 	}
 	f.entry = queue.AttemptError{
 		Attempt:    t.Attempt,

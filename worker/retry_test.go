@@ -200,3 +200,75 @@ func firstLine(s string) string {
 	line, _, _ := strings.Cut(s, "\n")
 	return line
 }
+
+// report is a typed task with a backoff of its own.
+type report struct {
+	Mode string `json:"mode"`
+}
+
+func (report) TaskName() string { return "report.build" }
+
+func (report) RetryBackoff(attempt int) time.Duration { return time.Duration(attempt) * 2 * time.Hour }
+
+// TestRetryDelays: the delay of a retry comes from RetryAfter (the
+// handler's or a hook's), else the type's RetryBackoff, else the name's
+// policy, else RetryBackoff; a panic skips the type's.
+func TestRetryDelays(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	w := worker.New(b.pool, testConfig(worker.Config{
+		RetryBackoff: func(int) time.Duration { return time.Hour },
+		Retry:        map[string]worker.RetryPolicy{"report.build": {Backoff: func(int) time.Duration { return 7 * time.Hour }}},
+		OnError: func(_ context.Context, t *worker.Task, err error) error {
+			if t.Name == "hooked" {
+				return worker.RetryAfter(3*time.Hour, err)
+			}
+			return err
+		},
+	}))
+	handlers := worker.Handlers{"hooked": func(context.Context, *worker.Task) error { return errors.New("down") }}
+	worker.Handle(handlers, func(ctx context.Context, t *worker.TaskOf[report]) error {
+		switch t.Args.Mode {
+		case "own":
+			return worker.RetryAfter(5*time.Minute, errors.New("busy"))
+		case "timeout":
+			<-ctx.Done()
+			return ctx.Err()
+		case "panic":
+			panic("boom")
+		case "permanent":
+			return worker.Permanent(errors.New("bad input"))
+		}
+		return errors.New("down")
+	})
+
+	for _, c := range []struct {
+		what   string
+		enq    func() (int64, error)
+		status queue.Status
+		retry  time.Duration
+	}{
+		{"type's backoff", func() (int64, error) { return b.client.EnqueueArgs(ctx, report{Mode: "fail"}) }, queue.StatusPending, 2 * time.Hour},
+		{"handler's RetryAfter", func() (int64, error) { return b.client.EnqueueArgs(ctx, report{Mode: "own"}) }, queue.StatusPending, 5 * time.Minute},
+		{"timeout, type's backoff", func() (int64, error) {
+			return b.client.EnqueueArgs(ctx, report{Mode: "timeout"}, queue.WithTimeout(20*time.Millisecond))
+		}, queue.StatusPending, 2 * time.Hour},
+		{"panic, the name's policy", func() (int64, error) { return b.client.EnqueueArgs(ctx, report{Mode: "panic"}) }, queue.StatusPending, 7 * time.Hour},
+		{"permanent", func() (int64, error) { return b.client.EnqueueArgs(ctx, report{Mode: "permanent"}) }, queue.StatusFailed, 0},
+		{"hook's RetryAfter", func() (int64, error) { return b.client.Enqueue(ctx, "hooked", nil) }, queue.StatusPending, 3 * time.Hour},
+	} {
+		id, err := c.enq()
+		if err != nil {
+			t.Fatal(err)
+		}
+		res := skiplocktest.Work(ctx, t, w, handlers, id)
+		if res.Status != c.status {
+			t.Errorf("%s: %s (%s), want %s", c.what, res.Status, firstLine(res.Error), c.status)
+			continue
+		}
+		if wait := time.Until(res.Task.RunAt); c.retry > 0 && (wait < c.retry-2*time.Minute || wait > c.retry+2*time.Minute) {
+			t.Errorf("%s: retry in %s, want %s", c.what, wait.Round(time.Second), c.retry)
+		}
+	}
+}

@@ -61,6 +61,26 @@ func (e snoozeError) Error() string { return fmt.Sprintf("snoozed for %s", e.d) 
 // that is not ready yet.
 func Snooze(d time.Duration) error { return snoozeError{max(d, 0)} }
 
+type retryError struct {
+	d   time.Duration
+	err error
+}
+
+func (e retryError) Error() string { return e.err.Error() }
+func (e retryError) Unwrap() error { return e.err }
+
+// RetryAfter returns err marked to be retried after d instead of the
+// backoff (Config.Retry, RetryBackoff): the attempt fails and is spent
+// as with err, and if the task has attempts left it runs again after d.
+// For a server that says when to come back without it costing an attempt,
+// use Snooze. A nil err records "retry requested by its handler".
+func RetryAfter(d time.Duration, err error) error {
+	if err == nil {
+		err = errors.New("retry requested by its handler")
+	}
+	return retryError{max(d, 0), err}
+}
+
 type cancelError struct{ err error }
 
 func (e cancelError) Error() string { return e.err.Error() }

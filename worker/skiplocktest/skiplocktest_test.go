@@ -341,11 +341,11 @@ func TestWorkBesideRunningWorker(t *testing.T) {
 		}
 	}()
 
-	w := worker.New(b.pool, worker.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), WorkerID: "test", LeaseDuration: time.Second})
+	w := worker.New(b.pool, worker.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), WorkerID: "test", LeaseDuration: 2 * time.Second})
 	res := skiplocktest.Work(ctx, t, w, worker.Handlers{"job": func(context.Context, *worker.Task) error {
 		// The other worker starts while the task runs; its rescuer, once
-		// elected, looks at the task every 10ms while the lease is renewed
-		// three times (over a second: the lease would have expired).
+		// elected, looks at the task every 10ms while the lease (2s) is
+		// renewed four times, every 667ms: past the first lease's end.
 		go func() {
 			done <- worker.New(pgtest.PoolFromConfig(t, b.pool.Config()), other).Run(runCtx, worker.Handlers{"job": func(context.Context, *worker.Task) error {
 				return nil
@@ -357,7 +357,7 @@ func TestWorkBesideRunningWorker(t *testing.T) {
 			return err == nil && n > 0
 		})
 		var leases []time.Time
-		pgtest.Eventually(t, 2*time.Second, "three lease renewals", func() bool {
+		pgtest.Eventually(t, 3*time.Second, "four lease renewals", func() bool {
 			var until time.Time
 			if err := b.pool.QueryRow(ctx, "SELECT locked_until FROM skiplock_tasks WHERE id = $1", id).Scan(&until); err != nil {
 				t.Error(err)
@@ -366,7 +366,7 @@ func TestWorkBesideRunningWorker(t *testing.T) {
 			if len(leases) == 0 || !until.Equal(leases[len(leases)-1]) {
 				leases = append(leases, until)
 			}
-			return len(leases) >= 4
+			return len(leases) >= 5
 		})
 		return nil
 	}}, id)
