@@ -446,3 +446,33 @@ func TestRequireEnqueuedKeysAndRunAt(t *testing.T) {
 	skiplocktest.RequireEnqueued(r, b.pool, "at", &skiplocktest.Want{ExclusiveKey: "account:8"})
 	r.fails(t, "exclusive key", `exclusive key "account:7", want "account:8"`)
 }
+
+// TestWorkReleasesDependents: Work writes the outcome with the worker's own
+// statement, so completing a task releases the tasks that wait for it, and a
+// waiting task cannot be worked.
+func TestWorkReleasesDependents(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	first, err := b.q.Enqueue(ctx, "extract", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := b.q.Enqueue(ctx, "load", nil, queue.WithDependsOn(first))
+	if err != nil {
+		t.Fatal(err)
+	}
+	skiplocktest.RequireEnqueued(t, b.pool, "load", &skiplocktest.Want{Status: queue.StatusWaiting})
+
+	w := worker.New(b.pool, worker.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	handlers := worker.Handlers{"extract": func(context.Context, *worker.Task) error { return nil }, "load": func(context.Context, *worker.Task) error { return nil }}
+	r := &recorder{}
+	skiplocktest.Work(ctx, r, w, handlers, second)
+	r.fails(t, "a waiting task", "not pending", "waiting")
+
+	skiplocktest.Work(ctx, t, w, handlers, first)
+	skiplocktest.RequireEnqueued(t, b.pool, "load", &skiplocktest.Want{Status: queue.StatusPending})
+	if res := skiplocktest.Work(ctx, t, w, handlers, second); res.Status != queue.StatusCompleted {
+		t.Errorf("released task: %s, want completed", res.Status)
+	}
+}
