@@ -2,11 +2,25 @@ package worker
 
 import (
 	"context"
+	"sync"
 	"time"
 )
 
 // Shutting down: Run's end (shutdown), and Stop and StopAndCancel, which
 // ask for it from another goroutine.
+
+// stopRequests are Stop's and StopAndCancel's requests to end Run, and the
+// news that it has ended: graceful closes on either request, hard on
+// StopAndCancel's; ran closes when a started Run returns.
+type stopRequests struct {
+	graceful, hard         chan struct{}
+	gracefulOnce, hardOnce sync.Once
+	ran                    chan struct{}
+}
+
+func newStopRequests() stopRequests {
+	return stopRequests{graceful: make(chan struct{}), hard: make(chan struct{}), ran: make(chan struct{})}
+}
 
 // Stop shuts the worker down gracefully, as the end of Run's context does:
 // claiming stops, running handlers get Config.ShutdownGrace to finish,
@@ -15,7 +29,7 @@ import (
 // ctx ends first (the shutdown goes on; StopAndCancel hurries it). Stop
 // before Run makes Run return at once, having run nothing.
 func (w *Worker) Stop(ctx context.Context) error {
-	w.stopOnce.Do(func() { close(w.stopping) })
+	w.stops.gracefulOnce.Do(func() { close(w.stops.graceful) })
 	return w.waitRun(ctx)
 }
 
@@ -32,8 +46,8 @@ func (w *Worker) Stop(ctx context.Context) error {
 // ctx's error if ctx ends first. It may follow a Stop whose grace is not
 // over.
 func (w *Worker) StopAndCancel(ctx context.Context) error {
-	w.hardOnce.Do(func() { close(w.hardStop) })
-	w.stopOnce.Do(func() { close(w.stopping) })
+	w.stops.hardOnce.Do(func() { close(w.stops.hard) })
+	w.stops.gracefulOnce.Do(func() { close(w.stops.graceful) })
 	return w.waitRun(ctx)
 }
 
@@ -45,7 +59,7 @@ func (w *Worker) waitRun(ctx context.Context) error {
 		return nil
 	}
 	select {
-	case <-w.ran:
+	case <-w.stops.ran:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -67,7 +81,7 @@ func (w *Worker) shutdown() {
 		return
 	case <-grace.C:
 		w.log.Warn("skiplock: shutdown grace period over; cancelling running tasks, which go back to pending", "count", len(w.inflightSnapshot()))
-	case <-w.hardStop:
+	case <-w.stops.hard:
 		w.log.Info("skiplock: stopping and cancelling running tasks, which go back to pending", "count", len(w.inflightSnapshot()))
 	}
 	running := w.inflightSnapshot()

@@ -44,13 +44,9 @@ type Worker struct {
 	mu       sync.Mutex
 	started  bool
 	inflight map[*execution]struct{}
+	wakes    map[string]chan struct{}
 
-	// Stop closes stopping, StopAndCancel hardStop too; ran is closed when
-	// a started Run returns.
-	stopping, hardStop chan struct{}
-	stopOnce, hardOnce sync.Once
-	ran                chan struct{}
-	wakes              map[string]chan struct{}
+	stops stopRequests // Stop and StopAndCancel (shutdown.go)
 
 	schedules []schedule
 	producer  *queue.Client
@@ -87,9 +83,7 @@ func New(pool *pgxpool.Pool, cfg Config) *Worker {
 		pid:       os.Getpid(),
 		inflight:  map[*execution]struct{}{},
 		wakes:     map[string]chan struct{}{},
-		stopping:  make(chan struct{}),
-		hardStop:  make(chan struct{}),
-		ran:       make(chan struct{}),
+		stops:     newStopRequests(),
 	}
 	w.guard = newGuard(guardDeps{
 		pool: pool, queries: w.queries, cfg: cfg, log: w.log,
@@ -131,14 +125,14 @@ func (w *Worker) Run(ctx context.Context, handlers Handlers) error {
 	}
 	w.started = true
 	w.mu.Unlock()
-	defer close(w.ran)
+	defer close(w.stops.ran)
 	w.handlers = wrap(handlers, w.cfg.Middleware)
 	// Stop and StopAndCancel end Run as the end of ctx does.
 	ctx, endRun := context.WithCancel(ctx)
 	defer endRun()
 	go func() {
 		select {
-		case <-w.stopping:
+		case <-w.stops.graceful:
 			endRun()
 		case <-ctx.Done():
 		}
