@@ -451,3 +451,49 @@ func (c *Client) GetWorkflow(ctx context.Context, id int64) (*WorkflowInfo, erro
 	}
 	return out, nil
 }
+
+// Levels lays the workflow's tasks out as a DAG: level 0 holds the tasks
+// that depend on nothing in the workflow, and every other task sits one
+// level after the deepest task it depends on. Within a level, tasks keep
+// their enqueue order.
+func (w *WorkflowInfo) Levels() [][]*Task {
+	byID := make(map[int64]*Task, len(w.Tasks))
+	for _, t := range w.Tasks {
+		byID[t.ID] = t
+	}
+	level := make(map[int64]int, len(w.Tasks))
+	var depth func(t *Task, hops int) int
+	depth = func(t *Task, hops int) int {
+		if l, ok := level[t.ID]; ok {
+			return l
+		}
+		l := 0
+		if hops <= len(w.Tasks) { // a cycle cannot be enqueued; never loop on one
+			for _, d := range t.DependsOn {
+				if dt := byID[d]; dt != nil {
+					l = max(l, depth(dt, hops+1)+1)
+				}
+			}
+		}
+		level[t.ID] = l
+		return l
+	}
+	var out [][]*Task
+	for _, t := range w.Tasks {
+		l := depth(t, 0)
+		for len(out) <= l {
+			out = append(out, nil)
+		}
+		out[l] = append(out[l], t)
+	}
+	return out
+}
+
+// Label names a task of the workflow for people: its step name, else
+// "#ID".
+func (w *WorkflowInfo) Label(id int64) string {
+	if s := w.Steps[id]; s != "" {
+		return s
+	}
+	return "#" + strconv.FormatInt(id, 10)
+}

@@ -3,7 +3,6 @@ package cli
 import (
 	"fmt"
 	"io"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -86,39 +85,19 @@ how many of them have not completed; a cancelled one, why.`,
 // toWorkflowJSON lays a workflow out level by level.
 func toWorkflowJSON(wf *queue.WorkflowInfo, now time.Time) workflowJSON {
 	out := workflowJSON{ID: wf.ID, Name: wf.Name, CreatedAt: wf.CreatedAt, Tasks: []workflowTaskJSON{}}
-	byID := make(map[int64]*queue.Task, len(wf.Tasks))
-	for _, t := range wf.Tasks {
-		byID[t.ID] = t
-	}
-	level := map[int64]int{}
-	var depth func(id int64, seen int) int
-	depth = func(id int64, seen int) int {
-		if l, ok := level[id]; ok {
-			return l
-		}
-		l := 0
-		if t := byID[id]; t != nil && seen <= len(byID) {
-			for _, d := range t.DependsOn {
-				if byID[d] != nil {
-					l = max(l, depth(d, seen+1)+1)
-				}
+	for level, tasks := range wf.Levels() {
+		for _, t := range tasks {
+			why := t.Why(now)
+			if t.Status == queue.StatusCancelled && len(t.Errors) > 0 {
+				why = t.Errors[len(t.Errors)-1].Error
 			}
+			out.Tasks = append(out.Tasks, workflowTaskJSON{
+				ID: t.ID, Step: wf.Steps[t.ID], Name: t.Name, Queue: t.Queue, Status: t.Status, State: t.StateAt(now),
+				Level: level, DependsOn: orEmpty(t.DependsOn), WaitingFor: t.WaitingFor,
+				Dependents: orEmpty(t.Dependents), Why: why,
+			})
 		}
-		level[id] = l
-		return l
 	}
-	for _, t := range wf.Tasks {
-		why := t.Why(now)
-		if t.Status == queue.StatusCancelled && len(t.Errors) > 0 {
-			why = t.Errors[len(t.Errors)-1].Error
-		}
-		out.Tasks = append(out.Tasks, workflowTaskJSON{
-			ID: t.ID, Step: wf.Steps[t.ID], Name: t.Name, Queue: t.Queue, Status: t.Status, State: t.StateAt(now),
-			Level: depth(t.ID, 0), DependsOn: orEmpty(t.DependsOn), WaitingFor: t.WaitingFor,
-			Dependents: orEmpty(t.Dependents), Why: why,
-		})
-	}
-	sort.SliceStable(out.Tasks, func(i, j int) bool { return out.Tasks[i].Level < out.Tasks[j].Level })
 	return out
 }
 

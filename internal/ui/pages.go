@@ -147,9 +147,9 @@ const timeLayout = "2006-01-02 15:04:05 MST"
 
 // listStatuses are the tasks page's status filter: the stored statuses,
 // and the kinds of pending task.
-var listStatuses = []string{"pending", "retrying", "scheduled", "running", "completed", "failed", "cancelled"}
+var listStatuses = []string{"waiting", "pending", "retrying", "scheduled", "running", "completed", "failed", "cancelled"}
 
-var pageNames = []string{"queues", "tasks", "task", "failed", "locks", "enqueue", "periodic", "ratelimits", "error"}
+var pageNames = []string{"queues", "tasks", "task", "workflow", "failed", "locks", "enqueue", "periodic", "ratelimits", "error"}
 
 func parsePages() (map[string]*template.Template, error) {
 	out := map[string]*template.Template{}
@@ -418,6 +418,62 @@ func (s *Server) taskPage(w http.ResponseWriter, r *http.Request) {
 		Holder   *queue.TaskLock
 		Attempts []attemptRow
 	}{t, holder, attempts})
+}
+
+// workflowNode is one task on a workflow's page.
+type workflowNode struct {
+	*queue.Task
+	Step  string
+	State queue.State
+	Why   string
+	After []string // the labels of the tasks it depends on
+}
+
+func (s *Server) workflowPage(w http.ResponseWriter, r *http.Request) {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || id <= 0 {
+		s.fail(w, r, http.StatusNotFound, fmt.Errorf("%q is not a workflow ID", r.PathValue("id")))
+		return
+	}
+	wf, err := s.client.GetWorkflow(r.Context(), id)
+	if errors.Is(err, queue.ErrWorkflowNotFound) {
+		s.fail(w, r, http.StatusNotFound, fmt.Errorf("no workflow %d", id))
+		return
+	}
+	if err != nil {
+		s.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
+	now := time.Now()
+	counts := map[queue.State]int{}
+	var levels [][]workflowNode
+	for _, tasks := range wf.Levels() {
+		var nodes []workflowNode
+		for _, t := range tasks {
+			n := workflowNode{Task: t, Step: wf.Steps[t.ID], State: t.StateAt(now), Why: t.Why(now)}
+			if t.Status == queue.StatusCancelled && len(t.Errors) > 0 {
+				n.Why = t.Errors[len(t.Errors)-1].Error
+			}
+			for _, d := range t.DependsOn {
+				n.After = append(n.After, wf.Label(d))
+			}
+			counts[n.State]++
+			nodes = append(nodes, n)
+		}
+		levels = append(levels, nodes)
+	}
+	var summary []string
+	for _, st := range queue.States {
+		if counts[st] > 0 {
+			summary = append(summary, fmt.Sprintf("%d %s", counts[st], st))
+		}
+	}
+	title := fmt.Sprintf("Workflow %d", id)
+	s.render(w, r, http.StatusOK, "workflow", title, "tasks", struct {
+		Workflow *queue.WorkflowInfo
+		Levels   [][]workflowNode
+		Summary  string
+	}{wf, levels, strings.Join(summary, ", ")})
 }
 
 func (s *Server) locksPage(w http.ResponseWriter, r *http.Request) {

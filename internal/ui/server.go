@@ -112,6 +112,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /{$}", s.queuesPage)
 	mux.HandleFunc("GET /tasks", s.tasksPage)
 	mux.HandleFunc("GET /tasks/{id}", s.taskPage)
+	mux.HandleFunc("GET /workflows/{id}", s.workflowPage)
 	mux.HandleFunc("GET /failed", s.failedPage)
 	mux.HandleFunc("GET /locks", s.locksPage)
 	mux.HandleFunc("GET /enqueue", s.enqueuePage)
