@@ -36,10 +36,12 @@ func (w *Worker) Stop(ctx context.Context) error {
 // StopAndCancel shuts the worker down without the grace period: claiming
 // stops and every running handler's context is cancelled at once
 // (context.Cause is a shutdown). A task whose handler then returns nil is
-// completed; any other ending (an error, a timeout, a panic...) counts as
-// the shutdown's, not the task's: the task goes back to pending with its
-// attempt given back and its place in line (run_at) kept, and its history
-// records a shutdown entry. A handler that ignores its context is
+// completed; one that returns an error (its context's, or any other)
+// counts as the shutdown's, not the task's: the task goes back to pending
+// with its attempt given back and its place in line (run_at) kept, and its
+// history records a shutdown entry. A Snooze or Cancel it returns stands;
+// a panic is recorded as a panic, a bug of the handler's own (OnPanic
+// decides). A handler that ignores its context is
 // abandoned after Config.AbandonAfter, its task handed back the same way
 // (the goroutine is left to end on its own: it may still be running when
 // the task runs again elsewhere). It returns once Run has returned, or
