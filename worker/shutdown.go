@@ -78,6 +78,10 @@ func (w *Worker) shutdown() {
 	}()
 	grace := time.NewTimer(w.cfg.ShutdownGrace)
 	defer grace.Stop()
+	if n := len(w.inflightSnapshot()); n > 0 {
+		w.log.Info("skiplock: shutting down; waiting for running tasks (StopAndCancel, or a second signal to worker.Run, cancels them)",
+			"count", n, "grace", w.cfg.ShutdownGrace)
+	}
 	select {
 	case <-done:
 		return

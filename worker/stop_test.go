@@ -3,6 +3,11 @@ package worker_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -135,5 +140,66 @@ func TestStopGraceful(t *testing.T) {
 	}
 	if task := b.get(t, later); task.Status != queue.StatusPending || task.Attempt != 0 {
 		t.Errorf("Run after Stop ran task %d: %s, attempt %d", later, task.Status, task.Attempt)
+	}
+}
+
+// TestRunSignals runs worker.Run in a child process (this test binary): the
+// first SIGINT starts a graceful shutdown, whose default grace (30s) the
+// blocked handler would outlast; the second cancels it, and the process
+// exits with its task handed back.
+func TestRunSignals(t *testing.T) {
+	if os.Getenv("SKIPLOCK_RUN_CHILD") != "" {
+		err := worker.Run(worker.Handlers{"block": func(ctx context.Context, _ *worker.Task) error {
+			<-ctx.Done()
+			return ctx.Err()
+		}})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	t.Parallel()
+	b := setup(t)
+	id := b.enqueue(t, "block", nil)
+
+	cfg := b.pool.Config().ConnConfig
+	url := fmt.Sprintf("postgres://%s@%s/%s?search_path=%s", cfg.User, net.JoinHostPort(cfg.Host, fmt.Sprint(cfg.Port)), cfg.Database, b.schema)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestRunSignals$")
+	cmd.Env = append(os.Environ(), "SKIPLOCK_RUN_CHILD=1", "DATABASE_URL="+url)
+	stderr := &syncBuffer{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+
+	waitFor(t, 5*time.Second, "the task running in the child", func() bool { return b.count(t, "status = 'running'") == 1 })
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	// The graceful shutdown waits for the blocked handler: the process
+	// lives on until the second signal.
+	waitFor(t, time.Second, "the child's graceful shutdown", func() bool { return strings.Contains(stderr.String(), "shutting down; waiting for running tasks") })
+	select {
+	case err := <-exited:
+		t.Fatalf("the child exited on the first signal, with the grace not over: %v\n%s", err, stderr.String())
+	default:
+	}
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("child: %v\n%s", err, stderr.String())
+		}
+	case <-time.After(pgtest.Patient(5 * time.Second)):
+		t.Fatal("the child did not exit after the second signal")
+	}
+	task := b.get(t, id)
+	if task.Status != queue.StatusPending || task.Attempt != 0 || task.Errors[len(task.Errors)-1].Outcome != "shutdown" {
+		t.Errorf("task %s, attempt %d, history %+v; want pending, 0, shutdown", task.Status, task.Attempt, task.Errors)
 	}
 }
