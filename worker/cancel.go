@@ -46,28 +46,22 @@ type cancelPoller struct {
 	cancel   func(ids []int64)
 }
 
-func (p *cancelPoller) run(ctx context.Context) {
-	tick := time.NewTicker(p.interval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		running := p.running()
-		if len(running) == 0 {
-			continue
-		}
-		ids := make([]int64, len(running))
-		for i, e := range running {
-			ids[i] = e.task.ID
-		}
-		qctx, cancel := context.WithTimeout(ctx, max(p.interval, 5*time.Second))
-		cancelled, err := p.queries.TaskCancelRequested(qctx, p.pool, ids)
-		cancel()
-		if err == nil && len(cancelled) > 0 {
-			p.cancel(cancelled)
-		}
+func (p *cancelPoller) run(ctx context.Context) { every(ctx, p.interval, p.poll) }
+
+// poll asks once which running tasks have a cancel request.
+func (p *cancelPoller) poll(ctx context.Context) {
+	running := p.running()
+	if len(running) == 0 {
+		return
+	}
+	ids := make([]int64, len(running))
+	for i, e := range running {
+		ids[i] = e.task.ID
+	}
+	qctx, cancel := context.WithTimeout(ctx, max(p.interval, 5*time.Second))
+	cancelled, err := p.queries.TaskCancelRequested(qctx, p.pool, ids)
+	cancel()
+	if err == nil && len(cancelled) > 0 {
+		p.cancel(cancelled)
 	}
 }

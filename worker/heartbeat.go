@@ -80,18 +80,11 @@ type rowHeartbeat struct {
 }
 
 func (h *rowHeartbeat) run(ctx context.Context) {
-	tick := time.NewTicker(h.every)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	every(ctx, h.every, func(ctx context.Context) {
 		if err := h.beat(ctx); err != nil && ctx.Err() == nil {
 			h.log.Warn("skiplock: worker heartbeat", "error", err)
 		}
-	}
+	})
 }
 
 // beat writes the heartbeat once.

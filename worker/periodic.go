@@ -180,25 +180,21 @@ func (s *scheduler) run(ctx context.Context) {
 	if len(s.schedules) == 0 {
 		return
 	}
-	tick := time.NewTicker(s.every)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
+	every(ctx, s.every, s.pass)
+}
+
+// pass enqueues the ticks that came due, if this worker leads.
+func (s *scheduler) pass(ctx context.Context) {
+	if !s.lead(ctx) {
+		return
+	}
+	for _, sc := range s.schedules {
+		if err := s.scheduleOne(ctx, sc); err != nil && ctx.Err() == nil {
+			s.log.Warn("skiplock: enqueueing a periodic task", "schedule", sc.ID, "error", err)
 		}
-		if !s.lead(ctx) {
-			continue
-		}
-		for _, sc := range s.schedules {
-			if err := s.scheduleOne(ctx, sc); err != nil && ctx.Err() == nil {
-				s.log.Warn("skiplock: enqueueing a periodic task", "schedule", sc.ID, "error", err)
-			}
-		}
-		if s.passed != nil {
-			s.passed()
-		}
+	}
+	if s.passed != nil {
+		s.passed()
 	}
 }
 

@@ -28,14 +28,7 @@ type rescuer struct {
 }
 
 func (r *rescuer) run(ctx context.Context) {
-	tick := time.NewTicker(r.interval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	every(ctx, r.interval, func(ctx context.Context) {
 		if r.elector.lead(ctx) {
 			r.beforeRescue(ctx)
 			r.rescue(ctx)
@@ -43,7 +36,7 @@ func (r *rescuer) run(ctx context.Context) {
 				r.passed()
 			}
 		}
-	}
+	})
 }
 
 // rescue is one pass.
