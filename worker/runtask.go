@@ -30,12 +30,12 @@ type RunResult struct {
 	Task *queue.Task
 }
 
-// RunTask runs one attempt of the pending task id in the calling goroutine's
-// stead and returns once its outcome is written, as Run would have run it:
-// claimed (its attempt counted, this worker recorded), its handler from
-// handlers wrapped in Config.Middleware, timed out, its error or panic
-// given to Config.OnError or Config.OnPanic, retried, snoozed, failed or
-// cancelled by the same rules. It ignores the task's run time, a paused
+// RunTask runs one attempt of the pending task id now and returns once its
+// outcome is written, as Run would have run it: claimed (its attempt
+// counted, this worker recorded), its handler from handlers wrapped in
+// Config.Middleware, timed out, its error or panic given to Config.OnError
+// or Config.OnPanic, then retried, snoozed, failed or cancelled by the same
+// rules, in the same statement. It ignores the task's run time, a paused
 // queue and rate limits: it is for tests (package worker/skiplocktest) and
 // for running one task by hand.
 //
@@ -43,11 +43,18 @@ type RunResult struct {
 // renewed while the handler runs, whatever Config.Mode, so a running
 // worker's rescuer takes the task back only if this process stops renewing
 // it. The handler's context is cancelled when ctx is (an error outcome,
-// retried); it does not carry ctx's values, as a worker's handlers do not. A task that does not exist returns an error
-// wrapping queue.ErrNotFound; one that is not pending, ErrNotPending.
+// retried; a handler that ignores it is abandoned after AbandonAfter); it
+// does not carry ctx's values, as a worker's handlers do not. A task that
+// does not exist returns an error wrapping queue.ErrNotFound; one that is
+// not pending, ErrNotPending; no handlers at all, ErrNoHandlers, with the
+// task left alone (a task whose name has no handler among others fails for
+// good, as under Run).
 func (w *Worker) RunTask(ctx context.Context, handlers Handlers, id int64) (*RunResult, error) {
 	if w.cfgErr != nil {
 		return nil, w.cfgErr
+	}
+	if len(handlers) == 0 {
+		return nil, ErrNoHandlers
 	}
 	row, err := w.queries.TaskClaimByID(ctx, w.pool, db.TaskClaimByIDParams{
 		WorkerID: w.cfg.WorkerID, LeaseMs: w.cfg.LeaseDuration.Milliseconds(), ID: id,
@@ -69,7 +76,7 @@ func (w *Worker) RunTask(ctx context.Context, handlers Handlers, id int64) (*Run
 	e := w.newExecution(db.TaskClaimRow(row), 0, nil)
 	// The caller's cancellation reaches the handler, as an error of the
 	// attempt (cause context.Canceled).
-	stopWatch := context.AfterFunc(ctx, func() { e.cancel(context.Cause(ctx)) })
+	stopWatch := context.AfterFunc(ctx, func() { w.cancelExecution(e, context.Cause(ctx)) })
 	defer stopWatch()
 	type settlement struct {
 		f   finish

@@ -314,6 +314,10 @@ func TestWork(t *testing.T) {
 	r.fails(t, "failed task", fmt.Sprintf("working task %d", flaky), "not pending", "failed")
 	skiplocktest.Work(ctx, r, w, handlers, 1<<40)
 	r.fails(t, "no such task", "not found")
+	pending := enqueue("ok")
+	skiplocktest.Work(ctx, r, w, nil, pending)
+	r.fails(t, "no handlers", "at least one handler")
+	skiplocktest.RequireEnqueued(t, b.pool, "ok", &skiplocktest.Want{Status: queue.StatusPending})
 }
 
 // TestWorkBesideRunningWorker: a task run by RunTask is guarded by a lease
@@ -474,5 +478,26 @@ func TestWorkReleasesDependents(t *testing.T) {
 	skiplocktest.RequireEnqueued(t, b.pool, "load", &skiplocktest.Want{Status: queue.StatusPending})
 	if res := skiplocktest.Work(ctx, t, w, handlers, second); res.Status != queue.StatusCompleted {
 		t.Errorf("released task: %s, want completed", res.Status)
+	}
+}
+
+// TestWorkCallerCancels: cancelling Work's context cancels the handler's;
+// the attempt is an error, retried.
+func TestWorkCallerCancels(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id, err := b.q.Enqueue(context.Background(), "wait", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	w := worker.New(b.pool, worker.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), TaskTimeout: -1})
+	res := skiplocktest.Work(ctx, t, w, worker.Handlers{"wait": func(hctx context.Context, _ *worker.Task) error {
+		cancel()
+		<-hctx.Done()
+		return hctx.Err()
+	}}, id)
+	if res.Outcome != worker.OutcomeError || res.Status != queue.StatusPending || res.Task.Attempt != 1 || !strings.Contains(res.Error, "context canceled") {
+		t.Errorf("outcome %q, status %s, attempt %d, error %q; want error, pending, 1, context canceled", res.Outcome, res.Status, res.Task.Attempt, res.Error)
 	}
 }
