@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -377,4 +378,56 @@ func TestWorkflowKilledBetweenCompletionAndRelease(t *testing.T) {
 	}
 	task := b.get(t, first)
 	t.Logf("first completed on attempt %d, history %+v", task.Attempt, task.Errors)
+}
+
+// Many fan-ins that share their dependencies' outcome writes, run by two
+// workers: batches of completions release dependents in every order, and
+// two batches can wait for each other's dependents (a deadlock PostgreSQL
+// breaks by aborting one; the completer writes it again). Every task
+// completes, each once, none before its dependencies.
+func TestWorkflowManyFanIns(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	const workflows, width = 10, 40
+	for w := range workflows {
+		wf := queue.Workflow{Name: fmt.Sprint("wf", w)}
+		var leaves []string
+		for i := range width {
+			leaves = append(leaves, fmt.Sprint("leaf", i))
+			wf.Steps = append(wf.Steps, queue.Step{Name: fmt.Sprint("leaf", i), Task: "leaf"})
+		}
+		// Two fan-ins over the same leaves, in opposite orders.
+		wf.Steps = append(wf.Steps, queue.Step{Name: "in1", Task: "in", DependsOn: leaves})
+		slices.Reverse(leaves)
+		wf.Steps = append(wf.Steps, queue.Step{Name: "in2", Task: "in", DependsOn: leaves})
+		wf.Steps = append(wf.Steps, queue.Step{Name: "end", DependsOn: []string{"in1", "in2"}})
+		if _, err := b.client.EnqueueWorkflow(ctx, wf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var runs sync.Map
+	h := func(ctx context.Context, t *worker.Task) error {
+		n, _ := runs.LoadOrStore(t.ID, new(atomic.Int64))
+		n.(*atomic.Int64).Add(1)
+		return nil
+	}
+	handlers := worker.Handlers{"leaf": h, "in": h, "end": h}
+	start(t, pgtest.NewPool(t, b.schema), worker.Config{}, handlers)
+	start(t, pgtest.NewPool(t, b.schema), worker.Config{}, handlers)
+	total := workflows * (width + 3)
+	waitFor(t, 20*time.Second, "every task completed", func() bool { return b.count(t, "status = 'completed'") == total })
+	runs.Range(func(id, n any) bool {
+		if c := n.(*atomic.Int64).Load(); c != 1 {
+			t.Errorf("task %d ran %d times", id, c)
+		}
+		return true
+	})
+	if n := b.count(t, `EXISTS (SELECT 1 FROM skiplock_tasks AS p
+		WHERE p.id = ANY(skiplock_tasks.depends_on) AND p.finished_at > skiplock_tasks.started_at)`); n != 0 {
+		t.Fatalf("%d tasks started before a dependency finished", n)
+	}
+	if n := b.count(t, "deps_pending <> 0"); n != 0 {
+		t.Fatalf("%d tasks still count unfinished dependencies", n)
+	}
 }
