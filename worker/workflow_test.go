@@ -431,3 +431,38 @@ func TestWorkflowManyFanIns(t *testing.T) {
 		t.Fatalf("%d tasks still count unfinished dependencies", n)
 	}
 }
+
+// A chain a thousand tasks long is cancelled from its head and put back by
+// a requeue: the cascade walks it level by level (migration 8's recursion
+// ran out of PostgreSQL's stack here).
+func TestWorkflowLongChain(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	const n = 1000
+	wf := queue.Workflow{Steps: []queue.Step{{Name: "s0", Task: "step"}}}
+	for i := 1; i < n; i++ {
+		wf.Steps = append(wf.Steps, queue.Step{Name: fmt.Sprint("s", i), Task: "step", DependsOn: []string{fmt.Sprint("s", i-1)}})
+	}
+	enq, err := b.client.EnqueueWorkflow(ctx, wf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := enq.Tasks["s0"]
+	if _, err := b.client.Cancel(ctx, queue.CancelRequest{IDs: []int64{head}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.count(t, "status = 'cancelled'"); got != n {
+		t.Fatalf("%d of %d tasks cancelled", got, n)
+	}
+	last := b.get(t, enq.Tasks[fmt.Sprint("s", n-1)])
+	if want := fmt.Sprintf("dependency %d (step) was cancelled", enq.Tasks[fmt.Sprint("s", n-2)]); last.Errors[0].Error != want {
+		t.Fatalf("the last task's reason: %q, want %q", last.Errors[0].Error, want)
+	}
+	if _, err := b.client.Requeue(ctx, queue.RequeueRequest{IDs: []int64{head}, Filter: queue.Filter{Statuses: []queue.Status{queue.StatusCancelled}}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.count(t, "status = 'waiting'"); got != n-1 {
+		t.Fatalf("%d of %d tasks waiting again after the requeue", got, n-1)
+	}
+}
