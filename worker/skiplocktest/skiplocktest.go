@@ -6,14 +6,18 @@
 //	func TestSignup(t *testing.T) {
 //		pool := skiplocktest.Schema(t, os.Getenv("TEST_DATABASE_URL"))
 //		tx, _ := pool.Begin(ctx)
-//		defer tx.Rollback(ctx)
 //		if err := app.Signup(ctx, tx, "ada@example.com"); err != nil { // enqueues email.send in tx
 //			t.Fatal(err)
 //		}
 //		task := skiplocktest.RequireEnqueued(t, tx, "email.send", &skiplocktest.Want{
 //			Payload: map[string]any{"to": "ada@example.com"}, Queue: "mail",
 //		})
-//		...
+//		tx.Commit(ctx)
+//		// One attempt, through the Config's middleware, hooks and retry rules.
+//		res := skiplocktest.Work(ctx, t, worker.New(pool, appConfig), app.Handlers(), task.ID)
+//		if res.Status != queue.StatusCompleted {
+//			t.Fatalf("%s: %s", res.Outcome, res.Error)
+//		}
 //	}
 //
 // The assertions take a TB, which *testing.T and *testing.B satisfy, and
