@@ -24,6 +24,15 @@ import (
 // its work anyway completes its task.
 func TestStopAndCancel(t *testing.T) {
 	t.Parallel()
+	for _, mode := range []worker.Mode{worker.ModeAdvisory, worker.ModeLease} {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			testStopAndCancel(t, mode)
+		})
+	}
+}
+
+func testStopAndCancel(t *testing.T, mode worker.Mode) {
 	ctx := context.Background()
 	b := setup(t)
 
@@ -47,7 +56,7 @@ func TestStopAndCancel(t *testing.T) {
 			return nil // its work was done
 		},
 	}
-	w, _ := start(t, pgtest.NewPool(t, b.schema), worker.Config{ShutdownGrace: time.Hour, AbandonAfter: 200 * time.Millisecond}, handlers)
+	w, _ := start(t, pgtest.NewPool(t, b.schema), worker.Config{Mode: mode, ShutdownGrace: time.Hour, AbandonAfter: 200 * time.Millisecond}, handlers)
 
 	var ids []int64
 	for _, name := range []string{"block", "block", "block", "stubborn", "finisher"} {
@@ -94,8 +103,8 @@ func TestStopAndCancel(t *testing.T) {
 
 	// Another worker runs them: max attempts 1, and still their first.
 	done := func(context.Context, *worker.Task) error { return nil }
-	start(t, pgtest.NewPool(t, b.schema), worker.Config{}, worker.Handlers{"block": done, "stubborn": done, "finisher": done})
-	waitFor(t, time.Second, "the handed-back tasks completed elsewhere", func() bool {
+	start(t, pgtest.NewPool(t, b.schema), worker.Config{Mode: mode}, worker.Handlers{"block": done, "stubborn": done, "finisher": done})
+	waitFor(t, 2*time.Second, "the handed-back tasks completed elsewhere", func() bool {
 		return b.count(t, "status = 'completed' AND attempt = 1") == len(ids)
 	})
 }
