@@ -15,6 +15,14 @@ type SkiplockLeader struct {
 	ExpiresAt time.Time
 }
 
+type SkiplockLimit struct {
+	Kind       string
+	Target     string
+	MaxRunning int32
+	Pattern    *string
+	UpdatedAt  time.Time
+}
+
 type SkiplockPeriodic struct {
 	Schedule  string
 	LastTick  time.Time
@@ -67,6 +75,7 @@ type SkiplockTask struct {
 	Dependents        []int64
 	DepsPending       *int32
 	DependencyFailure *string
+	LimitKey          *string
 }
 
 type SkiplockWorker struct {

@@ -22,7 +22,8 @@ SET status = 'running',
 WHERE t.id = $3::bigint
   AND t.status = 'pending'
 RETURNING t.id, t.queue, t.name, t.payload, t.metadata, t.priority, t.attempt,
-          t.max_attempts, t.timeout_ms, t.run_at, t.created_at, t.started_at
+          t.max_attempts, t.timeout_ms, t.run_at, t.created_at, t.started_at,
+          '{}'::integer[] AS limit_locks
 `
 
 type TaskClaimByIDParams struct {
@@ -44,6 +45,7 @@ type TaskClaimByIDRow struct {
 	RunAt       time.Time
 	CreatedAt   time.Time
 	StartedAt   *time.Time
+	LimitLocks  []int32
 }
 
 // Claims one named pending task for Worker.RunTask, whatever its run time,
@@ -68,6 +70,7 @@ func (q *Queries) TaskClaimByID(ctx context.Context, db DBTX, arg TaskClaimByIDP
 		&i.RunAt,
 		&i.CreatedAt,
 		&i.StartedAt,
+		&i.LimitLocks,
 	)
 	return i, err
 }

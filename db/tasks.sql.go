@@ -70,27 +70,55 @@ func (q *Queries) TaskCancelRequested(ctx context.Context, db DBTX, ids []int64)
 
 const taskClaim = `-- name: TaskClaim :many
 WITH released AS MATERIALIZED (
-    SELECT count(*) FILTER (WHERE pg_advisory_unlock($3::integer, u.id::bit(32)::integer)) AS n
-    FROM unnest($4::bigint[]) AS u(id)
+    SELECT (SELECT count(*) FILTER (WHERE pg_advisory_unlock($3::integer, u.id::bit(32)::integer))
+            FROM unnest($4::bigint[]) AS u(id))
+         + (SELECT count(*) FILTER (WHERE pg_advisory_unlock($5::integer, k.key))
+            FROM unnest($6::integer[]) AS k(key)) AS n
 ), open AS MATERIALIZED (
     SELECT NOT EXISTS (
-        SELECT 1 FROM skiplock_queues AS q WHERE q.name = $5::text AND q.paused_at IS NOT NULL
+        SELECT 1 FROM skiplock_queues AS q WHERE q.name = $7::text AND q.paused_at IS NOT NULL
     ) AND (SELECT n FROM released) >= 0 AS ok
+), any_limits AS MATERIALIZED (
+    SELECT EXISTS (SELECT 1 FROM skiplock_limits) AS yes
+), full_scopes AS MATERIALIZED (
+    -- Scopes already at their limit by the running rows of this snapshot:
+    -- their tasks are left out of the batch rather than filling it only to
+    -- be refused, which would starve the rest of the queue behind them. A
+    -- hint, not the guarantee (slots and counts below are): a dead
+    -- worker's tasks count here until the rescuer returns them.
+    SELECT c.kind, c.val
+    FROM (
+        SELECT m.kind, m.target, m.max_running,
+               CASE m.kind WHEN 'queue' THEN r.queue WHEN 'name' THEN r.name ELSE r.limit_key END AS val,
+               count(*) AS running
+        FROM skiplock_tasks AS r
+        JOIN skiplock_limits AS m
+          ON (m.kind = 'queue' AND m.target = $7::text AND r.queue = m.target)
+          OR (m.kind = 'name' AND r.name = m.target)
+          OR (m.kind = 'key' AND r.limit_key LIKE m.pattern)
+        WHERE r.status = 'running'
+          AND (SELECT yes FROM any_limits)
+        GROUP BY 1, 2, 3, 4
+    ) AS c
+    WHERE c.running >= c.max_running
 ), picked AS MATERIALIZED (
-    SELECT p.id, p.exclusive_key
+    SELECT p.id, p.exclusive_key, p.name, p.limit_key, p.priority, p.run_at
     FROM skiplock_tasks AS p
     WHERE p.status = 'pending'
-      AND p.queue = $5::text
+      AND p.queue = $7::text
       AND p.run_at <= now()
       AND (SELECT ok FROM open)
-      AND (NOT $6::boolean
-           OR (p.priority, p.run_at, p.id) > ($7::smallint, $8::timestamptz, $9::bigint))
-      AND (cardinality($10::text[]) = 0 OR p.name = ANY($10::text[]))
-      AND NOT (p.name = ANY($11::text[]))
+      AND (NOT $8::boolean
+           OR (p.priority, p.run_at, p.id) > ($9::smallint, $10::timestamptz, $11::bigint))
+      AND (cardinality($12::text[]) = 0 OR p.name = ANY($12::text[]))
+      AND NOT (p.name = ANY($13::text[]))
       AND (p.exclusive_key IS NULL OR NOT EXISTS (
           SELECT 1 FROM skiplock_tasks AS r WHERE r.exclusive_key = p.exclusive_key AND r.status = 'running'))
+      AND NOT EXISTS (SELECT 1 FROM full_scopes AS f WHERE f.kind = 'queue')
+      AND p.name NOT IN (SELECT f.val FROM full_scopes AS f WHERE f.kind = 'name')
+      AND (p.limit_key IS NULL OR p.limit_key NOT IN (SELECT f.val FROM full_scopes AS f WHERE f.kind = 'key'))
     ORDER BY p.priority, p.run_at, p.id
-    LIMIT $12::integer
+    LIMIT $14::integer
     FOR UPDATE SKIP LOCKED
 ), one_per_key AS MATERIALIZED (
     SELECT DISTINCT ON (coalesce(k.exclusive_key, k.id::text)) k.id, k.exclusive_key
@@ -100,14 +128,72 @@ WITH released AS MATERIALIZED (
     SELECT e.id
     FROM one_per_key AS e
     WHERE e.exclusive_key IS NULL
-       OR pg_try_advisory_xact_lock(hashtextextended(e.exclusive_key, $13::bigint))
+       OR pg_try_advisory_xact_lock(hashtextextended(e.exclusive_key, $15::bigint))
+), bound AS MATERIALIZED (
+    SELECT x.id, p.priority, p.run_at, m.kind, m.max_running,
+           CASE m.kind WHEN 'queue' THEN $7::text WHEN 'name' THEN p.name ELSE p.limit_key END AS val,
+           m.kind || ':' || m.target || CASE WHEN m.kind = 'key' THEN ':' || p.limit_key ELSE '' END AS scope
+    FROM exclusive_ok AS x
+    JOIN picked AS p ON p.id = x.id
+    JOIN skiplock_limits AS m
+      ON (m.kind = 'queue' AND m.target = $7::text)
+      OR (m.kind = 'name' AND m.target = p.name)
+      OR (m.kind = 'key' AND p.limit_key LIKE m.pattern)
+    WHERE (SELECT yes FROM any_limits)
+), scopes AS MATERIALIZED (
+    SELECT b.scope, b.kind, b.val, min(b.max_running) AS max_running, count(*) AS want,
+           floor(random() * min(b.max_running))::bigint AS start
+    FROM bound AS b
+    GROUP BY b.scope, b.kind, b.val
+), ranked AS MATERIALIZED (
+    SELECT b.id, b.scope, row_number() OVER (PARTITION BY b.scope ORDER BY b.priority, b.run_at, b.id) AS n
+    FROM bound AS b
+), slots AS MATERIALIZED (
+    SELECT s.scope, g.key, row_number() OVER (PARTITION BY s.scope) AS n
+    FROM scopes AS s
+    CROSS JOIN LATERAL (
+        SELECT c.key
+        FROM (SELECT ((hashtext(s.scope)::bigint + (s.start + i) % s.max_running)::bit(32))::integer AS key
+              FROM (SELECT generate_series(0::bigint, s.max_running - 1) AS i) AS series) AS c
+        -- CASE, unlike AND, fixes the order: the planner puts cheaper
+        -- quals first, and a lock tried before the check would be taken
+        -- a second time.
+        WHERE CASE WHEN c.key = ANY($16::integer[]) THEN false
+                   ELSE pg_try_advisory_lock($5::integer, c.key) END
+        LIMIT s.want
+    ) AS g
+    WHERE $2::bigint <= 0
+), counted AS MATERIALIZED (
+    SELECT s.scope, s.max_running,
+           (SELECT count(*) FROM skiplock_tasks AS r
+            WHERE r.status = 'running'
+              AND CASE s.kind WHEN 'queue' THEN r.queue = s.val WHEN 'name' THEN r.name = s.val
+                              ELSE r.limit_key = s.val END) AS running
+    FROM scopes AS s
+    WHERE $2::bigint > 0 AND $17::boolean
+), verdict AS MATERIALIZED (
+    SELECT r.id,
+           bool_and(CASE WHEN $2::bigint > 0 THEN coalesce(c.running + r.n <= c.max_running, false)
+                         ELSE g.key IS NOT NULL END) AS ok,
+           coalesce(array_agg(g.key) FILTER (WHERE g.key IS NOT NULL), '{}')::integer[] AS keys
+    FROM ranked AS r
+    LEFT JOIN slots AS g ON g.scope = r.scope AND g.n = r.n
+    LEFT JOIN counted AS c ON c.scope = r.scope
+    GROUP BY r.id
 ), locked AS MATERIALIZED (
     -- Lease mode (lease_ms > 0) guards tasks with locked_until instead of
     -- an advisory lock. CASE, unlike OR, fixes the order of evaluation.
-    SELECT x.id
+    SELECT x.id, coalesce(v.keys, '{}')::integer[] AS limit_locks
     FROM exclusive_ok AS x
-    WHERE CASE WHEN $2::bigint > 0 THEN true
+    LEFT JOIN verdict AS v ON v.id = x.id
+    WHERE CASE WHEN v.ok IS FALSE THEN false
+               WHEN $2::bigint > 0 THEN true
                ELSE pg_try_advisory_lock($3::integer, x.id::bit(32)::integer) END
+), surplus AS MATERIALIZED (
+    SELECT count(*) FILTER (WHERE pg_advisory_unlock($5::integer, g.key)) AS n
+    FROM slots AS g
+    JOIN ranked AS r ON r.scope = g.scope AND r.n = g.n
+    WHERE NOT EXISTS (SELECT 1 FROM locked AS l WHERE l.id = r.id)
 )
 UPDATE skiplock_tasks AS t
 SET status = 'running',
@@ -118,24 +204,29 @@ SET status = 'running',
     locked_until = CASE WHEN $2::bigint > 0 THEN now() + interval '1 millisecond' * $2::bigint END
 FROM locked
 WHERE t.id = locked.id
+  AND (SELECT n FROM surplus) >= 0
 RETURNING t.id, t.queue, t.name, t.payload, t.metadata, t.priority, t.attempt,
-          t.max_attempts, t.timeout_ms, t.run_at, t.created_at, t.started_at
+          t.max_attempts, t.timeout_ms, t.run_at, t.created_at, t.started_at, locked.limit_locks
 `
 
 type TaskClaimParams struct {
-	WorkerID      string
-	LeaseMs       int64
-	LockClass     int32
-	UnlockIds     []int64
-	Queue         string
-	UseAfter      bool
-	AfterPriority int16
-	AfterRunAt    time.Time
-	AfterID       int64
-	OnlyNames     []string
-	SkipNames     []string
-	Max           int32
-	ExclusiveSeed int64
+	WorkerID         string
+	LeaseMs          int64
+	LockClass        int32
+	UnlockIds        []int64
+	LimitClass       int32
+	UnlockLimitLocks []int32
+	Queue            string
+	UseAfter         bool
+	AfterPriority    int16
+	AfterRunAt       time.Time
+	AfterID          int64
+	OnlyNames        []string
+	SkipNames        []string
+	Max              int32
+	ExclusiveSeed    int64
+	HeldLimitLocks   []int32
+	LimitsLocked     bool
 }
 
 type TaskClaimRow struct {
@@ -151,6 +242,7 @@ type TaskClaimRow struct {
 	RunAt       time.Time
 	CreatedAt   time.Time
 	StartedAt   *time.Time
+	LimitLocks  []int32
 }
 
 // Advisory lock keys use the two-int form (lock_class, low 32 bits of the
@@ -180,14 +272,37 @@ type TaskClaimRow struct {
 // use the cursor).
 //
 // It also releases the locks of tasks whose outcomes were just written
-// (unlock_ids), saving the lock session a round trip: "released" is
-// evaluated, before anything is picked, as part of "open".
+// (unlock_ids, and their limit slots, unlock_limit_locks), saving the lock
+// session a round trip: "released" is evaluated, before anything is picked,
+// as part of "open".
+//
+// Concurrency limits (skiplock_limits; see migration 10): while the table is
+// empty, "bound" is empty and the rest is the claim above. Otherwise each
+// picked row falls under a scope per limit that matches it (its queue's,
+// its name's, and one per key pattern that its limit_key matches, per key),
+// and is taken only if it gets a place in every scope:
+//   - advisory mode: one of max_running slot locks per scope, session-level
+//     advisory locks (limit_class, hash(scope) + slot) held on the lock
+//     session until the task's lock is released. Slots this session holds
+//     already (held_limit_locks) are not tried again: a session may take a
+//     lock it holds a second time. Tries start at a random slot, so that
+//     a limit set high costs about one try per row.
+//   - lease mode: running rows of the scope plus the row's rank in it must
+//     not pass max_running, counted under transaction locks on the limits
+//     that a previous statement of the same transaction took
+//     (LimitLockForClaim; limits_locked). Without them, limited rows are
+//     left alone.
+//
+// Slots of rows that end up not taken are released before the statement
+// ends ("surplus").
 func (q *Queries) TaskClaim(ctx context.Context, db DBTX, arg TaskClaimParams) ([]TaskClaimRow, error) {
 	rows, err := db.Query(ctx, taskClaim,
 		arg.WorkerID,
 		arg.LeaseMs,
 		arg.LockClass,
 		arg.UnlockIds,
+		arg.LimitClass,
+		arg.UnlockLimitLocks,
 		arg.Queue,
 		arg.UseAfter,
 		arg.AfterPriority,
@@ -197,6 +312,8 @@ func (q *Queries) TaskClaim(ctx context.Context, db DBTX, arg TaskClaimParams) (
 		arg.SkipNames,
 		arg.Max,
 		arg.ExclusiveSeed,
+		arg.HeldLimitLocks,
+		arg.LimitsLocked,
 	)
 	if err != nil {
 		return nil, err
@@ -218,6 +335,7 @@ func (q *Queries) TaskClaim(ctx context.Context, db DBTX, arg TaskClaimParams) (
 			&i.RunAt,
 			&i.CreatedAt,
 			&i.StartedAt,
+			&i.LimitLocks,
 		); err != nil {
 			return nil, err
 		}
@@ -314,7 +432,7 @@ func (q *Queries) TaskFinishMany(ctx context.Context, db DBTX, arg TaskFinishMan
 }
 
 const taskGet = `-- name: TaskGet :one
-SELECT id, queue, name, payload, metadata, status, priority, run_at, attempt, max_attempts, timeout_ms, errors, worker_id, created_at, started_at, finished_at, unique_key, unique_window_key, exclusive_key, cancel_requested_at, locked_until, output, workflow_id, depends_on, dependents, deps_pending, dependency_failure FROM skiplock_tasks WHERE id = $1::bigint
+SELECT id, queue, name, payload, metadata, status, priority, run_at, attempt, max_attempts, timeout_ms, errors, worker_id, created_at, started_at, finished_at, unique_key, unique_window_key, exclusive_key, cancel_requested_at, locked_until, output, workflow_id, depends_on, dependents, deps_pending, dependency_failure, limit_key FROM skiplock_tasks WHERE id = $1::bigint
 `
 
 func (q *Queries) TaskGet(ctx context.Context, db DBTX, id int64) (SkiplockTask, error) {
@@ -348,17 +466,19 @@ func (q *Queries) TaskGet(ctx context.Context, db DBTX, id int64) (SkiplockTask,
 		&i.Dependents,
 		&i.DepsPending,
 		&i.DependencyFailure,
+		&i.LimitKey,
 	)
 	return i, err
 }
 
 const taskInsertMany = `-- name: TaskInsertMany :many
 INSERT INTO skiplock_tasks (queue, name, payload, metadata, priority, run_at, max_attempts, timeout_ms,
-                            unique_key, unique_window_key, exclusive_key)
+                            unique_key, unique_window_key, exclusive_key, limit_key)
 SELECT u.queue, u.name, u.payload, u.metadata, u.priority,
        CASE WHEN u.run_at = 'epoch' THEN now() + u.delay_ms * interval '1 millisecond' ELSE u.run_at END,
        u.max_attempts, nullif(u.timeout_ms, 0),
-       nullif(u.unique_key, ''), nullif(u.unique_window_key, ''), nullif(u.exclusive_key, '')
+       nullif(u.unique_key, ''), nullif(u.unique_window_key, ''), nullif(u.exclusive_key, ''),
+       nullif(u.limit_key, '')
 FROM (
     SELECT unnest($1::text[])             AS queue,
            unnest($2::text[])              AS name,
@@ -371,7 +491,8 @@ FROM (
            unnest($9::bigint[])       AS timeout_ms,
            unnest($10::text[])        AS unique_key,
            unnest($11::text[]) AS unique_window_key,
-           unnest($12::text[])     AS exclusive_key
+           unnest($12::text[])     AS exclusive_key,
+           unnest($13::text[])         AS limit_key
 ) AS u
 ON CONFLICT DO NOTHING
 RETURNING id, coalesce(unique_key, '')::text AS unique_key, coalesce(unique_window_key, '')::text AS unique_window_key
@@ -390,6 +511,7 @@ type TaskInsertManyParams struct {
 	UniqueKeys       []string
 	UniqueWindowKeys []string
 	ExclusiveKeys    []string
+	LimitKeys        []string
 }
 
 type TaskInsertManyRow struct {
@@ -418,6 +540,7 @@ func (q *Queries) TaskInsertMany(ctx context.Context, db DBTX, arg TaskInsertMan
 		arg.UniqueKeys,
 		arg.UniqueWindowKeys,
 		arg.ExclusiveKeys,
+		arg.LimitKeys,
 	)
 	if err != nil {
 		return nil, err
@@ -605,19 +728,28 @@ func (q *Queries) TaskUniqueHolders(ctx context.Context, db DBTX, arg TaskUnique
 }
 
 const taskUnlockMany = `-- name: TaskUnlockMany :one
-SELECT count(*) FILTER (WHERE pg_advisory_unlock($1::integer, id::bit(32)::integer))::bigint AS unlocked
-FROM unnest($2::bigint[]) AS id
+SELECT ((SELECT count(*) FILTER (WHERE pg_advisory_unlock($1::integer, id::bit(32)::integer))
+         FROM unnest($2::bigint[]) AS id)
+      + (SELECT count(*) FILTER (WHERE pg_advisory_unlock($3::integer, k.key))
+         FROM unnest($4::integer[]) AS k(key)))::bigint AS unlocked
 `
 
 type TaskUnlockManyParams struct {
-	LockClass int32
-	Ids       []int64
+	LockClass  int32
+	Ids        []int64
+	LimitClass int32
+	LimitLocks []int32
 }
 
-// Releases the advisory locks of finished tasks; returns how many were held.
-// Must run on the session that took them.
+// Releases the advisory locks of finished tasks and their limit slots;
+// returns how many were held. Must run on the session that took them.
 func (q *Queries) TaskUnlockMany(ctx context.Context, db DBTX, arg TaskUnlockManyParams) (int64, error) {
-	row := db.QueryRow(ctx, taskUnlockMany, arg.LockClass, arg.Ids)
+	row := db.QueryRow(ctx, taskUnlockMany,
+		arg.LockClass,
+		arg.Ids,
+		arg.LimitClass,
+		arg.LimitLocks,
+	)
 	var unlocked int64
 	err := row.Scan(&unlocked)
 	return unlocked, err

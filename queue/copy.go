@@ -41,7 +41,7 @@ SELECT now(), array_agg(nextval(s.seq))::bigint[]
 FROM s, generate_series(1, $1::integer)`
 
 var copyColumns = []string{"id", "queue", "name", "payload", "metadata", "priority", "run_at", "max_attempts",
-	"timeout_ms", "exclusive_key"}
+	"timeout_ms", "exclusive_key", "limit_key"}
 
 // copyable reports whether rows can be written by COPY.
 func copyable(tx Executor, rows []row) (copier, bool) {
@@ -100,16 +100,20 @@ func (s *copySource) Values() ([]any, error) {
 	if runAt.Equal(epoch) {
 		runAt = s.now.Add(time.Duration(r.delayMs) * time.Millisecond)
 	}
-	var timeout, exclusive any
+	var timeout, exclusive, limitKey any
 	if r.timeoutMs != 0 {
 		timeout = r.timeoutMs
 	}
 	if r.exclusiveKey != "" {
 		exclusive = r.exclusiveKey
 	}
+	if r.limitKey != "" {
+		limitKey = r.limitKey
+	}
 	v := s.row
 	v[0], v[1], v[2], v[3], v[4] = s.ids[s.i], r.queue, r.name, json.RawMessage(r.payload), json.RawMessage(r.metadata)
 	v[5], v[6], v[7], v[8], v[9] = r.priority, runAt, r.maxAttempts, timeout, exclusive
+	v[10] = limitKey
 	return v, nil
 }
 

@@ -34,6 +34,7 @@ type options struct {
 	exclusiveKey string
 	dependsOn    []int64
 	depFailure   DependencyFailure
+	limitKey     string
 }
 
 // WithQueue puts the task in the named queue. Defaults to "default".
@@ -85,6 +86,13 @@ func WithUniqueWindow(d time.Duration) Option { return func(o *options) { o.uniq
 // slot, while tasks with other keys run in parallel.
 func WithExclusiveKey(key string) Option { return func(o *options) { o.exclusiveKey = key } }
 
+// WithLimitKey sets the key that concurrency limits of kind "key" match
+// (Client.SetLimit with Limit.Key, `skiplock limit set --key`): a tenant,
+// say, "tenant:42", limited with the pattern "tenant:*" to at most N running
+// tasks per tenant across every worker. A key no limit matches costs
+// nothing. At most 1024 bytes.
+func WithLimitKey(key string) Option { return func(o *options) { o.limitKey = key } }
+
 func buildOptions(opts []Option) (options, error) {
 	o := options{queue: DefaultQueue, maxAttempts: DefaultMaxAttempts}
 	for _, opt := range opts {
@@ -107,6 +115,8 @@ func buildOptions(opts []Option) (options, error) {
 		return o, fmt.Errorf("%w: WithUniqueWindow needs WithUniqueKey or WithUnique", ErrInvalidTask)
 	case len(o.uniqueKey) > 1024 || len(o.exclusiveKey) > 1024:
 		return o, fmt.Errorf("%w: unique and exclusive keys must be at most 1024 bytes", ErrInvalidTask)
+	case len(o.limitKey) > 1024:
+		return o, fmt.Errorf("%w: limit key must be at most 1024 bytes", ErrInvalidTask)
 	case o.depFailure != "" && o.depFailure != DependencyFailureCancel && o.depFailure != DependencyFailureWait:
 		return o, fmt.Errorf("%w: dependency failure policy %q is not %q or %q", ErrInvalidTask, o.depFailure, DependencyFailureCancel, DependencyFailureWait)
 	}

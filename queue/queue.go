@@ -276,6 +276,7 @@ type row struct {
 	uniqueKey, uniqueWindowKey, exclusiveKey string
 	dependsOn                                []int64
 	depFailure                               DependencyFailure
+	limitKey                                 string
 }
 
 // prepare validates a task and encodes it; nothing is sent.
@@ -296,6 +297,7 @@ func prepare(t NewTask) (row, error) {
 		priority: int16(o.priority), runAt: epoch, delayMs: o.delay.Milliseconds(),
 		maxAttempts: int32(o.maxAttempts), timeoutMs: o.timeout.Milliseconds(), exclusiveKey: o.exclusiveKey,
 		dependsOn: o.dependsOn, depFailure: o.depFailure,
+		limitKey: o.limitKey,
 	}
 	if !o.runAt.IsZero() {
 		r.runAt = o.runAt
@@ -353,12 +355,14 @@ func (c *Client) insertRows(ctx context.Context, tx Executor, rows []row) ([]int
 		UniqueKeys:       make([]string, n),
 		UniqueWindowKeys: make([]string, n),
 		ExclusiveKeys:    make([]string, n),
+		LimitKeys:        make([]string, n),
 	}
 	for i, r := range rows {
 		p.Queues[i], p.Names[i], p.Payloads[i], p.Metadatas[i] = r.queue, r.name, r.payload, r.metadata
 		p.Priorities[i], p.RunAts[i], p.DelayMs[i] = r.priority, r.runAt, r.delayMs
 		p.MaxAttempts[i], p.TimeoutMs[i] = r.maxAttempts, r.timeoutMs
 		p.UniqueKeys[i], p.UniqueWindowKeys[i], p.ExclusiveKeys[i] = r.uniqueKey, r.uniqueWindowKey, r.exclusiveKey
+		p.LimitKeys[i] = r.limitKey
 	}
 	inserted, err := c.queries.TaskInsertMany(ctx, pgerr.Interpreting(tx), p)
 	if err != nil {

@@ -15,4 +15,5 @@ SET status = 'running',
 WHERE t.id = @id::bigint
   AND t.status = 'pending'
 RETURNING t.id, t.queue, t.name, t.payload, t.metadata, t.priority, t.attempt,
-          t.max_attempts, t.timeout_ms, t.run_at, t.created_at, t.started_at;
+          t.max_attempts, t.timeout_ms, t.run_at, t.created_at, t.started_at,
+          '{}'::integer[] AS limit_locks; -- run outside any concurrency limit

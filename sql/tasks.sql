@@ -6,11 +6,12 @@
 -- key is taken is skipped (ON CONFLICT DO NOTHING): rows come back in input
 -- order, with their keys, so the caller can tell which were skipped.
 INSERT INTO skiplock_tasks (queue, name, payload, metadata, priority, run_at, max_attempts, timeout_ms,
-                            unique_key, unique_window_key, exclusive_key)
+                            unique_key, unique_window_key, exclusive_key, limit_key)
 SELECT u.queue, u.name, u.payload, u.metadata, u.priority,
        CASE WHEN u.run_at = 'epoch' THEN now() + u.delay_ms * interval '1 millisecond' ELSE u.run_at END,
        u.max_attempts, nullif(u.timeout_ms, 0),
-       nullif(u.unique_key, ''), nullif(u.unique_window_key, ''), nullif(u.exclusive_key, '')
+       nullif(u.unique_key, ''), nullif(u.unique_window_key, ''), nullif(u.exclusive_key, ''),
+       nullif(u.limit_key, '')
 FROM (
     SELECT unnest(@queues::text[])             AS queue,
            unnest(@names::text[])              AS name,
@@ -23,7 +24,8 @@ FROM (
            unnest(@timeout_ms::bigint[])       AS timeout_ms,
            unnest(@unique_keys::text[])        AS unique_key,
            unnest(@unique_window_keys::text[]) AS unique_window_key,
-           unnest(@exclusive_keys::text[])     AS exclusive_key
+           unnest(@exclusive_keys::text[])     AS exclusive_key,
+           unnest(@limit_keys::text[])         AS limit_key
 ) AS u
 ON CONFLICT DO NOTHING
 RETURNING id, coalesce(unique_key, '')::text AS unique_key, coalesce(unique_window_key, '')::text AS unique_window_key;
@@ -63,17 +65,62 @@ WHERE (unique_key = ANY(@unique_keys::text[]) AND status IN ('pending', 'running
 -- use the cursor).
 --
 -- It also releases the locks of tasks whose outcomes were just written
--- (unlock_ids), saving the lock session a round trip: "released" is
--- evaluated, before anything is picked, as part of "open".
+-- (unlock_ids, and their limit slots, unlock_limit_locks), saving the lock
+-- session a round trip: "released" is evaluated, before anything is picked,
+-- as part of "open".
+--
+-- Concurrency limits (skiplock_limits; see migration 10): while the table is
+-- empty, "bound" is empty and the rest is the claim above. Otherwise each
+-- picked row falls under a scope per limit that matches it (its queue's,
+-- its name's, and one per key pattern that its limit_key matches, per key),
+-- and is taken only if it gets a place in every scope:
+--   - advisory mode: one of max_running slot locks per scope, session-level
+--     advisory locks (limit_class, hash(scope) + slot) held on the lock
+--     session until the task's lock is released. Slots this session holds
+--     already (held_limit_locks) are not tried again: a session may take a
+--     lock it holds a second time. Tries start at a random slot, so that
+--     a limit set high costs about one try per row.
+--   - lease mode: running rows of the scope plus the row's rank in it must
+--     not pass max_running, counted under transaction locks on the limits
+--     that a previous statement of the same transaction took
+--     (LimitLockForClaim; limits_locked). Without them, limited rows are
+--     left alone.
+-- Slots of rows that end up not taken are released before the statement
+-- ends ("surplus").
 WITH released AS MATERIALIZED (
-    SELECT count(*) FILTER (WHERE pg_advisory_unlock(@lock_class::integer, u.id::bit(32)::integer)) AS n
-    FROM unnest(@unlock_ids::bigint[]) AS u(id)
+    SELECT (SELECT count(*) FILTER (WHERE pg_advisory_unlock(@lock_class::integer, u.id::bit(32)::integer))
+            FROM unnest(@unlock_ids::bigint[]) AS u(id))
+         + (SELECT count(*) FILTER (WHERE pg_advisory_unlock(@limit_class::integer, k.key))
+            FROM unnest(@unlock_limit_locks::integer[]) AS k(key)) AS n
 ), open AS MATERIALIZED (
     SELECT NOT EXISTS (
         SELECT 1 FROM skiplock_queues AS q WHERE q.name = @queue::text AND q.paused_at IS NOT NULL
     ) AND (SELECT n FROM released) >= 0 AS ok
+), any_limits AS MATERIALIZED (
+    SELECT EXISTS (SELECT 1 FROM skiplock_limits) AS yes
+), full_scopes AS MATERIALIZED (
+    -- Scopes already at their limit by the running rows of this snapshot:
+    -- their tasks are left out of the batch rather than filling it only to
+    -- be refused, which would starve the rest of the queue behind them. A
+    -- hint, not the guarantee (slots and counts below are): a dead
+    -- worker's tasks count here until the rescuer returns them.
+    SELECT c.kind, c.val
+    FROM (
+        SELECT m.kind, m.target, m.max_running,
+               CASE m.kind WHEN 'queue' THEN r.queue WHEN 'name' THEN r.name ELSE r.limit_key END AS val,
+               count(*) AS running
+        FROM skiplock_tasks AS r
+        JOIN skiplock_limits AS m
+          ON (m.kind = 'queue' AND m.target = @queue::text AND r.queue = m.target)
+          OR (m.kind = 'name' AND r.name = m.target)
+          OR (m.kind = 'key' AND r.limit_key LIKE m.pattern)
+        WHERE r.status = 'running'
+          AND (SELECT yes FROM any_limits)
+        GROUP BY 1, 2, 3, 4
+    ) AS c
+    WHERE c.running >= c.max_running
 ), picked AS MATERIALIZED (
-    SELECT p.id, p.exclusive_key
+    SELECT p.id, p.exclusive_key, p.name, p.limit_key, p.priority, p.run_at
     FROM skiplock_tasks AS p
     WHERE p.status = 'pending'
       AND p.queue = @queue::text
@@ -85,6 +132,9 @@ WITH released AS MATERIALIZED (
       AND NOT (p.name = ANY(@skip_names::text[]))
       AND (p.exclusive_key IS NULL OR NOT EXISTS (
           SELECT 1 FROM skiplock_tasks AS r WHERE r.exclusive_key = p.exclusive_key AND r.status = 'running'))
+      AND NOT EXISTS (SELECT 1 FROM full_scopes AS f WHERE f.kind = 'queue')
+      AND p.name NOT IN (SELECT f.val FROM full_scopes AS f WHERE f.kind = 'name')
+      AND (p.limit_key IS NULL OR p.limit_key NOT IN (SELECT f.val FROM full_scopes AS f WHERE f.kind = 'key'))
     ORDER BY p.priority, p.run_at, p.id
     LIMIT @max::integer
     FOR UPDATE SKIP LOCKED
@@ -97,13 +147,71 @@ WITH released AS MATERIALIZED (
     FROM one_per_key AS e
     WHERE e.exclusive_key IS NULL
        OR pg_try_advisory_xact_lock(hashtextextended(e.exclusive_key, @exclusive_seed::bigint))
+), bound AS MATERIALIZED (
+    SELECT x.id, p.priority, p.run_at, m.kind, m.max_running,
+           CASE m.kind WHEN 'queue' THEN @queue::text WHEN 'name' THEN p.name ELSE p.limit_key END AS val,
+           m.kind || ':' || m.target || CASE WHEN m.kind = 'key' THEN ':' || p.limit_key ELSE '' END AS scope
+    FROM exclusive_ok AS x
+    JOIN picked AS p ON p.id = x.id
+    JOIN skiplock_limits AS m
+      ON (m.kind = 'queue' AND m.target = @queue::text)
+      OR (m.kind = 'name' AND m.target = p.name)
+      OR (m.kind = 'key' AND p.limit_key LIKE m.pattern)
+    WHERE (SELECT yes FROM any_limits)
+), scopes AS MATERIALIZED (
+    SELECT b.scope, b.kind, b.val, min(b.max_running) AS max_running, count(*) AS want,
+           floor(random() * min(b.max_running))::bigint AS start
+    FROM bound AS b
+    GROUP BY b.scope, b.kind, b.val
+), ranked AS MATERIALIZED (
+    SELECT b.id, b.scope, row_number() OVER (PARTITION BY b.scope ORDER BY b.priority, b.run_at, b.id) AS n
+    FROM bound AS b
+), slots AS MATERIALIZED (
+    SELECT s.scope, g.key, row_number() OVER (PARTITION BY s.scope) AS n
+    FROM scopes AS s
+    CROSS JOIN LATERAL (
+        SELECT c.key
+        FROM (SELECT ((hashtext(s.scope)::bigint + (s.start + i) % s.max_running)::bit(32))::integer AS key
+              FROM (SELECT generate_series(0::bigint, s.max_running - 1) AS i) AS series) AS c
+        -- CASE, unlike AND, fixes the order: the planner puts cheaper
+        -- quals first, and a lock tried before the check would be taken
+        -- a second time.
+        WHERE CASE WHEN c.key = ANY(@held_limit_locks::integer[]) THEN false
+                   ELSE pg_try_advisory_lock(@limit_class::integer, c.key) END
+        LIMIT s.want
+    ) AS g
+    WHERE @lease_ms::bigint <= 0
+), counted AS MATERIALIZED (
+    SELECT s.scope, s.max_running,
+           (SELECT count(*) FROM skiplock_tasks AS r
+            WHERE r.status = 'running'
+              AND CASE s.kind WHEN 'queue' THEN r.queue = s.val WHEN 'name' THEN r.name = s.val
+                              ELSE r.limit_key = s.val END) AS running
+    FROM scopes AS s
+    WHERE @lease_ms::bigint > 0 AND @limits_locked::boolean
+), verdict AS MATERIALIZED (
+    SELECT r.id,
+           bool_and(CASE WHEN @lease_ms::bigint > 0 THEN coalesce(c.running + r.n <= c.max_running, false)
+                         ELSE g.key IS NOT NULL END) AS ok,
+           coalesce(array_agg(g.key) FILTER (WHERE g.key IS NOT NULL), '{}')::integer[] AS keys
+    FROM ranked AS r
+    LEFT JOIN slots AS g ON g.scope = r.scope AND g.n = r.n
+    LEFT JOIN counted AS c ON c.scope = r.scope
+    GROUP BY r.id
 ), locked AS MATERIALIZED (
     -- Lease mode (lease_ms > 0) guards tasks with locked_until instead of
     -- an advisory lock. CASE, unlike OR, fixes the order of evaluation.
-    SELECT x.id
+    SELECT x.id, coalesce(v.keys, '{}')::integer[] AS limit_locks
     FROM exclusive_ok AS x
-    WHERE CASE WHEN @lease_ms::bigint > 0 THEN true
+    LEFT JOIN verdict AS v ON v.id = x.id
+    WHERE CASE WHEN v.ok IS FALSE THEN false
+               WHEN @lease_ms::bigint > 0 THEN true
                ELSE pg_try_advisory_lock(@lock_class::integer, x.id::bit(32)::integer) END
+), surplus AS MATERIALIZED (
+    SELECT count(*) FILTER (WHERE pg_advisory_unlock(@limit_class::integer, g.key)) AS n
+    FROM slots AS g
+    JOIN ranked AS r ON r.scope = g.scope AND r.n = g.n
+    WHERE NOT EXISTS (SELECT 1 FROM locked AS l WHERE l.id = r.id)
 )
 UPDATE skiplock_tasks AS t
 SET status = 'running',
@@ -114,14 +222,17 @@ SET status = 'running',
     locked_until = CASE WHEN @lease_ms::bigint > 0 THEN now() + interval '1 millisecond' * @lease_ms::bigint END
 FROM locked
 WHERE t.id = locked.id
+  AND (SELECT n FROM surplus) >= 0
 RETURNING t.id, t.queue, t.name, t.payload, t.metadata, t.priority, t.attempt,
-          t.max_attempts, t.timeout_ms, t.run_at, t.created_at, t.started_at;
+          t.max_attempts, t.timeout_ms, t.run_at, t.created_at, t.started_at, locked.limit_locks;
 
 -- name: TaskUnlockMany :one
--- Releases the advisory locks of finished tasks; returns how many were held.
--- Must run on the session that took them.
-SELECT count(*) FILTER (WHERE pg_advisory_unlock(@lock_class::integer, id::bit(32)::integer))::bigint AS unlocked
-FROM unnest(@ids::bigint[]) AS id;
+-- Releases the advisory locks of finished tasks and their limit slots;
+-- returns how many were held. Must run on the session that took them.
+SELECT ((SELECT count(*) FILTER (WHERE pg_advisory_unlock(@lock_class::integer, id::bit(32)::integer))
+         FROM unnest(@ids::bigint[]) AS id)
+      + (SELECT count(*) FILTER (WHERE pg_advisory_unlock(@limit_class::integer, k.key))
+         FROM unnest(@limit_locks::integer[]) AS k(key)))::bigint AS unlocked;
 
 -- name: TaskFinishMany :many
 -- Records the outcome of a batch of attempts. Each write is fenced by the

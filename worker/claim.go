@@ -135,6 +135,7 @@ func (w *Worker) claimAndStart(queueName string, max int, only, skip []string, q
 		SkipNames:     nonNil(skip),
 		Max:           int32(max),
 		ExclusiveSeed: w.classOID,
+		LimitClass:    w.limitClass,
 	}
 	cur := w.cursors.get(queueName, only, skip)
 	started := time.Now()

@@ -25,6 +25,7 @@ type finish struct {
 	id      int64
 	attempt int
 	gen     uint64
+	limits  []int32 // limit slot locks to release with the task's
 	status  queue.Status
 	delayMs int64 // retry delay; -1 keeps run_at
 	refund  int   // 1 gives the attempt back

@@ -95,7 +95,9 @@ type Config struct {
 	Queues []string
 
 	// QueueConcurrency caps how many tasks of a queue run at once in this
-	// process, within Concurrency. Queues not listed share Concurrency.
+	// process, within Concurrency. Queues not listed share Concurrency. It
+	// is per process: for a cap across every worker, set a concurrency
+	// limit (queue.Client.SetLimit, `skiplock limit set`).
 	QueueConcurrency map[string]int
 
 	// RateLimits bound how many tasks start per window, across every worker

@@ -45,6 +45,7 @@ type execution struct {
 	task    *Task
 	slots   *semaphore.Weighted // the queue's own slots, if it has a cap
 	gen     uint64              // lock session generation holding the task's lock
+	limits  []int32             // limit slot locks held with the task's lock (limits_global.go)
 	timeout time.Duration
 	ctx     context.Context // the handler's; cancelled by timeout or cancel
 	scope   *scope          // what the handler's ctx carries (its output)
@@ -93,7 +94,7 @@ func (w *Worker) newExecution(r db.TaskClaimRow, gen uint64, queueSlots *semapho
 	if timeout > 0 {
 		ctx, stop = context.WithTimeoutCause(base, timeout, errTimeout)
 	}
-	return &execution{task: queueTask(r), slots: queueSlots, gen: gen, timeout: timeout, ctx: ctx, scope: sc, cancel: cancel, stopCtx: stop}
+	return &execution{task: queueTask(r), slots: queueSlots, gen: gen, limits: r.LimitLocks, timeout: timeout, ctx: ctx, scope: sc, cancel: cancel, stopCtx: stop}
 }
 
 // armAbandon abandons a timed execution whose handler is still running
@@ -270,7 +271,7 @@ func (w *Worker) settle(e *execution, res result) bool {
 // finishFor decides where the task goes next.
 func (w *Worker) finishFor(e *execution, res result) finish {
 	t := e.task
-	f := finish{id: t.ID, attempt: t.Attempt, gen: e.gen, delayMs: -1}
+	f := finish{id: t.ID, attempt: t.Attempt, gen: e.gen, limits: e.limits, delayMs: -1}
 	policy := w.cfg.Retry[t.Name]
 	switch {
 	case res.outcome == "":

@@ -89,11 +89,13 @@ func (g *advisoryGuard) reconcile() error { return g.ls.reconcile() }
 // release queues the batch's unlocks, by the generation that locked them.
 func (g *advisoryGuard) release(batch []finish) {
 	byGen := map[uint64][]int64{}
+	limits := map[uint64][]int32{}
 	for _, f := range batch {
 		byGen[f.gen] = append(byGen[f.gen], f.id)
+		limits[f.gen] = append(limits[f.gen], f.limits...)
 	}
 	for gen, ids := range byGen {
-		g.ls.release(ids, gen)
+		g.ls.release(ids, limits[gen], gen)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 // ends it with the status change. See guard.
 type leaseGuard struct {
 	guardDeps
+	limits limitsProbe
 }
 
 // checkPooling: leases work behind a transaction pooler, but a cache of
@@ -42,6 +43,14 @@ func (g *leaseGuard) claim(p db.TaskClaimParams) ([]db.TaskClaimRow, uint64, err
 	p.LeaseMs = g.cfg.LeaseDuration.Milliseconds()
 	ctx, cancel := context.WithTimeout(context.Background(), lockQueryTimeout)
 	defer cancel()
+	limited, err := g.limits.any(ctx, g.queries, g.pool)
+	if err != nil {
+		return nil, 0, err
+	}
+	if limited {
+		rows, err := claimLimited(ctx, g.queries, g.pool, p)
+		return rows, 0, err
+	}
 	rows, err := g.queries.TaskClaim(ctx, customPlans{g.pool}, p)
 	return rows, 0, err
 }

@@ -47,15 +47,19 @@ type lockSession struct {
 	// itself, before it is used.
 	register func(ctx context.Context, conn *pgx.Conn, backendPID int32) error
 
-	mu       sync.Mutex
-	conn     *pgx.Conn // nil while down
-	gen      uint64
-	up       chan struct{} // closed while conn is usable
-	held     map[int64]int // task id -> locks taken in this generation
-	backend  int32         // the server process of this generation
-	lastUsed time.Time
-	closed   bool
-	stop     chan struct{} // closed by close(); ends reconnect attempts
+	mu   sync.Mutex
+	conn *pgx.Conn // nil while down
+	gen  uint64
+	up   chan struct{} // closed while conn is usable
+	held map[int64]int // task id -> locks taken in this generation
+	// heldLimits counts the limit slot locks taken in this generation; a
+	// claim never tries them again (a session may take a lock it holds).
+	heldLimits map[int32]int
+	limitClass int32 // the first key of limit slot locks, from the claims
+	backend    int32 // the server process of this generation
+	lastUsed   time.Time
+	closed     bool
+	stop       chan struct{} // closed by close(); ends reconnect attempts
 
 	// Read without mu, by the watchdog: the socket of the current
 	// generation, when its last statement began (0: none in flight), and
@@ -68,6 +72,7 @@ type lockSession struct {
 	// them, or a flush unlockDelay after the first was queued.
 	umu        sync.Mutex
 	unlocks    []int64
+	unlockLims []int32 // limit slot locks released with them
 	unlocksGen uint64
 	flushTimer *time.Timer
 }
@@ -75,15 +80,16 @@ type lockSession struct {
 func newLockSession(config *pgx.ConnConfig, class int32, classOID int64, tuning sessionTuning, log *slog.Logger) *lockSession {
 	config = tuning.apply(config)
 	return &lockSession{
-		config:   config,
-		queries:  db.New(),
-		class:    class,
-		classOID: classOID,
-		tuning:   tuning,
-		log:      log,
-		up:       make(chan struct{}),
-		held:     map[int64]int{},
-		stop:     make(chan struct{}),
+		config:     config,
+		queries:    db.New(),
+		class:      class,
+		classOID:   classOID,
+		tuning:     tuning,
+		log:        log,
+		up:         make(chan struct{}),
+		held:       map[int64]int{},
+		heldLimits: map[int32]int{},
+		stop:       make(chan struct{}),
 	}
 }
 
@@ -122,8 +128,9 @@ func (s *lockSession) installConn(ctx context.Context, conn *pgx.Conn) error {
 	s.gen++
 	gen := s.gen
 	s.held = map[int64]int{}
+	s.heldLimits = map[int32]int{}
 	s.umu.Lock()
-	s.unlocks, s.unlocksGen = nil, gen
+	s.unlocks, s.unlockLims, s.unlocksGen = nil, nil, gen
 	s.umu.Unlock()
 	s.lastUsed = time.Now()
 	close(s.up)

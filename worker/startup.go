@@ -44,6 +44,11 @@ func (w *Worker) start(ctx context.Context) error {
 	w.limits = newClaimLimits(w.cfg)
 
 	w.classOID = table.Oid
+	limitClass, err := w.queries.LimitLockClass(ctx, w.pool)
+	if err != nil {
+		return fmt.Errorf("skiplock: reading the schema: %w", pgerr.Interpret(err))
+	}
+	w.limitClass = int32(uint32(limitClass))
 	w.slots = newSlots(w.cfg.Concurrency, w.cfg.ClaimBatch)
 	w.comp = newCompleter(w.writeFinishes, w.guard.release, w.slots.free, w.wakeAll, w.log)
 	return w.guard.open(ctx, table.Oid, o)

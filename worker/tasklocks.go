@@ -25,13 +25,21 @@ func (s *lockSession) claim(p db.TaskClaimParams) (rows []db.TaskClaimRow, gen u
 	p.LockClass = s.class
 	err = s.do(func(ctx context.Context, conn *pgx.Conn, g uint64) error {
 		gen = g
-		p.UnlockIds = s.takeUnlocks(g)
+		s.limitClass = p.LimitClass
+		p.UnlockIds, p.UnlockLimitLocks = s.takeUnlocks(g)
+		p.HeldLimitLocks = make([]int32, 0, len(s.heldLimits))
+		for k := range s.heldLimits {
+			p.HeldLimitLocks = append(p.HeldLimitLocks, k)
+		}
 		rows, err = s.queries.TaskClaim(ctx, customPlans{conn}, p)
 		if err != nil {
 			return err
 		}
 		for _, r := range rows {
 			s.held[r.ID]++
+			for _, k := range r.LimitLocks {
+				s.heldLimits[k]++
+			}
 		}
 		return nil
 	})
@@ -42,13 +50,14 @@ func (s *lockSession) claim(p db.TaskClaimParams) (rows []db.TaskClaimRow, gen u
 // outcomes are written, for release. Locks of an earlier generation died
 // with their session and are dropped: releasing them by key could release
 // a lock the new session took for a new claim of the same task.
-func (s *lockSession) release(ids []int64, gen uint64) {
+func (s *lockSession) release(ids []int64, limits []int32, gen uint64) {
 	s.umu.Lock()
 	defer s.umu.Unlock()
 	if gen != s.unlocksGen {
 		return
 	}
 	s.unlocks = append(s.unlocks, ids...)
+	s.unlockLims = append(s.unlockLims, limits...)
 	if s.flushTimer == nil {
 		s.flushTimer = time.AfterFunc(unlockDelay, s.flushUnlocks)
 	}
@@ -57,17 +66,17 @@ func (s *lockSession) release(ids []int64, gen uint64) {
 // takeUnlocks hands the pending unlocks of generation g to a statement
 // about to run on the session (mu held), and forgets them as held: should
 // the statement fail, reconcile releases whatever is still held.
-func (s *lockSession) takeUnlocks(g uint64) []int64 {
+func (s *lockSession) takeUnlocks(g uint64) ([]int64, []int32) {
 	s.umu.Lock()
-	ids := s.unlocks
-	s.unlocks = nil
+	ids, limits := s.unlocks, s.unlockLims
+	s.unlocks, s.unlockLims = nil, nil
 	if s.flushTimer != nil {
 		s.flushTimer.Stop()
 		s.flushTimer = nil
 	}
 	s.umu.Unlock()
-	if s.unlocksGen != g || ids == nil {
-		return []int64{}
+	if s.unlocksGen != g || (ids == nil && limits == nil) {
+		return []int64{}, []int32{}
 	}
 	for _, id := range ids {
 		if s.held[id] <= 1 {
@@ -76,17 +85,40 @@ func (s *lockSession) takeUnlocks(g uint64) []int64 {
 			s.held[id]--
 		}
 	}
-	return ids
+	for _, k := range limits {
+		if s.heldLimits[k] <= 1 {
+			delete(s.heldLimits, k)
+		} else {
+			s.heldLimits[k]--
+		}
+	}
+	return nonNilIDs(ids), nonNilKeys(limits)
+}
+
+func nonNilIDs(s []int64) []int64 {
+	if s == nil {
+		return []int64{}
+	}
+	return s
+}
+
+func nonNilKeys(s []int32) []int32 {
+	if s == nil {
+		return []int32{}
+	}
+	return s
 }
 
 // flushUnlocks sends pending unlocks that no claim carried.
 func (s *lockSession) flushUnlocks() {
 	err := s.do(func(ctx context.Context, conn *pgx.Conn, g uint64) error {
-		ids := s.takeUnlocks(g)
-		if len(ids) == 0 {
+		ids, limits := s.takeUnlocks(g)
+		if len(ids) == 0 && len(limits) == 0 {
 			return nil
 		}
-		_, err := s.queries.TaskUnlockMany(ctx, conn, db.TaskUnlockManyParams{LockClass: s.class, Ids: ids})
+		_, err := s.queries.TaskUnlockMany(ctx, conn, db.TaskUnlockManyParams{
+			LockClass: s.class, Ids: ids, LimitClass: s.limitClass, LimitLocks: limits,
+		})
 		if err != nil && !conn.IsClosed() {
 			// The locks may still be held; reconcile finds out.
 			return errors.Join(err, s.reconcileLocked(ctx, conn))
@@ -126,16 +158,41 @@ func (s *lockSession) reconcileLocked(ctx context.Context, conn *pgx.Conn) error
 					extra = append(extra, k)
 				}
 			}
-			if len(extra) == 0 {
+			extraLimits, err := s.unaccountedLimitLocks(ctx, conn)
+			if err != nil {
+				return err
+			}
+			if len(extra) == 0 && len(extraLimits) == 0 {
 				return nil
 			}
-			s.log.Warn("skiplock: releasing advisory locks left by a failed claim", "count", len(extra))
+			s.log.Warn("skiplock: releasing advisory locks left by a failed claim", "count", len(extra)+len(extraLimits))
 			// The key is the low 32 bits of a task id, and so is a valid
 			// id for TaskUnlockMany.
-			if _, err := s.queries.TaskUnlockMany(ctx, conn, db.TaskUnlockManyParams{LockClass: s.class, Ids: extra}); err != nil {
+			if _, err := s.queries.TaskUnlockMany(ctx, conn, db.TaskUnlockManyParams{
+				LockClass: s.class, Ids: nonNilIDs(extra), LimitClass: s.limitClass, LimitLocks: extraLimits,
+			}); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
+}
+
+// unaccountedLimitLocks lists the limit slot locks the session holds that
+// no claim accounts for (mu held).
+func (s *lockSession) unaccountedLimitLocks(ctx context.Context, conn *pgx.Conn) ([]int32, error) {
+	extra := []int32{}
+	if s.limitClass == 0 {
+		return extra, nil
+	}
+	keys, err := s.queries.LimitLocksHeld(ctx, conn, int64(uint32(s.limitClass)))
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range keys {
+		if key := int32(uint32(k)); s.heldLimits[key] == 0 {
+			extra = append(extra, key)
+		}
+	}
+	return extra, nil
 }

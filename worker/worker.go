@@ -60,9 +60,12 @@ type Worker struct {
 	cursors  claimCursors // where each claim loop's claims start (cursor.go)
 	settled  sync.WaitGroup
 	comp     *completer
-	classOID int64  // skiplock_tasks' OID: the advisory lock class
-	channel  string // work notifications: queue names
-	control  string // commands to workers (internal/control)
+	classOID int64 // skiplock_tasks' OID: the advisory lock class
+	// limitClass is skiplock_limits' OID: the first key of limit slot
+	// locks (limits.go).
+	limitClass int32
+	channel    string // work notifications: queue names
+	control    string // commands to workers (internal/control)
 }
 
 // New returns a Worker that runs on pool. The pool's search_path must reach

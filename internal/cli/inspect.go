@@ -120,7 +120,15 @@ It reads the whole table once; on a very large table it takes a moment.`,
 			if len(s.Queues) > 1 {
 				line(s.Total, "(all)")
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			limits, err := client.Limits(cmd.Context())
+			if err != nil || len(limits) == 0 {
+				return err
+			}
+			fmt.Fprintln(a.env.Stdout, "\nConcurrency limits (cluster-wide):")
+			return a.printLimits(limits, false)
 		},
 	})
 }

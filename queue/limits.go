@@ -1,0 +1,153 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/skiplock/skiplock/db"
+	"github.com/skiplock/skiplock/internal/pgerr"
+)
+
+// ErrInvalidLimit wraps every error that SetLimit and RemoveLimit return for
+// a limit that is not well formed.
+var ErrInvalidLimit = errors.New("skiplock: invalid limit")
+
+// Limit is a concurrency limit that holds across every worker on every
+// machine: at most Max tasks of its scope run at once, counted in
+// PostgreSQL at claim time. Exactly one of Queue, Name and Key names the
+// scope. Tasks over a limit stay pending, neither failed nor lost.
+//
+// In the default advisory mode a limited task holds one of Max slot locks
+// while it runs, released with its task lock, so a worker that dies frees
+// its slots with its session. A limit applies to claims made after it is
+// set; lowering it stops new claims but never cancels running tasks.
+type Limit struct {
+	// Queue limits the tasks of one queue.
+	Queue string
+	// Name limits the tasks of one task name, in any queue.
+	Name string
+	// Key limits the tasks whose limit key (WithLimitKey) matches this
+	// pattern, each key on its own: "tenant:*" lets at most Max tasks of
+	// each tenant run. '*' matches any run of characters; nothing else is
+	// special.
+	Key string
+	// Max is how many tasks of the scope may run at once, at least 1.
+	Max int
+
+	// Set by Limits: the tasks of the scope running now (a key pattern:
+	// of every matching key together), the most of any one matching key,
+	// and when the limit was last set.
+	Running   int
+	Busiest   int
+	UpdatedAt time.Time
+}
+
+// kind returns the limit's kind and target as skiplock_limits stores them.
+func (l Limit) kind() (kind, target string, err error) {
+	n := 0
+	for _, s := range []string{l.Queue, l.Name, l.Key} {
+		if s != "" {
+			n++
+		}
+	}
+	switch {
+	case n != 1:
+		return "", "", fmt.Errorf("%w: set exactly one of Queue, Name and Key", ErrInvalidLimit)
+	case l.Queue != "" && len(l.Queue) > MaxNameLength:
+		return "", "", fmt.Errorf("%w: queue name must be 1 to %d bytes", ErrInvalidLimit, MaxNameLength)
+	case l.Name != "" && len(l.Name) > MaxNameLength:
+		return "", "", fmt.Errorf("%w: task name must be 1 to %d bytes", ErrInvalidLimit, MaxNameLength)
+	case len(l.Key) > 1024:
+		return "", "", fmt.Errorf("%w: key pattern must be at most 1024 bytes", ErrInvalidLimit)
+	case l.Queue != "":
+		return "queue", l.Queue, nil
+	case l.Name != "":
+		return "name", l.Name, nil
+	default:
+		return "key", l.Key, nil
+	}
+}
+
+// String names the limit's scope as the skiplock command does:
+// "queue reports", "name email.send", "key tenant:*".
+func (l Limit) String() string {
+	kind, target, err := l.kind()
+	if err != nil {
+		return "invalid limit"
+	}
+	return kind + " " + target
+}
+
+// SetLimit sets a concurrency limit, or changes its Max. Workers apply it
+// from their next claim; a raised queue limit wakes them at once, others
+// within their PollInterval.
+func (c *Client) SetLimit(ctx context.Context, l Limit) error {
+	kind, target, err := l.kind()
+	if err != nil {
+		return err
+	}
+	if l.Max < 1 || l.Max > 1<<30 {
+		return fmt.Errorf("%w: %s: max must be 1 to %d, got %d", ErrInvalidLimit, l, 1<<30, l.Max)
+	}
+	work, _, err := c.channels(ctx)
+	if err != nil {
+		return fmt.Errorf("setting limit %s: %w", l, err)
+	}
+	err = c.inTx(ctx, func(tx pgerr.Executor) error {
+		if err := c.queries.LimitSet(ctx, tx, db.LimitSetParams{Kind: kind, Target: target, MaxRunning: int32(l.Max)}); err != nil {
+			return err
+		}
+		if kind != "queue" {
+			return nil
+		}
+		return c.queries.QueueNotify(ctx, tx, db.QueueNotifyParams{Channel: work, Queues: []string{target}})
+	})
+	if err != nil {
+		return fmt.Errorf("setting limit %s: %w", l, err)
+	}
+	return nil
+}
+
+// RemoveLimit removes the limit with l's scope (Max is ignored) and reports
+// whether there was one.
+func (c *Client) RemoveLimit(ctx context.Context, l Limit) (bool, error) {
+	kind, target, err := l.kind()
+	if err != nil {
+		return false, err
+	}
+	n, err := c.queries.LimitDelete(ctx, c.exec, db.LimitDeleteParams{Kind: kind, Target: target})
+	if err != nil {
+		return false, fmt.Errorf("removing limit %s: %w", l, err)
+	}
+	if n > 0 && kind == "queue" {
+		// Tasks held back by it may run now.
+		if work, _, err := c.channels(ctx); err == nil {
+			_ = c.queries.QueueNotify(ctx, c.exec, db.QueueNotifyParams{Channel: work, Queues: []string{target}})
+		}
+	}
+	return n > 0, nil
+}
+
+// Limits lists every concurrency limit with how many of its tasks run now.
+func (c *Client) Limits(ctx context.Context) ([]Limit, error) {
+	rows, err := c.queries.LimitList(ctx, c.exec)
+	if err != nil {
+		return nil, fmt.Errorf("listing limits: %w", err)
+	}
+	out := make([]Limit, 0, len(rows))
+	for _, r := range rows {
+		l := Limit{Max: int(r.MaxRunning), Running: int(r.Running), Busiest: int(r.Busiest), UpdatedAt: r.UpdatedAt}
+		switch r.Kind {
+		case "queue":
+			l.Queue = r.Target
+		case "name":
+			l.Name = r.Target
+		default:
+			l.Key = r.Target
+		}
+		out = append(out, l)
+	}
+	return out, nil
+}

@@ -1,0 +1,70 @@
+package worker
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/skiplock/skiplock/db"
+)
+
+// Concurrency limits (queue.Limit, skiplock_limits) are enforced by the
+// claim statement (sql/tasks.sql, TaskClaim) in both modes:
+//
+//   - Advisory mode: a limited task takes one of Max slot locks per limit
+//     on the lock session and keeps it until its task lock is released
+//     (lockSession.heldLimits, finish.limits). A worker that dies frees its
+//     slots with its session, at once, as it frees its task locks. A claim
+//     with no limit row costs one look at the empty table.
+//   - Lease mode: nothing outlives a transaction, so a claim that may meet
+//     a limit runs in a transaction that first takes a transaction lock per
+//     limit (LimitLockForClaim), then counts the running tasks of each
+//     scope in the claim statement's own, later, snapshot. Claims of
+//     limited work serialize per limit, for the length of one claim;
+//     claims of a schema without limits run alone as before, and learn
+//     within limitsRecheck that a limit appeared (until then the claim
+//     statement leaves limited tasks pending).
+
+// limitsRecheck is how long a lease-mode worker trusts that no limit
+// exists.
+const limitsRecheck = time.Second
+
+// limitsProbe remembers whether any limit exists, for lease-mode claims.
+type limitsProbe struct {
+	mu      sync.Mutex
+	checked time.Time
+	present bool
+}
+
+func (l *limitsProbe) any(ctx context.Context, queries *db.Queries, pool *pgxpool.Pool) (bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.checked.IsZero() && time.Since(l.checked) < limitsRecheck {
+		return l.present, nil
+	}
+	present, err := queries.LimitsExist(ctx, pool)
+	if err != nil {
+		return false, err
+	}
+	l.present, l.checked = present, time.Now()
+	return present, nil
+}
+
+// claimLimited is a lease-mode claim under the transaction locks of the
+// limits it may meet.
+func claimLimited(ctx context.Context, queries *db.Queries, pool *pgxpool.Pool, p db.TaskClaimParams) (rows []db.TaskClaimRow, err error) {
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := queries.LimitLockForClaim(ctx, tx, db.LimitLockForClaimParams{
+			LimitClass: int64(uint32(p.LimitClass)), Queue: p.Queue,
+		}); err != nil {
+			return err
+		}
+		p.LimitsLocked = true
+		rows, err = queries.TaskClaim(ctx, customPlans{tx}, p)
+		return err
+	})
+	return rows, err
+}

@@ -1,0 +1,277 @@
+package worker_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/skiplock/skiplock/internal/pgtest"
+	"github.com/skiplock/skiplock/queue"
+	"github.com/skiplock/skiplock/worker"
+)
+
+// gauge records, in a table every worker writes to, how many handlers of
+// each scope run at once and the most that ever did: the proof of a
+// cluster-wide limit is in the database, not in one process's memory.
+type gauge struct{ b *bundle }
+
+func newGauge(t *testing.T, b *bundle) gauge {
+	t.Helper()
+	if _, err := b.pool.Exec(context.Background(),
+		"CREATE TABLE limit_gauge (scope text PRIMARY KEY, cur integer NOT NULL DEFAULT 0, peak integer NOT NULL DEFAULT 0)"); err != nil {
+		t.Fatal(err)
+	}
+	return gauge{b}
+}
+
+// enter and leave bracket a handler's work in every scope it falls under.
+func (g gauge) enter(ctx context.Context, scopes ...string) error {
+	for _, s := range scopes {
+		if _, err := g.b.pool.Exec(ctx, `
+			INSERT INTO limit_gauge AS g (scope, cur, peak) VALUES ($1, 1, 1)
+			ON CONFLICT (scope) DO UPDATE SET cur = g.cur + 1, peak = greatest(g.peak, g.cur + 1)`, s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (g gauge) leave(ctx context.Context, scopes ...string) error {
+	for _, s := range scopes {
+		if _, err := g.b.pool.Exec(ctx, "UPDATE limit_gauge SET cur = cur - 1 WHERE scope = $1", s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (g gauge) peaks(t *testing.T) map[string]int {
+	t.Helper()
+	rows, err := g.b.pool.Query(context.Background(), "SELECT scope, peak FROM limit_gauge")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var s string
+		var n int
+		if err := rows.Scan(&s, &n); err != nil {
+			t.Fatal(err)
+		}
+		out[s] = n
+	}
+	return out
+}
+
+// TestLimitsAcrossWorkers: two workers on separate pools, each allowed 20
+// tasks at once, never run more than a limit's Max of a queue, of a task
+// name, or of each key matching a pattern, in either mode; tasks outside
+// every limit run beside them, and every task completes.
+func TestLimitsAcrossWorkers(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []worker.Mode{worker.ModeAdvisory, worker.ModeLease} {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			ctx := context.Background()
+			g := newGauge(t, b)
+			for _, l := range []queue.Limit{
+				{Queue: "limited", Max: 3},
+				{Name: "slow", Max: 2},
+				{Key: "tenant:*", Max: 1},
+			} {
+				if err := b.client.SetLimit(ctx, l); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var tasks []queue.NewTask
+			for i := range 24 {
+				tasks = append(tasks,
+					queue.NewTask{Name: "job", Options: []queue.Option{queue.WithQueue("limited")}},
+					queue.NewTask{Name: "slow"},
+					queue.NewTask{Name: "tenant", Payload: "a", Options: []queue.Option{queue.WithLimitKey("tenant:a")}},
+					queue.NewTask{Name: "tenant", Payload: "b", Options: []queue.Option{queue.WithLimitKey("tenant:b")}},
+					queue.NewTask{Name: "free", Payload: i})
+			}
+			if _, err := b.client.EnqueueMany(ctx, tasks); err != nil {
+				t.Fatal(err)
+			}
+			work := func(scopes func(*worker.Task) []string) worker.Handler {
+				return func(ctx context.Context, task *worker.Task) error {
+					s := scopes(task)
+					if err := g.enter(ctx, s...); err != nil {
+						return err
+					}
+					time.Sleep(20 * time.Millisecond) // the work
+					return g.leave(ctx, s...)
+				}
+			}
+			handlers := worker.Handlers{
+				"job":  work(func(*worker.Task) []string { return []string{"queue limited"} }),
+				"slow": work(func(*worker.Task) []string { return []string{"name slow"} }),
+				"tenant": work(func(task *worker.Task) []string {
+					return []string{"key tenant:" + string(task.Payload[1:len(task.Payload)-1]), "tenants"}
+				}),
+				"free": work(func(*worker.Task) []string { return []string{"free"} }),
+			}
+			cfg := worker.Config{Mode: mode, Concurrency: 20, Queues: []string{"default", "limited"}}
+			for range 2 {
+				start(t, pgtest.NewPool(t, b.schema), cfg, handlers)
+			}
+			pgtest.Eventually(t, 10*time.Second, "every task to complete", func() bool {
+				return b.count(t, "status = 'completed'") == len(tasks)
+			})
+			peaks := g.peaks(t)
+			t.Logf("peak concurrency per scope: %v", peaks)
+			for scope, max := range map[string]int{"queue limited": 3, "name slow": 2, "key tenant:a": 1, "key tenant:b": 1} {
+				if peaks[scope] > max {
+					t.Errorf("%s: %d ran at once, limit %d", scope, peaks[scope], max)
+				}
+			}
+			if peaks["free"] <= 3 {
+				t.Errorf("unlimited tasks peaked at %d at once: limits held back tasks outside them", peaks["free"])
+			}
+			limits, err := b.client.Limits(ctx)
+			if err != nil || len(limits) != 3 {
+				t.Fatalf("Limits: %v, %v", limits, err)
+			}
+		})
+	}
+}
+
+// TestLimitSlotsFreedWithSession: in advisory mode the slots of a worker
+// whose session dies (as when its process is killed) go with it at once,
+// and the queue's tasks, its own included, then run to completion on either
+// worker, never more than the limit at a time.
+func TestLimitSlotsFreedWithSession(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	if err := b.client.SetLimit(ctx, queue.Limit{Queue: "q", Max: 2}); err != nil {
+		t.Fatal(err)
+	}
+	// A's first attempts hang until its session is gone.
+	hang := worker.Handlers{"job": func(ctx context.Context, task *worker.Task) error {
+		if task.Attempt == 1 {
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		return nil
+	}}
+	cfg := worker.Config{Queues: []string{"q"}}
+	a, _ := start(t, pgtest.NewPool(t, b.schema), cfg, hang)
+	for range 3 {
+		b.enqueue(t, "job", nil, queue.WithQueue("q"))
+	}
+	pgtest.Eventually(t, 5*time.Second, "A running two tasks", func() bool {
+		return b.count(t, "status = 'running'") == 2
+	})
+	if n := b.limitLocks(t); n != 2 {
+		t.Fatalf("%d slot locks held, want 2", n)
+	}
+
+	var ran atomic.Int32
+	bw, _ := start(t, pgtest.NewPool(t, b.schema), cfg, worker.Handlers{"job": func(_ context.Context, task *worker.Task) error {
+		ran.Add(1)
+		return nil
+	}})
+	// B is up and claiming, and the limit holds it back.
+	pgtest.Eventually(t, 5*time.Second, "B registered", func() bool { return b.lockPID(t, bw) != 0 })
+	if n := b.count(t, "status = 'pending'"); n != 1 {
+		t.Fatalf("%d pending, want 1: B ran past the limit", n)
+	}
+
+	pid := b.lockPID(t, a)
+	b.terminateLockSession(t, a)
+	pgtest.Eventually(t, time.Second, "A's slot locks gone with its session", func() bool {
+		return b.limitLocksOf(t, pid) == 0
+	})
+	pgtest.Eventually(t, 5*time.Second, "all three tasks completed", func() bool {
+		if n := b.limitLocks(t); n > 2 {
+			t.Fatalf("%d slot locks held, limit 2", n)
+		}
+		return b.count(t, "status = 'completed'") == 3
+	})
+	t.Logf("B ran %d of the 3", ran.Load())
+}
+
+// TestLimitLocksBalance: with no limit set a claim takes no slot lock;
+// with one set, each running limited task holds exactly one, the limit
+// binds, and none is left once the tasks finish.
+func TestLimitLocksBalance(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	var gate atomic.Pointer[chan struct{}]
+	open := func() { c := make(chan struct{}); gate.Store(&c) }
+	open()
+	handlers := worker.Handlers{"job": func(ctx context.Context, _ *worker.Task) error {
+		select {
+		case <-*gate.Load():
+		case <-ctx.Done():
+		}
+		return nil
+	}}
+	start(t, pgtest.NewPool(t, b.schema), worker.Config{Concurrency: 50}, handlers)
+	for range 10 {
+		b.enqueue(t, "job", nil)
+	}
+	pgtest.Eventually(t, 5*time.Second, "ten running", func() bool { return b.count(t, "status = 'running'") == 10 })
+	if n := b.limitLocks(t); n != 0 {
+		t.Fatalf("%d slot locks without any limit", n)
+	}
+	release := *gate.Load()
+	open()
+	close(release)
+	pgtest.Eventually(t, 5*time.Second, "ten completed", func() bool { return b.count(t, "status = 'completed'") == 10 })
+
+	if err := b.client.SetLimit(ctx, queue.Limit{Queue: queue.DefaultQueue, Max: 15}); err != nil {
+		t.Fatal(err)
+	}
+	for range 20 {
+		b.enqueue(t, "job", nil)
+	}
+	pgtest.Eventually(t, 5*time.Second, "fifteen running", func() bool { return b.count(t, "status = 'running'") == 15 })
+	if n := b.limitLocks(t); n != 15 {
+		t.Fatalf("%d slot locks, want 15", n)
+	}
+	close(*gate.Load())
+	pgtest.Eventually(t, 5*time.Second, "all completed and every slot released", func() bool {
+		if n := b.count(t, "status = 'running'"); n > 15 {
+			t.Fatalf("%d running, limit 15", n)
+		}
+		return b.count(t, "status = 'completed'") == 30 && b.limitLocks(t) == 0
+	})
+}
+
+// limitLocksOf counts the limit slot locks a backend holds.
+func (b *bundle) limitLocksOf(t *testing.T, pid int32) int {
+	t.Helper()
+	var n int
+	err := b.pool.QueryRow(context.Background(), `
+		SELECT count(*) FROM pg_locks
+		WHERE locktype = 'advisory' AND objsubid = 2 AND pid = $1
+		  AND classid = 'skiplock_limits'::regclass::oid`, pid).Scan(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// limitLocks counts the limit slot locks held on the server for this
+// schema.
+func (b *bundle) limitLocks(t *testing.T) int {
+	t.Helper()
+	var n int
+	err := b.pool.QueryRow(context.Background(), `
+		SELECT count(*) FROM pg_locks
+		WHERE locktype = 'advisory' AND objsubid = 2 AND granted
+		  AND classid = 'skiplock_limits'::regclass::oid
+		  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
