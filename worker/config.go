@@ -151,7 +151,8 @@ type Config struct {
 	// recorded; its return stands for the handler's: err as it is for the
 	// default (a retry with backoff while attempts last), Permanent(err) to
 	// fail now, Cancel(err) to cancel, Snooze(d) to try again after d
-	// without spending the attempt, nil to complete the task. ctx is the
+	// without spending the attempt, RetryAfter(d, err) to retry after d,
+	// nil to complete the task. ctx is the
 	// handler's, maybe cancelled already (context.Cause says why). It is
 	// not called for success, a Snooze or Cancel from the handler, nor for
 	// attempts ended by shutdown, a lost lock or a cancellation request,
