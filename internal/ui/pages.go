@@ -533,7 +533,13 @@ func (s *Server) rateLimitsPage(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
-	s.render(w, r, http.StatusOK, "ratelimits", "Rate limits", "ratelimits", struct {
-		Limits []queue.RateLimitUsage
-	}{limits})
+	concurrency, err := s.client.Limits(r.Context())
+	if err != nil {
+		s.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
+	s.render(w, r, http.StatusOK, "ratelimits", "Limits", "ratelimits", struct {
+		Limits      []queue.RateLimitUsage
+		Concurrency []queue.Limit
+	}{limits, concurrency})
 }
