@@ -120,6 +120,12 @@ func buildOptions(opts []Option) (options, error) {
 	case o.depFailure != "" && o.depFailure != DependencyFailureCancel && o.depFailure != DependencyFailureWait:
 		return o, fmt.Errorf("%w: dependency failure policy %q is not %q or %q", ErrInvalidTask, o.depFailure, DependencyFailureCancel, DependencyFailureWait)
 	}
+	if len(o.dependsOn) > 0 && (o.uniqueKey != "" || o.uniqueDerive) && o.uniqueWindow == 0 {
+		// The unique index covers pending and running tasks, not waiting
+		// ones: a waiting task could not hold its key, and its release
+		// could collide with a task that took the key meanwhile.
+		return o, fmt.Errorf("%w: WithDependsOn cannot be combined with a unique key unless it has a WithUniqueWindow", ErrInvalidTask)
+	}
 	for _, id := range o.dependsOn {
 		if id <= 0 {
 			return o, fmt.Errorf("%w: WithDependsOn: %d is not a task ID", ErrInvalidTask, id)

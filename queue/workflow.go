@@ -54,7 +54,9 @@ var ErrWorkflowNotFound = errors.New("skiplock: workflow not found")
 // `skiplock workflow show` can draw it. Enqueueing it locks the rows of its
 // dependencies until the transaction ends: a dependency that finishes
 // meanwhile waits to record its outcome, so keep such transactions short.
-// Unknown ids are an error (ErrInvalidTask); nothing is inserted.
+// Unknown ids are an error (ErrInvalidTask); nothing is inserted. A task
+// with dependencies may have a unique key only with WithUniqueWindow (the
+// unique index covers pending and running tasks, not waiting ones).
 func WithDependsOn(ids ...int64) Option {
 	return func(o *options) { o.dependsOn = append(o.dependsOn, ids...) }
 }

@@ -251,6 +251,15 @@ func TestWorkflowCancelAndDelete(t *testing.T) {
 	if s := b.get(t, ready); s.Status != queue.StatusPending {
 		t.Fatalf("ready: %s", s.Status)
 	}
+	if _, err := b.client.Enqueue(ctx, "keyed", nil, queue.WithDependsOn(done), queue.WithUniqueKey("k")); !errors.Is(err, queue.ErrInvalidTask) {
+		t.Fatalf("WithDependsOn and a unique key: %v", err)
+	}
+	if _, err := b.client.Enqueue(ctx, "keyed", nil, queue.WithDependsOn(done), queue.WithUniqueKey("k"), queue.WithUniqueWindow(time.Hour)); err != nil {
+		t.Fatalf("WithDependsOn and a windowed unique key: %v", err)
+	}
+	if id, err := b.client.Enqueue(ctx, "keyed", nil, queue.WithDependsOn(done), queue.WithUniqueKey("k"), queue.WithUniqueWindow(time.Hour)); !errors.Is(err, queue.ErrDuplicate) || id == 0 {
+		t.Fatalf("a second windowed duplicate: %d %v", id, err)
+	}
 	if _, err := b.client.Enqueue(ctx, "orphan", nil, queue.WithDependsOn(999999)); !errors.Is(err, queue.ErrInvalidTask) ||
 		!strings.Contains(err.Error(), "do not exist: 999999") {
 		t.Fatalf("depending on a missing task: %v", err)
