@@ -567,11 +567,12 @@ func TestOutcomeWritePlan(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := len(ids)
-	attempts, statuses, delays, refunds, errs := make([]int32, n), make([]string, n), make([]int64, n), make([]int32, n), make([]json.RawMessage, n)
+	attempts, statuses, delays, refunds := make([]int32, n), make([]string, n), make([]int64, n), make([]int32, n)
+	errs, outputs := make([]json.RawMessage, n), make([]json.RawMessage, n)
 	for i := range n {
-		attempts[i], statuses[i], delays[i], errs[i] = 1, "completed", -1, json.RawMessage("null")
+		attempts[i], statuses[i], delays[i], errs[i], outputs[i] = 1, "completed", -1, json.RawMessage("null"), json.RawMessage("null")
 	}
-	rows, err := b.pool.Query(ctx, "EXPLAIN "+db.TaskFinishManySQL, pgx.QueryExecModeExec, "w", ids, attempts, statuses, delays, refunds, errs)
+	rows, err := b.pool.Query(ctx, "EXPLAIN "+db.TaskFinishManySQL, pgx.QueryExecModeExec, "w", ids, attempts, statuses, delays, refunds, errs, outputs)
 	if err != nil {
 		t.Fatal(err)
 	}
