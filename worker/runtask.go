@@ -36,8 +36,9 @@ type RunResult struct {
 // Config.Middleware, timed out, its error or panic given to Config.OnError
 // or Config.OnPanic, then retried, snoozed, failed or cancelled by the same
 // rules, in the same statement. It ignores the task's run time, a paused
-// queue and rate limits: it is for tests (package worker/skiplocktest) and
-// for running one task by hand.
+// queue, rate limits and concurrency limits (queue.Limit: it takes no
+// slot): it is for tests (package worker/skiplocktest) and for running one
+// task by hand.
 //
 // It needs no Run: the task is guarded by a lease of Config.LeaseDuration,
 // renewed while the handler runs, whatever Config.Mode, so a running
