@@ -225,3 +225,33 @@ func (q *Queries) WorkerTerminateStale(ctx context.Context, db DBTX, arg WorkerT
 	}
 	return items, nil
 }
+
+const workflowRetire = `-- name: WorkflowRetire :execrows
+DELETE FROM skiplock_workflows
+WHERE id IN (
+    SELECT w.id
+    FROM skiplock_workflows AS w
+    WHERE w.created_at < now() - make_interval(secs => $1::double precision)
+      AND NOT EXISTS (SELECT 1 FROM skiplock_tasks AS t WHERE t.workflow_id = w.id)
+    ORDER BY w.id
+    LIMIT $2::integer
+    FOR UPDATE SKIP LOCKED
+)
+`
+
+type WorkflowRetireParams struct {
+	OlderThanSeconds float64
+	BatchSize        int32
+}
+
+// Deletes one batch of workflows that have no task left (all retired or
+// deleted) and are older than older_than_seconds, for the elected cleaner.
+// Each probe reads the partial index on workflow_id. A workflow being
+// enqueued is invisible here until its transaction commits with its tasks.
+func (q *Queries) WorkflowRetire(ctx context.Context, db DBTX, arg WorkflowRetireParams) (int64, error) {
+	result, err := db.Exec(ctx, workflowRetire, arg.OlderThanSeconds, arg.BatchSize)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}

@@ -98,3 +98,19 @@ WHERE id IN (
     LIMIT @batch_size::integer
     FOR UPDATE SKIP LOCKED
 );
+
+-- name: WorkflowRetire :execrows
+-- Deletes one batch of workflows that have no task left (all retired or
+-- deleted) and are older than older_than_seconds, for the elected cleaner.
+-- Each probe reads the partial index on workflow_id. A workflow being
+-- enqueued is invisible here until its transaction commits with its tasks.
+DELETE FROM skiplock_workflows
+WHERE id IN (
+    SELECT w.id
+    FROM skiplock_workflows AS w
+    WHERE w.created_at < now() - make_interval(secs => @older_than_seconds::double precision)
+      AND NOT EXISTS (SELECT 1 FROM skiplock_tasks AS t WHERE t.workflow_id = w.id)
+    ORDER BY w.id
+    LIMIT @batch_size::integer
+    FOR UPDATE SKIP LOCKED
+);

@@ -19,9 +19,9 @@ const (
 )
 
 // retirer deletes finished tasks past their retention (RetainCompleted,
-// RetainFailed, RetainCancelled) and the rows of workers stopped for
-// workerRetention. It works only while leads says this worker leads (the
-// rescuer's election), so that one worker does it.
+// RetainFailed, RetainCancelled), workflows with no task left, and the rows
+// of workers stopped for workerRetention. It works only while leads says
+// this worker leads (the rescuer's election), so that one worker does it.
 type retirer struct {
 	leads   func() bool
 	queries *db.Queries
@@ -93,6 +93,26 @@ func (r *retirer) retire(ctx context.Context) {
 		}
 		if total > 0 {
 			r.log.Debug("skiplock: deleted finished tasks past their retention", "status", status, "count", total)
+		}
+	}
+	r.retireWorkflows(ctx)
+}
+
+// workflowGrace is how old an empty workflow must be before it is deleted.
+const workflowGrace = time.Minute
+
+// retireWorkflows deletes the rows of workflows whose tasks are all gone.
+func (r *retirer) retireWorkflows(ctx context.Context) {
+	for ctx.Err() == nil {
+		n, err := r.queries.WorkflowRetire(ctx, r.pool, db.WorkflowRetireParams{OlderThanSeconds: workflowGrace.Seconds(), BatchSize: retireBatch})
+		if err != nil {
+			if ctx.Err() == nil {
+				r.log.Warn("skiplock: deleting workflows without tasks", "error", err)
+			}
+			return
+		}
+		if n < retireBatch {
+			return
 		}
 	}
 }
