@@ -307,11 +307,13 @@ func runChaos(t *testing.T, mode string) {
 	var mu sync.Mutex
 	procs := map[int]*proc{}
 	generation := 0
+	outputs := map[string]*lockedBuffer{} // every worker's, for a failure's report
 	spawn := func(slot int) {
 		generation++
 		id := fmt.Sprintf("chaos-w%d-%d", slot, generation)
 		procs[slot] = startProc(t, id, exec.Command(os.Args[0], "-test.run=^$"),
 			envURL+"="+workerURL, envWork+"="+strconv.Itoa(workMs), envMode+"="+mode, envListen+"="+srv.URL)
+		outputs[id] = procs[slot].out
 	}
 	for i := range workers {
 		spawn(i)
@@ -426,7 +428,13 @@ func runChaos(t *testing.T, mode string) {
 	if mode == "lease" {
 		promise = chaosLease + time.Second
 	}
-	verify(t, ctx, pool, tasks, events, restarted, promise, delay.stop())
+	logOf := func(id string) string {
+		if out := outputs[id]; out != nil {
+			return tail(out.String())
+		}
+		return ""
+	}
+	verify(t, ctx, pool, tasks, events, restarted, promise, delay.stop(), logOf)
 	t.Logf("%s mode: total time %s (%d tasks, %d workers, %d kills, %d terminated sessions, 1 PostgreSQL restart)",
 		mode, workTime.Round(time.Millisecond), tasks, workers, count(events, "kill"), count(events, "terminate"))
 }
@@ -440,7 +448,7 @@ const createRuns = `CREATE TABLE chaos_runs (
 CREATE TABLE chaos_losses (worker_id text NOT NULL, at timestamptz NOT NULL)`
 
 func verify(t *testing.T, ctx context.Context, pool *pgxpool.Pool, tasks int, events []event, restarted bool,
-	promise time.Duration, delay schedulingDelay) {
+	promise time.Duration, delay schedulingDelay, logOf func(worker string) string) {
 	t.Helper()
 	if !restarted {
 		t.Error("PostgreSQL was never restarted")
@@ -533,7 +541,7 @@ func verify(t *testing.T, ctx context.Context, pool *pgxpool.Pool, tasks int, ev
 		}
 		if !explained {
 			unexplained++
-			t.Errorf("task %d: run by %s finished at %s but was not recorded, with no disruption of its worker", r.task, r.worker, r.finish)
+			t.Errorf("task %d: run by %s finished at %s but was not recorded, with no disruption of its worker; its log:\n%s", r.task, r.worker, r.finish, logOf(r.worker))
 		}
 	}
 	var runs, tasksRunTwice int
