@@ -412,7 +412,7 @@ is 3; a task already cancelled is fine.`,
 			if err != nil {
 				return err
 			}
-			sts, err := parseStatuses(statuses, []queue.Status{queue.StatusPending, queue.StatusFailed, queue.StatusRunning}, map[queue.Status]string{
+			sts, err := parseStatuses(statuses, []queue.Status{queue.StatusPending, queue.StatusWaiting, queue.StatusFailed, queue.StatusRunning}, map[queue.Status]string{
 				queue.StatusCompleted: "completed tasks cannot be cancelled (purge them with skiplock purge)",
 				queue.StatusCancelled: "these tasks are already cancelled",
 			})
@@ -426,7 +426,7 @@ is 3; a task already cancelled is fine.`,
 				return usageErrorf("name task IDs, or select tasks with --status, --queue, --name, --since or --error-contains (see `skiplock cancel --help`)")
 			}
 			if len(sts) == 0 {
-				sts = []queue.Status{queue.StatusPending, queue.StatusFailed}
+				sts = []queue.Status{queue.StatusPending, queue.StatusWaiting, queue.StatusFailed}
 			}
 			withRunning := slices.Contains(sts, queue.StatusRunning)
 			f, err := ff.filter(sts) // what the command selects, running included
@@ -543,7 +543,7 @@ is 3; a task already cancelled is fine.`,
 	})
 	ff.register(c, true)
 	fl := c.Flags()
-	fl.StringSliceVar(&statuses, "status", nil, "select tasks in this status: pending, failed, running (default pending and failed)")
+	fl.StringSliceVar(&statuses, "status", nil, "select tasks in this status: pending, waiting, failed, running (default pending, waiting and failed)")
 	bf.register(c, queue.DefaultCancelBatch, "show how many and which tasks would be cancelled; change nothing")
 	return c
 }
