@@ -237,7 +237,10 @@ func TestLeaseRenewerCancelsLostTasks(t *testing.T) {
 	}
 	cancels := make(chan cancelled, 2)
 	r := &leaseRenewer{
-		queries: b.queries, pool: b.pool, workerID: "w1", lease: 300 * time.Millisecond, // renews every 100 ms
+		// Renews every second, each renewal given a second: at 300 ms, a
+		// -count=3 run beside other test runs (load 32) had renewals time
+		// out for a whole lease, and the renewer rightly cancelled both.
+		queries: b.queries, pool: b.pool, workerID: "w1", lease: 3 * time.Second,
 		running: func() []*execution { return []*execution{kept, lost} },
 		cancel: func(e *execution, cause error) {
 			select {
