@@ -347,7 +347,7 @@ func runChaos(t *testing.T, mode string) {
 	deadline := time.Now().Add(10 * time.Minute)
 	for done := completed(); done < tasks; done = completed() {
 		if time.Now().After(deadline) {
-			t.Fatalf("only %d of %d tasks completed after 10 minutes", done, tasks)
+			t.Fatalf("only %d of %d tasks completed after 10 minutes; the state then:\n%s", done, tasks, stallReport(ctx, pool, procs))
 		}
 		// A supervisor restarts a worker that exits by itself: one started
 		// while the database was down fails its startup, as it should.
@@ -643,4 +643,39 @@ func tail(s string) string {
 func firstLine(s string) string {
 	line, _, _ := strings.Cut(s, "\n")
 	return line
+}
+
+// stallReport says where a run that stopped making progress stands: the
+// tasks by status (and, running, how many leases have expired), the
+// elected jobs' leaders, the server's sessions that are not idle, and the
+// tail of each current worker's log.
+func stallReport(ctx context.Context, pool *pgxpool.Pool, procs map[int]*proc) string {
+	var b strings.Builder
+	query := func(title, sql string) {
+		fmt.Fprintf(&b, "%s:\n", title)
+		rows, err := pool.Query(ctx, sql)
+		if err != nil {
+			fmt.Fprintf(&b, "  (%v)\n", err)
+			return
+		}
+		defer rows.Close()
+		for rows.Next() {
+			vals, err := rows.Values()
+			if err != nil {
+				fmt.Fprintf(&b, "  (%v)\n", err)
+				return
+			}
+			fmt.Fprintf(&b, "  %v\n", vals)
+		}
+	}
+	query("tasks (status, count, expired leases, oldest started)", `SELECT status, count(*),
+		count(*) FILTER (WHERE locked_until < now()), min(started_at) FROM skiplock_tasks GROUP BY status`)
+	query("leaders (job, holder, expires in)", "SELECT job, holder, expires_at - now() FROM skiplock_leaders")
+	query("sessions not idle (pid, state, wait, for, query)", `SELECT pid, state, wait_event_type || ':' || wait_event,
+		now() - state_change, left(query, 120) FROM pg_stat_activity
+		WHERE datname = current_database() AND state <> 'idle' AND pid <> pg_backend_pid()`)
+	for _, p := range procs {
+		fmt.Fprintf(&b, "worker %s:\n%s\n", p.id, tail(p.out.String()))
+	}
+	return b.String()
 }
