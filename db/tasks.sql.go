@@ -347,6 +347,152 @@ func (q *Queries) TaskClaim(ctx context.Context, db DBTX, arg TaskClaimParams) (
 	return items, nil
 }
 
+const taskClaimPlain = `-- name: TaskClaimPlain :many
+WITH released AS MATERIALIZED (
+    SELECT (SELECT count(*) FILTER (WHERE pg_advisory_unlock($3::integer, u.id::bit(32)::integer))
+            FROM unnest($4::bigint[]) AS u(id))
+         + (SELECT count(*) FILTER (WHERE pg_advisory_unlock($5::integer, k.key))
+            FROM unnest($6::integer[]) AS k(key)) AS n
+), open AS MATERIALIZED (
+    SELECT NOT EXISTS (
+        SELECT 1 FROM skiplock_queues AS q WHERE q.name = $7::text AND q.paused_at IS NOT NULL
+    ) AND NOT EXISTS (SELECT 1 FROM skiplock_limits) AND (SELECT n FROM released) >= 0 AS ok
+), picked AS MATERIALIZED (
+    SELECT p.id, p.exclusive_key
+    FROM skiplock_tasks AS p
+    WHERE p.status = 'pending'
+      AND p.queue = $7::text
+      AND p.run_at <= now()
+      AND (SELECT ok FROM open)
+      AND (NOT $8::boolean
+           OR (p.priority, p.run_at, p.id) > ($9::smallint, $10::timestamptz, $11::bigint))
+      AND (cardinality($12::text[]) = 0 OR p.name = ANY($12::text[]))
+      AND NOT (p.name = ANY($13::text[]))
+      AND (p.exclusive_key IS NULL OR NOT EXISTS (
+          SELECT 1 FROM skiplock_tasks AS r WHERE r.exclusive_key = p.exclusive_key AND r.status = 'running'))
+    ORDER BY p.priority, p.run_at, p.id
+    LIMIT $14::integer
+    FOR UPDATE SKIP LOCKED
+), locked AS MATERIALIZED (
+    -- Per row, in this order (CASE fixes it): a row with an exclusive key
+    -- is the first of its key in the batch and gets the key's transaction
+    -- lock; then the task's advisory lock, or in lease mode (lease_ms > 0)
+    -- none.
+    SELECT p.id
+    FROM picked AS p
+    WHERE CASE WHEN p.exclusive_key IS NULL THEN true
+               WHEN p.id <> (SELECT min(k.id) FROM picked AS k WHERE k.exclusive_key = p.exclusive_key) THEN false
+               ELSE pg_try_advisory_xact_lock(hashtextextended(p.exclusive_key, $15::bigint)) END
+      AND CASE WHEN $2::bigint > 0 THEN true
+               ELSE pg_try_advisory_lock($3::integer, p.id::bit(32)::integer) END
+)
+UPDATE skiplock_tasks AS t
+SET status = 'running',
+    attempt = t.attempt + 1,
+    worker_id = $1::text,
+    started_at = now(),
+    finished_at = NULL,
+    locked_until = CASE WHEN $2::bigint > 0 THEN now() + interval '1 millisecond' * $2::bigint END
+FROM locked
+WHERE t.id = locked.id
+RETURNING t.id, t.queue, t.name, t.payload, t.metadata, t.priority, t.attempt,
+          t.max_attempts, t.timeout_ms, t.run_at, t.created_at, t.started_at, '{}'::integer[] AS limit_locks
+`
+
+type TaskClaimPlainParams struct {
+	WorkerID         string
+	LeaseMs          int64
+	LockClass        int32
+	UnlockIds        []int64
+	LimitClass       int32
+	UnlockLimitLocks []int32
+	Queue            string
+	UseAfter         bool
+	AfterPriority    int16
+	AfterRunAt       time.Time
+	AfterID          int64
+	OnlyNames        []string
+	SkipNames        []string
+	Max              int32
+	ExclusiveSeed    int64
+}
+
+type TaskClaimPlainRow struct {
+	ID          int64
+	Queue       string
+	Name        string
+	Payload     json.RawMessage
+	Metadata    json.RawMessage
+	Priority    int16
+	Attempt     int32
+	MaxAttempts int32
+	TimeoutMs   *int64
+	RunAt       time.Time
+	CreatedAt   time.Time
+	StartedAt   *time.Time
+	LimitLocks  []int32
+}
+
+// The claim of a schema without concurrency limits: TaskClaim less its
+// limit CTEs, which PostgreSQL plans on every call even when they find
+// nothing (planning the full claim measured 1.5 ms, this one 0.9 ms; and
+// per row it skips the sort that picks one task per exclusive key, which
+// here is a look-up only for rows that have a key). The worker uses it
+// while no limit row exists (worker/limits_global.go); should one appear
+// in between, "open" is false and the claim takes nothing, which sends the
+// worker to look again and claim with TaskClaim. Everything else is
+// TaskClaim's: see it for the lock keys, the cursor, flow control and the
+// unlocks it carries.
+func (q *Queries) TaskClaimPlain(ctx context.Context, db DBTX, arg TaskClaimPlainParams) ([]TaskClaimPlainRow, error) {
+	rows, err := db.Query(ctx, taskClaimPlain,
+		arg.WorkerID,
+		arg.LeaseMs,
+		arg.LockClass,
+		arg.UnlockIds,
+		arg.LimitClass,
+		arg.UnlockLimitLocks,
+		arg.Queue,
+		arg.UseAfter,
+		arg.AfterPriority,
+		arg.AfterRunAt,
+		arg.AfterID,
+		arg.OnlyNames,
+		arg.SkipNames,
+		arg.Max,
+		arg.ExclusiveSeed,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []TaskClaimPlainRow{}
+	for rows.Next() {
+		var i TaskClaimPlainRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Queue,
+			&i.Name,
+			&i.Payload,
+			&i.Metadata,
+			&i.Priority,
+			&i.Attempt,
+			&i.MaxAttempts,
+			&i.TimeoutMs,
+			&i.RunAt,
+			&i.CreatedAt,
+			&i.StartedAt,
+			&i.LimitLocks,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const taskFinishMany = `-- name: TaskFinishMany :many
 UPDATE skiplock_tasks AS t
 SET status = u.status,

@@ -78,8 +78,8 @@ func (g *advisoryGuard) sessionLost(gen uint64) {
 	g.cfg.Observer.LockSessionLost(cancelled)
 }
 
-func (g *advisoryGuard) claim(p db.TaskClaimParams) ([]db.TaskClaimRow, uint64, error) {
-	return g.ls.claim(p)
+func (g *advisoryGuard) claim(p db.TaskClaimParams, limited bool) ([]db.TaskClaimRow, uint64, error) {
+	return g.ls.claim(p, limited)
 }
 
 func (g *advisoryGuard) up() <-chan struct{} { return g.ls.ready() }

@@ -14,7 +14,6 @@ import (
 // ends it with the status change. See guard.
 type leaseGuard struct {
 	guardDeps
-	limits limitsProbe
 }
 
 // checkPooling: leases work behind a transaction pooler, but a cache of
@@ -39,19 +38,15 @@ func (g *leaseGuard) open(ctx context.Context, _ int64, _ *outage) error {
 
 func (g *leaseGuard) close() {}
 
-func (g *leaseGuard) claim(p db.TaskClaimParams) ([]db.TaskClaimRow, uint64, error) {
+func (g *leaseGuard) claim(p db.TaskClaimParams, limited bool) ([]db.TaskClaimRow, uint64, error) {
 	p.LeaseMs = g.cfg.LeaseDuration.Milliseconds()
 	ctx, cancel := context.WithTimeout(context.Background(), lockQueryTimeout)
 	defer cancel()
-	limited, err := g.limits.any(ctx, g.queries, g.pool)
-	if err != nil {
-		return nil, 0, err
-	}
 	if limited {
 		rows, err := claimLimited(ctx, g.queries, g.pool, p)
 		return rows, 0, err
 	}
-	rows, err := g.queries.TaskClaim(ctx, customPlans{g.pool}, p)
+	rows, err := claimPlain(ctx, g.queries, customPlans{g.pool}, p)
 	return rows, 0, err
 }
 

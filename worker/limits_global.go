@@ -23,26 +23,31 @@ import (
 //     a limit runs in a transaction that first takes a transaction lock per
 //     limit (LimitLockForClaim), then counts the running tasks of each
 //     scope in the claim statement's own, later, snapshot. Claims of
-//     limited work serialize per limit, for the length of one claim;
-//     claims of a schema without limits run alone as before, and learn
-//     within limitsRecheck that a limit appeared (until then the claim
-//     statement leaves limited tasks pending).
+//     limited work serialize per limit, for the length of one claim.
+//
+// While no limit exists, which limitsProbe finds out at most once per
+// limitsRecheck, both modes claim with TaskClaimPlain, which has none of
+// the limit logic to plan or run. It takes nothing once a limit exists
+// (in its own snapshot), so a limit set in between is never exceeded: an
+// empty plain claim makes the worker look again at once (claimAndStart).
 
-// limitsRecheck is how long a lease-mode worker trusts that no limit
-// exists.
+// limitsRecheck is how long a worker trusts that no limit exists, or that
+// one does.
 const limitsRecheck = time.Second
 
-// limitsProbe remembers whether any limit exists, for lease-mode claims.
+// limitsProbe remembers whether any limit exists.
 type limitsProbe struct {
 	mu      sync.Mutex
 	checked time.Time
 	present bool
 }
 
-func (l *limitsProbe) any(ctx context.Context, queries *db.Queries, pool *pgxpool.Pool) (bool, error) {
+// any reports whether a limit exists, as last seen within limitsRecheck;
+// fresh looks now.
+func (l *limitsProbe) any(ctx context.Context, queries *db.Queries, pool *pgxpool.Pool, fresh bool) (bool, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.checked.IsZero() && time.Since(l.checked) < limitsRecheck {
+	if !fresh && !l.checked.IsZero() && time.Since(l.checked) < limitsRecheck {
 		return l.present, nil
 	}
 	present, err := queries.LimitsExist(ctx, pool)
@@ -51,6 +56,22 @@ func (l *limitsProbe) any(ctx context.Context, queries *db.Queries, pool *pgxpoo
 	}
 	l.present, l.checked = present, time.Now()
 	return present, nil
+}
+
+// claimPlain claims with TaskClaimPlain, whose parameters are TaskClaim's
+// less those of limits, and whose rows are TaskClaim's.
+func claimPlain(ctx context.Context, queries *db.Queries, tx db.DBTX, p db.TaskClaimParams) ([]db.TaskClaimRow, error) {
+	plain, err := queries.TaskClaimPlain(ctx, tx, db.TaskClaimPlainParams{
+		WorkerID: p.WorkerID, LeaseMs: p.LeaseMs, LockClass: p.LockClass, UnlockIds: p.UnlockIds,
+		LimitClass: p.LimitClass, UnlockLimitLocks: p.UnlockLimitLocks, Queue: p.Queue,
+		UseAfter: p.UseAfter, AfterPriority: p.AfterPriority, AfterRunAt: p.AfterRunAt, AfterID: p.AfterID,
+		OnlyNames: p.OnlyNames, SkipNames: p.SkipNames, Max: p.Max, ExclusiveSeed: p.ExclusiveSeed,
+	})
+	rows := make([]db.TaskClaimRow, len(plain))
+	for i, r := range plain {
+		rows[i] = db.TaskClaimRow(r)
+	}
+	return rows, err
 }
 
 // claimLimited is a lease-mode claim under the transaction locks of the

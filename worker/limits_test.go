@@ -275,3 +275,59 @@ func (b *bundle) limitLocks(t *testing.T) int {
 	}
 	return n
 }
+
+// TestLimitSetWhileWorking: workers that have been claiming with no limit
+// in the schema (the plain claim) honour a limit the moment it is set, in
+// either mode: the plain claim takes nothing once a limit exists, and the
+// workers switch to the claim that enforces it instead of idling.
+func TestLimitSetWhileWorking(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []worker.Mode{worker.ModeAdvisory, worker.ModeLease} {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			ctx := context.Background()
+			g := newGauge(t, b)
+			handlers := worker.Handlers{
+				"free": func(context.Context, *worker.Task) error { return nil },
+				"slow": func(ctx context.Context, task *worker.Task) error {
+					if err := g.enter(ctx, "name slow"); err != nil {
+						return err
+					}
+					time.Sleep(20 * time.Millisecond) // the work
+					return g.leave(ctx, "name slow")
+				},
+			}
+			cfg := worker.Config{Mode: mode, Concurrency: 20}
+			for range 2 {
+				start(t, pgtest.NewPool(t, b.schema), cfg, handlers)
+			}
+			var free []queue.NewTask
+			for i := range 50 {
+				free = append(free, queue.NewTask{Name: "free", Payload: i})
+			}
+			if _, err := b.client.EnqueueMany(ctx, free); err != nil {
+				t.Fatal(err)
+			}
+			pgtest.Eventually(t, 10*time.Second, "the unlimited tasks to complete", func() bool {
+				return b.count(t, "status = 'completed'") == len(free)
+			})
+			if err := b.client.SetLimit(ctx, queue.Limit{Name: "slow", Max: 2}); err != nil {
+				t.Fatal(err)
+			}
+			var slow []queue.NewTask
+			for i := range 30 {
+				slow = append(slow, queue.NewTask{Name: "slow", Payload: i})
+			}
+			if _, err := b.client.EnqueueMany(ctx, slow); err != nil {
+				t.Fatal(err)
+			}
+			pgtest.Eventually(t, 10*time.Second, "the limited tasks to complete", func() bool {
+				return b.count(t, "status = 'completed'") == len(free)+len(slow)
+			})
+			if peak := g.peaks(t)["name slow"]; peak > 2 || peak == 0 {
+				t.Errorf("%d slow tasks ran at once, limit 2", peak)
+			}
+		})
+	}
+}

@@ -21,17 +21,21 @@ const unlockDelay = 2 * time.Millisecond
 
 // claim takes tasks as p says and locks each one. It carries the pending
 // unlocks with it.
-func (s *lockSession) claim(p db.TaskClaimParams) (rows []db.TaskClaimRow, gen uint64, err error) {
+func (s *lockSession) claim(p db.TaskClaimParams, limited bool) (rows []db.TaskClaimRow, gen uint64, err error) {
 	p.LockClass = s.class
 	err = s.do(func(ctx context.Context, conn *pgx.Conn, g uint64) error {
 		gen = g
 		s.limitClass = p.LimitClass
 		p.UnlockIds, p.UnlockLimitLocks = s.takeUnlocks(g)
-		p.HeldLimitLocks = make([]int32, 0, len(s.heldLimits))
-		for k := range s.heldLimits {
-			p.HeldLimitLocks = append(p.HeldLimitLocks, k)
+		if limited {
+			p.HeldLimitLocks = make([]int32, 0, len(s.heldLimits))
+			for k := range s.heldLimits {
+				p.HeldLimitLocks = append(p.HeldLimitLocks, k)
+			}
+			rows, err = s.queries.TaskClaim(ctx, customPlans{conn}, p)
+		} else {
+			rows, err = claimPlain(ctx, s.queries, customPlans{conn}, p)
 		}
-		rows, err = s.queries.TaskClaim(ctx, customPlans{conn}, p)
 		if err != nil {
 			return err
 		}

@@ -56,11 +56,13 @@ type Worker struct {
 	// Set by Run.
 	handlers Handlers
 	slots    *slots
-	limits   claimLimits  // per-queue slots and rate limits (limits.go)
-	cursors  claimCursors // where each claim loop's claims start (cursor.go)
-	settled  sync.WaitGroup
-	comp     *completer
-	classOID int64 // skiplock_tasks' OID: the advisory lock class
+	limits   claimLimits // per-queue slots and rate limits (limits.go)
+	// limitsSeen: whether any concurrency limit exists (limits_global.go).
+	limitsSeen limitsProbe
+	cursors    claimCursors // where each claim loop's claims start (cursor.go)
+	settled    sync.WaitGroup
+	comp       *completer
+	classOID   int64 // skiplock_tasks' OID: the advisory lock class
 	// limitClass is skiplock_limits' OID: the first key of limit slot
 	// locks (limits.go).
 	limitClass int32

@@ -45,7 +45,7 @@ func pinPhases(pin time.Duration) (clean, after time.Duration) {
 	return clean, min(max(pin/8, 2*time.Second), 30*time.Second)
 }
 
-// claimTimer is a pgx tracer that keeps the duration of every TaskClaim
+// claimTimer is a pgx tracer that keeps the duration of every claim (TaskClaim, TaskClaimPlain)
 // statement with the time it ended.
 type claimTimer struct {
 	mu     sync.Mutex
@@ -58,7 +58,7 @@ type timedClaim struct {
 }
 
 func (c *claimTimer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
-	if queryName(data.SQL) != "TaskClaim" {
+	if n := queryName(data.SQL); n != "TaskClaim" && n != "TaskClaimPlain" {
 		return ctx
 	}
 	return context.WithValue(ctx, traceKey{}, traceStart{name: "TaskClaim", start: time.Now()})

@@ -257,7 +257,7 @@ func traceMeasures(ps procs, tasks int, elapsed time.Duration) []measure {
 	}
 	// In advisory mode the lock session runs every claim and unlock, one
 	// at a time: its busy share is how close it is to being the limit.
-	if lockSession := all["TaskClaim"].Total + all["TaskUnlockMany"].Total; all["TaskUnlockMany"].Calls > 0 {
+	if lockSession := all["TaskClaim"].Total + all["TaskClaimPlain"].Total + all["TaskUnlockMany"].Total; all["TaskUnlockMany"].Calls > 0 {
 		out = append(out, measure{metric: "lock session busy", unit: "%", value: 100 * lockSession.Seconds() / (elapsed.Seconds() * float64(len(ps)))})
 	}
 	return out
