@@ -13,7 +13,8 @@ const sessionTune = `-- name: SessionTune :exec
 SELECT set_config('tcp_keepalives_idle', $1::text, false),
        set_config('tcp_keepalives_interval', $2::text, false),
        set_config('tcp_keepalives_count', $3::text, false),
-       set_config('tcp_user_timeout', $4::text, false)
+       set_config('tcp_user_timeout', $4::text, false),
+       set_config('synchronous_commit', 'off', false)
 `
 
 type SessionTuneParams struct {
@@ -23,9 +24,20 @@ type SessionTuneParams struct {
 	UserTimeoutMs            string
 }
 
+// Tunes the lock session.
+//
 // Asks the server to give up on a silent client in seconds: its side of the
 // lock session holds the task locks. Any role may set these; 0 means the
 // operating system's setting, and over a Unix socket they do nothing.
+//
+// Its commits do not wait for the WAL flush (synchronous_commit off): the
+// claims are the only writes that matter here, and a claim lost to a
+// server crash is a claim whose locks the crash ended anyway (its task is
+// pending again, attempt not counted, as if the crash came just before
+// it). An outcome is written on another session with the server's
+// setting, and its flush carries the claim's earlier commit record with
+// it: no outcome is ever durable without its claim. The claim, serial on
+// this one session, no longer waits a flush each time.
 func (q *Queries) SessionTune(ctx context.Context, db DBTX, arg SessionTuneParams) error {
 	_, err := db.Exec(ctx, sessionTune,
 		arg.KeepaliveIdleSeconds,
