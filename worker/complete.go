@@ -161,6 +161,13 @@ func (c *completer) flush(batch []finish) {
 	c.notifyRetries(batch)
 }
 
+// writeFinishes records a batch of this worker's outcomes once, and returns
+// the IDs it wrote: the others were no longer this worker's.
+func (w *Worker) writeFinishes(ctx context.Context, p db.TaskFinishManyParams) ([]int64, error) {
+	p.WorkerID = w.cfg.WorkerID
+	return w.queries.TaskFinishMany(ctx, customPlans{w.pool}, p)
+}
+
 // finishParams lays a batch of outcomes out for TaskFinishMany; the
 // worker's ID is the writer's to set.
 func finishParams(batch []finish) db.TaskFinishManyParams {

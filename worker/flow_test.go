@@ -148,7 +148,7 @@ func TestExclusiveKeyNeverRunsTwice(t *testing.T) {
 		maxByKey = max(maxByKey, runningByKey[key])
 		maxTotal = max(maxTotal, total)
 		mu.Unlock()
-		time.Sleep(15 * time.Millisecond)
+		time.Sleep(15 * time.Millisecond) // the work
 		mu.Lock()
 		runningByKey[key]--
 		total--

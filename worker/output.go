@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+
+	"github.com/skiplock/skiplock/queue"
 )
 
 // DefaultMaxOutputSize bounds the JSON a task may record as its output
@@ -68,22 +70,12 @@ func SetOutput(ctx context.Context, v any) error {
 	return nil
 }
 
+// encodeOutput encodes v as queue.EncodePayload encodes a payload, with
+// errors that name the output.
 func encodeOutput(v any) (json.RawMessage, error) {
-	var raw []byte
-	switch v := v.(type) {
-	case json.RawMessage:
-		raw = v
-	case []byte:
-		raw = v
-	default:
-		b, err := json.Marshal(v)
-		if err != nil {
-			return nil, fmt.Errorf("skiplock: task output cannot be encoded as JSON: %w", err)
-		}
-		raw = b
-	}
-	if !json.Valid(raw) {
-		return nil, fmt.Errorf("skiplock: task output is not valid JSON: %.60q", raw)
+	raw, err := queue.EncodePayload(v)
+	if err != nil {
+		return nil, fmt.Errorf("skiplock: task output: %w", err)
 	}
 	return raw, nil
 }

@@ -54,13 +54,6 @@ func (w *Worker) start(ctx context.Context) error {
 	return w.guard.open(ctx, table.Oid, o)
 }
 
-// writeFinishes records a batch of this worker's outcomes once, and returns
-// the IDs it wrote: the others were no longer this worker's.
-func (w *Worker) writeFinishes(ctx context.Context, p db.TaskFinishManyParams) ([]int64, error) {
-	p.WorkerID = w.cfg.WorkerID
-	return w.queries.TaskFinishMany(ctx, customPlans{w.pool}, p)
-}
-
 // checkDatabase is one attempt at the checks of start: are sessions real,
 // is the schema there and current, are writes accepted.
 func (w *Worker) checkDatabase(ctx context.Context) (db.SchemaTaskTableRow, error) {

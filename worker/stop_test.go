@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -211,4 +212,83 @@ func TestRunSignals(t *testing.T) {
 	if task.Status != queue.StatusPending || task.Attempt != 0 || task.Errors[len(task.Errors)-1].Outcome != "shutdown" {
 		t.Errorf("task %s, attempt %d, history %+v; want pending, 0, shutdown", task.Status, task.Attempt, task.Errors)
 	}
+}
+
+func TestGracefulShutdownFinishesWork(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	started := make(chan struct{}, 3)
+	aClaims := &claims{}
+	_, stop := start(t, b.pool, worker.Config{PollInterval: 20 * time.Millisecond, Observer: aClaims}, worker.Handlers{"work": func(ctx context.Context, task *worker.Task) error {
+		started <- struct{}{}
+		select {
+		case <-time.After(300 * time.Millisecond):
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}})
+	for range 3 {
+		b.enqueue(t, "work", nil)
+	}
+	for range 3 {
+		<-started
+	}
+	stop() // returns after the handlers finished
+	if n := b.count(t, "status = 'completed'"); n != 3 {
+		t.Fatalf("%d of 3 in-flight tasks completed during graceful shutdown", n)
+	}
+	if n := b.taskLocks(t); n != 0 {
+		t.Fatalf("%d locks left after shutdown", n)
+	}
+	// A stopped worker claims nothing: while another worker's claim loop,
+	// polling as often, goes round five times, a claim loop of the stopped
+	// one left running would have claimed.
+	late := b.enqueue(t, "work", nil)
+	stopped := aClaims.n.Load()
+	other := &claims{}
+	start(t, b.pool, worker.Config{Queues: []string{"elsewhere"}, PollInterval: 20 * time.Millisecond, Observer: other},
+		worker.Handlers{"work": func(context.Context, *worker.Task) error { return nil }})
+	waitClaims(t, 5, other)
+	if n := aClaims.n.Load() - stopped; n != 0 {
+		t.Fatalf("stopped worker made %d claims", n)
+	}
+	if s := b.get(t, late).Status; s != queue.StatusPending {
+		t.Fatalf("task enqueued after shutdown is %s", s)
+	}
+}
+
+func TestShutdownPastGraceReturnsTasks(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := []int64{b.enqueue(t, "hang", nil, queue.WithMaxAttempts(1)), b.enqueue(t, "hang", nil, queue.WithMaxAttempts(1))}
+	var running atomic.Int32
+	_, stop := start(t, b.pool, worker.Config{ShutdownGrace: 200 * time.Millisecond}, worker.Handlers{"hang": func(ctx context.Context, task *worker.Task) error {
+		running.Add(1)
+		<-ctx.Done()
+		return fmt.Errorf("interrupted: %w", context.Cause(ctx))
+	}})
+	waitFor(t, 10*time.Second, "both running", func() bool { return running.Load() == 2 })
+	began := time.Now()
+	stop()
+	if d := time.Since(began); d < 200*time.Millisecond {
+		t.Fatalf("shutdown took %s, less than its grace period", d)
+	}
+	for _, id := range ids {
+		task := b.get(t, id)
+		// Back in line, the attempt given back: with max attempts 1 the task
+		// can still run.
+		if task.Status != queue.StatusPending || task.Attempt != 0 || task.WorkerID != "" {
+			t.Fatalf("task after shutdown = %+v", task)
+		}
+		if len(task.Errors) != 1 || task.Errors[0].Outcome != "shutdown" {
+			t.Fatalf("errors = %+v", task.Errors)
+		}
+	}
+	if n := b.taskLocks(t); n != 0 {
+		t.Fatalf("%d locks left after shutdown", n)
+	}
+	// Another worker runs them to completion.
+	start(t, b.pool, worker.Config{}, worker.Handlers{"hang": func(context.Context, *worker.Task) error { return nil }})
+	waitFor(t, 10*time.Second, "rerun", func() bool { return b.count(t, "status = 'completed'") == 2 })
 }

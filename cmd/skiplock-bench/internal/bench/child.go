@@ -132,23 +132,17 @@ func workerProcess(ctx context.Context, stdin io.Reader, stdout, stderr io.Write
 		}
 		stop() // stdin closed: shut down
 	}()
-	reportDone := make(chan struct{})
+	reportCtx, stopReport := context.WithCancel(context.Background())
 	go func() {
 		heap := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-		t := time.NewTicker(50 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-reportDone:
-				return
-			case <-t.C:
-				metrics.Read(heap)
-				say("done %d %d", done.Load(), heap[0].Value.Uint64())
-			}
-		}
+		every(reportCtx, 50*time.Millisecond, func() bool {
+			metrics.Read(heap)
+			say("done %d %d", done.Load(), heap[0].Value.Uint64())
+			return true
+		})
 	}()
 	err = w.Run(runCtx, handlers)
-	close(reportDone)
+	stopReport()
 	if stats != nil {
 		outMu.Lock()
 		stats.write(stdout)
@@ -337,13 +331,6 @@ func (ps procs) start() error {
 	return nil
 }
 
-func (ps procs) done() (n int64) {
-	for _, p := range ps {
-		n += p.done.Load()
-	}
-	return n
-}
-
 func (ps procs) failed() error {
 	for _, p := range ps {
 		if err := p.failed(); err != nil {
@@ -353,25 +340,28 @@ func (ps procs) failed() error {
 	return nil
 }
 
-func (ps procs) cpu() (d time.Duration) {
+// sum adds f up over the worker processes.
+func sum[T int64 | time.Duration](ps procs, f func(*workerProc) T) (n T) {
 	for _, p := range ps {
-		d += cpuTime(p.pid())
-	}
-	return d
-}
-
-func (ps procs) rss() (n int64) {
-	for _, p := range ps {
-		n += rssBytes(p.pid())
+		n += f(p)
 	}
 	return n
 }
 
-func (ps procs) heap() (n int64) {
-	for _, p := range ps {
-		n += p.heap.Load()
-	}
-	return n
+func (ps procs) done() int64 {
+	return sum(ps, func(p *workerProc) int64 { return p.done.Load() })
+}
+
+func (ps procs) cpu() time.Duration {
+	return sum(ps, func(p *workerProc) time.Duration { return cpuTime(p.pid()) })
+}
+
+func (ps procs) rss() int64 {
+	return sum(ps, func(p *workerProc) int64 { return rssBytes(p.pid()) })
+}
+
+func (ps procs) heap() int64 {
+	return sum(ps, func(p *workerProc) int64 { return p.heap.Load() })
 }
 
 func (ps procs) stop() error {

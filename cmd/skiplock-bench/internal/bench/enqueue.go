@@ -151,12 +151,7 @@ func (b *bencher) producers(ctx context.Context, s *schema, label, metric string
 	wg.Wait()
 	elapsed := time.Since(start)
 	stopProgress()
-	select {
-	case err := <-errs:
-		return nil, err
-	default:
-	}
-	if err := ctx.Err(); err != nil {
+	if err := failure(ctx, errs); err != nil {
 		return nil, err
 	}
 	n := count.Load()

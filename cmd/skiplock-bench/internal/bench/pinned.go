@@ -160,29 +160,22 @@ func (b *bencher) pinnedRun(ctx context.Context, label string) ([]measure, error
 	start := time.Now()
 	go func() {
 		per := max(int(o.SustainedRate/100), 1)
-		tick := time.NewTicker(10 * time.Millisecond)
-		defer tick.Stop()
 		tasks := make([]queue.NewTask, per)
-		for {
-			select {
-			case <-prodCtx.Done():
-				prodErr <- nil
-				return
-			case <-tick.C:
-			}
+		var failed error
+		every(prodCtx, 10*time.Millisecond, func() bool {
 			for i := range tasks {
 				tasks[i] = queue.NewTask{Name: noopTask, Payload: benchPayload{N: int(enqueued.Load()) + i}}
 			}
 			if _, err := client.EnqueueMany(prodCtx, tasks); err != nil {
 				if prodCtx.Err() == nil {
-					prodErr <- err
-				} else {
-					prodErr <- nil
+					failed = err
 				}
-				return
+				return false
 			}
 			enqueued.Add(int64(per))
-		}
+			return true
+		})
+		prodErr <- failed
 	}()
 
 	var maxBacklog atomic.Int64

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -80,25 +81,19 @@ func (p *progress) clearLocked() {
 // track refreshes the status line from fn every 200ms until the returned
 // stop is called.
 func (p *progress) track(fn func() string) (stop func()) {
-	done := make(chan struct{})
+	ctx, done := context.WithCancel(context.Background())
 	finished := make(chan struct{})
 	go func() {
 		defer close(finished)
-		t := time.NewTicker(200 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				p.status("%s", fn())
-			}
-		}
+		every(ctx, 200*time.Millisecond, func() bool {
+			p.status("%s", fn())
+			return true
+		})
 	}()
 	var once sync.Once
 	return func() {
 		once.Do(func() {
-			close(done)
+			done()
 			<-finished
 			p.clear()
 		})

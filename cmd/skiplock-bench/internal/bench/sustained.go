@@ -78,18 +78,11 @@ func (b *bencher) sustainedRun(ctx context.Context, label string) ([]measure, er
 	defer helpers.Wait()
 	defer stopRun()
 	helpers.Go(func() {
-		tick := time.NewTicker(10 * time.Millisecond)
-		defer tick.Stop()
 		batch := make([]queue.NewTask, 0, int(o.SustainedRate/50)+1)
-		for {
-			select {
-			case <-runCtx.Done():
-				return
-			case <-tick.C:
-			}
+		every(runCtx, 10*time.Millisecond, func() bool {
 			due := int64(o.SustainedRate*time.Since(start).Seconds()) - enqueued.Load()
 			if due <= 0 {
-				continue
+				return true
 			}
 			batch = batch[:0]
 			for i := range due {
@@ -99,32 +92,24 @@ func (b *bencher) sustainedRun(ctx context.Context, label string) ([]measure, er
 				if runCtx.Err() == nil {
 					failed <- fmt.Errorf("producer: %w", err)
 				}
-				return
+				return false
 			}
 			enqueued.Add(due)
-		}
+			return true
+		})
 	})
 	if o.Purge > 0 {
 		helpers.Go(func() {
-			tick := time.NewTicker(o.Purge)
-			defer tick.Stop()
-			for {
-				select {
-				case <-runCtx.Done():
-					return
-				case <-tick.C:
-				}
+			every(runCtx, o.Purge, func() bool {
 				n, err := client.Purge(runCtx, queue.PurgeRequest{
 					Statuses: []queue.Status{queue.StatusCompleted}, FinishedBefore: time.Now().Add(-o.Purge),
 				})
 				purged.Add(n)
-				if err != nil {
-					if runCtx.Err() == nil {
-						failed <- fmt.Errorf("purge: %w", err)
-					}
-					return
+				if err != nil && runCtx.Err() == nil {
+					failed <- fmt.Errorf("purge: %w", err)
 				}
-			}
+				return err == nil
+			})
 		})
 	}
 
@@ -179,12 +164,7 @@ func (b *bencher) sustainedRun(ctx context.Context, label string) ([]measure, er
 		}
 	}
 	helpers.Wait()
-	select {
-	case err := <-failed:
-		return nil, err
-	default:
-	}
-	if err := ctx.Err(); err != nil {
+	if err := failure(ctx, failed); err != nil {
 		return nil, err
 	}
 	stopProgress()

@@ -277,21 +277,15 @@ func watchLocks(ctx context.Context, s *schema) *lockWatch {
 	l := &lockWatch{cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(l.done)
-		t := time.NewTicker(20 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
+		every(ctx, 20*time.Millisecond, func() bool {
 			var n int64
 			err := s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks
 				WHERE locktype = 'advisory' AND objsubid = 2 AND classid = 'skiplock_tasks'::regclass::oid`).Scan(&n)
 			if err == nil {
 				l.max = max(l.max, n)
 			}
-		}
+			return true
+		})
 	}()
 	return l
 }

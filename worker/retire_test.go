@@ -1,0 +1,56 @@
+package worker
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+func TestRetirerKeepsWhatRetentionSays(t *testing.T) {
+	t.Parallel()
+	b := setupJobs(t)
+	g := newGuard(b.deps(t, "w1", ModeLease, nil, nil))
+	rows := b.claim(t, g, "w1", 3)
+	b.exec(t, "UPDATE skiplock_tasks SET status = 'completed', finished_at = now() - interval '1 hour' WHERE id = $1", rows[0].ID)
+	b.exec(t, "UPDATE skiplock_tasks SET status = 'completed', finished_at = now() WHERE id = $1", rows[1].ID)
+	b.exec(t, "UPDATE skiplock_tasks SET status = 'failed', finished_at = now() - interval '1 hour' WHERE id = $1", rows[2].ID)
+	r := newRetirer(Config{RetainCompleted: time.Minute, RetainFailed: -1, RetainCancelled: -1}, func() bool { return true }, b.queries, b.pool, b.log)
+	if got := r.every(); got != 30*time.Second {
+		t.Errorf("retires every %s with a 1m retention, want 30s", got)
+	}
+	r.retire(context.Background())
+	var left []int64
+	if err := b.pool.QueryRow(context.Background(), "SELECT array_agg(id ORDER BY id) FROM skiplock_tasks").Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if len(left) != 2 || left[0] != rows[1].ID || left[1] != rows[2].ID {
+		t.Errorf("tasks left %v, want the recent completed one and the failed one kept forever: %d, %d", left, rows[1].ID, rows[2].ID)
+	}
+}
+
+// The retirer deletes a workflow's row once its tasks are all gone and it
+// is past workflowGrace; a workflow with a task left, or a new one, stays.
+func TestRetirerDeletesEmptyWorkflows(t *testing.T) {
+	t.Parallel()
+	b := setupJobs(t)
+	var gone, kept, young int64
+	for _, w := range []struct {
+		id  *int64
+		age string
+	}{{&gone, "1 hour"}, {&kept, "1 hour"}, {&young, "1 second"}} {
+		if err := b.pool.QueryRow(context.Background(),
+			"INSERT INTO skiplock_workflows (created_at) VALUES (now() - $1::interval) RETURNING id", w.age).Scan(w.id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.exec(t, "INSERT INTO skiplock_tasks (name, workflow_id) VALUES ('step', $1)", kept)
+	r := newRetirer(Config{RetainCompleted: -1, RetainFailed: -1, RetainCancelled: -1}, func() bool { return true }, b.queries, b.pool, b.log)
+	r.retire(context.Background())
+	var left []int64
+	if err := b.pool.QueryRow(context.Background(), "SELECT array_agg(id ORDER BY id) FROM skiplock_workflows").Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if len(left) != 2 || left[0] != kept || left[1] != young {
+		t.Errorf("workflows left %v, want %d (has a task) and %d (new)", left, kept, young)
+	}
+}
