@@ -32,6 +32,7 @@ import (
 // Workload names, in the order Run runs them.
 const (
 	WorkloadThroughput    = "throughput"
+	WorkloadWorkflow      = "workflow"
 	WorkloadBurst         = "burst"
 	WorkloadEnqueueCopy   = "enqueue-copy"
 	WorkloadEnqueueSingle = "enqueue-single"
@@ -42,10 +43,11 @@ const (
 )
 
 // Workloads lists every workload in run order.
-var Workloads = []string{WorkloadThroughput, WorkloadBurst, WorkloadEnqueueCopy, WorkloadEnqueueSingle, WorkloadLatency, WorkloadScaling, WorkloadSustained, WorkloadPinned}
+var Workloads = []string{WorkloadThroughput, WorkloadWorkflow, WorkloadBurst, WorkloadEnqueueCopy, WorkloadEnqueueSingle, WorkloadLatency, WorkloadScaling, WorkloadSustained, WorkloadPinned}
 
 // DefaultWorkloads are the workloads run when none are named: all but
-// sustained and pinned, which take minutes.
+// sustained and pinned, which take minutes, and workflow, which measures a
+// feature rather than the claim.
 var DefaultWorkloads = []string{WorkloadThroughput, WorkloadBurst, WorkloadEnqueueCopy, WorkloadEnqueueSingle, WorkloadLatency, WorkloadScaling}
 
 // Defaults of Options.
@@ -59,6 +61,7 @@ const (
 	DefaultSustainedRate   = 5000
 	DefaultDuration        = 2 * time.Minute
 	DefaultPin             = 4 * time.Minute
+	DefaultWorkflowSize    = 100
 )
 
 // Options selects and sizes the workloads. The zero value runs
@@ -73,17 +76,27 @@ type Options struct {
 	// Runs is how many times each case runs; the report shows the median.
 	// Defaults to 1.
 	Runs int
-	// Tasks is the backlog of the throughput workload (one case per value)
-	// and of enqueue-copy; scaling uses the first value. Defaults to
-	// [100000].
+	// Tasks is the backlog of the throughput and workflow workloads (one
+	// case per value) and of enqueue-copy; scaling uses the first value.
+	// Defaults to [100000].
 	Tasks []int
 	// Mode is the worker's Config.Mode: "advisory" (the default) or
 	// "lease".
 	Mode string
-	// Concurrency is the worker's Config.Concurrency for throughput and
-	// scaling, one case per value; 0 keeps the worker's default (100).
+	// Concurrency is the worker's Config.Concurrency for throughput,
+	// workflow and scaling, one case per value; 0 keeps the worker's default (100).
 	// Defaults to [0].
 	Concurrency []int
+	// Limits are cluster-wide concurrency limits for the throughput
+	// workload, one case per value: before the workers start, the bench's
+	// queue gets a queue.Limit with this Max (Client.SetLimit). 0 sets
+	// none. Defaults to [0].
+	Limits []int
+	// WorkflowSize is how many tasks each workflow of the workflow workload
+	// has: a root, WorkflowSize-2 tasks that depend on it (fan-out) and a
+	// final task that depends on all of those (fan-in). Every value of
+	// Tasks must be a multiple of it. Defaults to 100.
+	WorkflowSize int
 	// Procs are the worker process counts of the scaling workload.
 	// Defaults to [1, 2].
 	Procs []int
@@ -173,6 +186,12 @@ func (o Options) withDefaults() (Options, error) {
 	if len(o.Concurrency) == 0 {
 		o.Concurrency = []int{0}
 	}
+	if len(o.Limits) == 0 {
+		o.Limits = []int{0}
+	}
+	if o.WorkflowSize == 0 {
+		o.WorkflowSize = DefaultWorkflowSize
+	}
 	if len(o.Procs) == 0 {
 		o.Procs = []int{1, 2}
 	}
@@ -224,6 +243,15 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	for _, n := range o.Concurrency {
 		check(n >= 0, "concurrency must not be negative, got %d", n)
+	}
+	for _, n := range o.Limits {
+		check(n >= 0 && n <= 1<<30, "limit must be 0 (none) to %d, got %d", 1<<30, n)
+	}
+	check(o.WorkflowSize >= 3, "workflow size must be at least 3 (root, fan-out, fan-in), got %d", o.WorkflowSize)
+	if slices.Contains(o.Workloads, WorkloadWorkflow) && o.WorkflowSize >= 3 {
+		for _, n := range o.Tasks {
+			check(n%o.WorkflowSize == 0, "workflow: tasks (%d) must be a multiple of the workflow size (%d)", n, o.WorkflowSize)
+		}
 	}
 	for _, n := range o.Procs {
 		check(n > 0, "procs must be positive, got %d", n)
@@ -354,7 +382,8 @@ func Run(ctx context.Context, opts Options, w io.Writer) error {
 	}
 
 	runs := map[string]func(context.Context) error{
-		WorkloadThroughput:    b.throughput,
+		WorkloadThroughput:    b.backlogs,
+		WorkloadWorkflow:      b.backlogs,
 		WorkloadBurst:         b.burst,
 		WorkloadEnqueueCopy:   b.enqueueCopy,
 		WorkloadEnqueueSingle: b.enqueueSingle,
@@ -367,8 +396,15 @@ func Run(ctx context.Context, opts Options, w io.Writer) error {
 		if !slices.Contains(opts.Workloads, name) {
 			continue
 		}
+		label := name
+		if name == WorkloadThroughput && slices.Contains(opts.Workloads, WorkloadWorkflow) {
+			// backlogs ran both, their runs alternating.
+			label = WorkloadThroughput + ", " + WorkloadWorkflow
+		} else if name == WorkloadWorkflow && slices.Contains(opts.Workloads, WorkloadThroughput) {
+			continue
+		}
 		if err = runs[name](ctx); err != nil {
-			err = fmt.Errorf("bench: %s: %w", name, err)
+			err = fmt.Errorf("bench: %s: %w", label, err)
 			break
 		}
 	}
@@ -385,56 +421,90 @@ func Run(ctx context.Context, opts Options, w io.Writer) error {
 	return err
 }
 
+// benchCase is one case of a workload; run measures it once.
+type benchCase struct {
+	workload, name string
+	params         map[string]float64
+	run            func(ctx context.Context, run int) ([]measure, error)
+}
+
 // repeat runs one case Runs times and records the median of each metric.
 func (b *bencher) repeat(ctx context.Context, workload, name string, params map[string]float64, fn func(ctx context.Context, run int) ([]measure, error)) error {
-	var order []string
-	values := map[string][]float64{}
-	first := map[string]measure{}
+	return b.alternate(ctx, []benchCase{{workload: workload, name: name, params: params, run: fn}})
+}
+
+// alternate runs every case Runs times, round by round (the first run of
+// each case, then the second of each, ...), so that a machine whose speed
+// drifts, as a shared one does, skews the cases alike. It records the median
+// of each metric of a case once all its runs are done.
+func (b *bencher) alternate(ctx context.Context, cases []benchCase) error {
+	type tally struct {
+		order  []string
+		values map[string][]float64
+		first  map[string]measure
+	}
+	tallies := make([]tally, len(cases))
+	for i := range tallies {
+		tallies[i] = tally{values: map[string][]float64{}, first: map[string]measure{}}
+	}
 	for run := range b.opts.Runs {
-		var ms []measure
-		for attempt := 1; ; attempt++ {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			if err := b.waitQuiet(ctx, name); err != nil {
-				return err
-			}
-			noise := newNoiseProbe(b.env.postmaster)
-			var err error
-			ms, err = fn(ctx, run)
+		for i, c := range cases {
+			ms, err := b.runOnce(ctx, c, run)
 			if err != nil {
-				return fmt.Errorf("%s, run %d: %w", name, run+1, err)
+				return err
 			}
-			share := noise.share()
-			ms = append(ms, measure{metric: "other processes", unit: "% of CPU", value: 100 * share})
-			if b.opts.WaitQuiet <= 0 || share < disturbed || attempt == maxAttempts {
-				break
+			t := &tallies[i]
+			for _, m := range ms {
+				if _, ok := t.first[m.metric]; !ok {
+					t.first[m.metric] = m
+					t.order = append(t.order, m.metric)
+				}
+				t.values[m.metric] = append(t.values[m.metric], m.value)
 			}
-			b.report.Discarded++
-			b.prog.logf("%s%s: other processes used %.0f%% of the CPU during the run; discarding it and running again",
-				name, runLabel(run, b.opts.Runs), 100*share)
-		}
-		for _, m := range ms {
-			if _, ok := first[m.metric]; !ok {
-				first[m.metric] = m
-				order = append(order, m.metric)
+			if run < b.opts.Runs-1 {
+				continue
 			}
-			values[m.metric] = append(values[m.metric], m.value)
+			for _, metric := range t.order {
+				m := t.first[metric]
+				r := Result{Workload: c.workload, Case: c.name, Params: c.params, Metric: metric, Unit: m.unit,
+					Median: median(t.values[metric]), Runs: t.values[metric]}
+				if m.target != nil {
+					r.Target = m.target.String()
+					pass := m.target.met(r.Median)
+					r.Pass = &pass
+				}
+				b.report.Results = append(b.report.Results, r)
+			}
+			b.prog.logf("%s %s: %s", c.workload, c.name, summary(b.report.Results, c.workload, c.name))
 		}
 	}
-	for _, metric := range order {
-		m := first[metric]
-		r := Result{Workload: workload, Case: name, Params: params, Metric: metric, Unit: m.unit,
-			Median: median(values[metric]), Runs: values[metric]}
-		if m.target != nil {
-			r.Target = m.target.String()
-			pass := m.target.met(r.Median)
-			r.Pass = &pass
-		}
-		b.report.Results = append(b.report.Results, r)
-	}
-	b.prog.logf("%s %s: %s", workload, name, summary(b.report.Results, workload, name))
 	return nil
+}
+
+// runOnce runs a case once; with WaitQuiet, it waits for a quiet machine
+// first and repeats a run that other processes disturbed.
+func (b *bencher) runOnce(ctx context.Context, c benchCase, run int) ([]measure, error) {
+	for attempt := 1; ; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if err := b.waitQuiet(ctx, c.name); err != nil {
+			return nil, err
+		}
+		noise := newNoiseProbe(b.env.postmaster)
+		ms, err := c.run(ctx, run)
+		if err != nil {
+			return nil, fmt.Errorf("%s, run %d: %w", c.name, run+1, err)
+		}
+		share := noise.share()
+		ms = append(ms, measure{metric: "other processes", unit: "% of CPU", value: 100 * share})
+		if b.opts.WaitQuiet <= 0 || share < disturbed || attempt == maxAttempts {
+			return ms, nil
+		}
+		b.report.Discarded++
+		b.prog.logf("%s%s: other processes used %.0f%% of the CPU during the run; discarding it and running again",
+			c.name, runLabel(run, b.opts.Runs), 100*share)
+	}
 }
 
 // With WaitQuiet, a run during which other processes used more than

@@ -43,6 +43,8 @@ func TestRunEveryWorkload(t *testing.T) {
 		Tasks:           []int{1000},
 		Procs:           []int{1, 2},
 		Concurrency:     []int{10, 0},
+		Limits:          []int{0, 1000},
+		WorkflowSize:    50, // 20 workflows, two transactions of them
 		EnqueueDuration: 300 * time.Millisecond,
 		Rates:           []float64{200},
 		LatencyDuration: 300 * time.Millisecond,
@@ -69,10 +71,33 @@ func TestRunEveryWorkload(t *testing.T) {
 			t.Errorf("no results for workload %s", w)
 		}
 	}
+	limited, released := false, 0
 	for _, r := range report.Results {
-		if r.Workload == WorkloadThroughput && r.Metric == "throughput" && !(r.Median > 0) {
-			t.Errorf("throughput %v", r.Median)
+		if (r.Workload == WorkloadThroughput || r.Workload == WorkloadWorkflow) && r.Metric == "throughput" && !(r.Median > 0) {
+			t.Errorf("%s %s: throughput %v", r.Workload, r.Case, r.Median)
 		}
+		if r.Workload == WorkloadThroughput && r.Metric == "throughput" && strings.HasSuffix(r.Case, " limit=1000") {
+			limited = true
+		}
+		if r.Workload == WorkloadWorkflow {
+			switch r.Metric {
+			case "released by dependencies":
+				released++
+				if r.Median != 20*49 {
+					t.Errorf("%s: %v tasks released by dependencies, want %d", r.Case, r.Median, 20*49)
+				}
+			case "workflow enqueue":
+				if !(r.Median > 0) {
+					t.Errorf("%s: workflow enqueue %v", r.Case, r.Median)
+				}
+			}
+		}
+	}
+	if !limited {
+		t.Error("no throughput case with limit=1000")
+	}
+	if released != 2 { // concurrency 10 and 0
+		t.Errorf("%d workflow cases report tasks released by dependencies, want 2", released)
 	}
 	if len(report.Sustained) < 4 {
 		t.Errorf("%d sustained samples, want at least 4", len(report.Sustained))
@@ -148,12 +173,44 @@ func (l *schemaLog) assertDropped(t *testing.T) {
 	}
 }
 
+// TestAlternate checks that the runs of several cases alternate and that
+// each case's medians are its own.
+func TestAlternate(t *testing.T) {
+	t.Parallel()
+	b := &bencher{opts: Options{Runs: 3}, env: &env{}, prog: newProgress(nil), report: &Report{}}
+	var order []string
+	mk := func(name string, value float64) benchCase {
+		return benchCase{workload: "w", name: name, run: func(_ context.Context, run int) ([]measure, error) {
+			order = append(order, name+strconv.Itoa(run))
+			return []measure{{metric: "m", unit: "u", value: value + float64(run)}}, nil
+		}}
+	}
+	if err := b.alternate(context.Background(), []benchCase{mk("a", 10), mk("b", 20)}); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"a0", "b0", "a1", "b1", "a2", "b2"}; !slices.Equal(order, want) {
+		t.Errorf("runs in order %v, want %v", order, want)
+	}
+	var got []string
+	for _, r := range b.report.Results {
+		if r.Metric == "m" {
+			got = append(got, r.Case+"="+strconv.FormatFloat(r.Median, 'f', -1, 64)+"/"+strconv.Itoa(len(r.Runs)))
+		}
+	}
+	if want := []string{"a=11/3", "b=21/3"}; !slices.Equal(got, want) {
+		t.Errorf("results %v, want %v", got, want)
+	}
+}
+
 func TestCommandBadInput(t *testing.T) {
 	t.Parallel()
 	for _, args := range [][]string{
 		{"--workload", "nope"},
 		{"--tasks", "ten"},
 		{"--runs", "-1"},
+		{"--limit", "-1"},
+		{"--workload", "workflow", "--tasks", "1050"},
+		{"--workload", "workflow", "--workflow-size", "2"},
 		{"extra"},
 	} {
 		var stdout, stderr bytes.Buffer

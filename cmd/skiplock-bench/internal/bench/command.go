@@ -24,15 +24,21 @@ Examples:
   PEER_N=50000 PEER_DSN=... skiplock-bench --peer-line   # the comparison tool's line
   skiplock-bench                                   # default workloads, once
   skiplock-bench --runs 3 --workload throughput --tasks 100000,1000000
+  skiplock-bench --runs 3 --workload throughput --tasks 100000 --limit 0,1000000   # without and with a limit
+  skiplock-bench --runs 3 --workload throughput,workflow --tasks 100000            # 1,000 workflows of 100
   skiplock-bench --workload scaling --procs 1,2,4 --concurrency 10,100,1000 --svg docs
   skiplock-bench --workload latency --rate 50,500 --json
   skiplock-bench --workload sustained --duration 10m --rate-sustained 5000
   skiplock-bench --workload pinned --pin 4m --rate-sustained 5000
 
-Workloads: throughput, burst, enqueue-copy, enqueue-single, latency,
-scaling, sustained and pinned (not run unless named: they take minutes;
-pinned holds the server's xmin horizon back for --pin, so give it a server
-of its own).
+Workloads: throughput, workflow, burst, enqueue-copy, enqueue-single,
+latency, scaling, sustained and pinned. Not run unless named: workflow
+(throughput with the backlog made of workflows: a root, --workflow-size
+minus 2 tasks depending on it, a final task depending on all of those),
+sustained and pinned (they take minutes; pinned holds the server's xmin
+horizon back for --pin, so give it a server of its own). With --runs > 1,
+the runs of the throughput and workflow cases alternate, so that a shared
+machine's drift skews them alike.
 
 Flags:
 `
@@ -59,9 +65,11 @@ func Command(ctx context.Context, self, args []string, stdout, stderr io.Writer)
 	}
 	var o Options
 	workloads := fs.String("workload", strings.Join(DefaultWorkloads, ","), "comma-separated `workloads` to run")
-	tasks := fs.String("tasks", strconv.Itoa(DefaultTasks), "backlog `sizes` for throughput and enqueue-copy, comma-separated (scaling uses the first)")
-	conc := fs.String("concurrency", "0", "worker Concurrency `values` for throughput and scaling, comma-separated; 0 is the default (100)")
+	tasks := fs.String("tasks", strconv.Itoa(DefaultTasks), "backlog `sizes` for throughput, workflow and enqueue-copy, comma-separated (scaling uses the first)")
+	conc := fs.String("concurrency", "0", "worker Concurrency `values` for throughput, workflow and scaling, comma-separated; 0 is the default (100)")
 	procs := fs.String("procs", "1,2", "worker process `counts` for scaling, comma-separated")
+	limits := fs.String("limit", "0", "throughput: cluster-wide concurrency `limits` (queue.SetLimit on the bench's queue, before the workers start), comma-separated; 0 sets none")
+	fs.IntVar(&o.WorkflowSize, "workflow-size", DefaultWorkflowSize, "workflow: tasks per workflow; --tasks must be a multiple of it")
 	settings := fs.String("worker-setting", "", "experiment: `name=value,...` server settings SET on every worker connection")
 	lockSettings := fs.String("lock-session-setting", "", "experiment: `name=value,...` server settings SET on the worker's lock session only")
 	rates := fs.String("rate", strconv.Itoa(DefaultLatencyRate), "latency enqueue `rates` in tasks/s, comma-separated")
@@ -113,7 +121,9 @@ func Command(ctx context.Context, self, args []string, stdout, stderr io.Writer)
 	if o.Tasks, err = intList(*tasks); err == nil {
 		if o.Concurrency, err = intList(*conc); err == nil {
 			if o.Procs, err = intList(*procs); err == nil {
-				o.Rates, err = floatList(*rates)
+				if o.Limits, err = intList(*limits); err == nil {
+					o.Rates, err = floatList(*rates)
+				}
 			}
 		}
 	}

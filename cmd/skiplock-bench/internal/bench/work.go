@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -41,13 +42,62 @@ func (b *bencher) preload(ctx context.Context, s *schema, n int, label string) e
 		done += len(tasks)
 		b.prog.status("%s: preloading %s/%s tasks", label, formatNumber(float64(done)), formatNumber(float64(n)))
 	}
-	if b.opts.Vacuum {
-		b.prog.status("%s: vacuum analyze", label)
-		if err := s.vacuum(ctx); err != nil {
-			return fmt.Errorf("vacuum: %w", err)
-		}
-	}
 	return nil
+}
+
+// benchWorkflow is workflow i of the workflow workload, size no-op tasks: a
+// root, size-2 tasks that depend on it (fan-out) and a final task that
+// depends on all of those (fan-in). Payloads number the tasks from i*size.
+func benchWorkflow(i, size int) queue.Workflow {
+	first := i * size
+	steps := make([]queue.Step, 0, size)
+	steps = append(steps, queue.Step{Name: "root", Task: noopTask, Payload: benchPayload{N: first}})
+	fan := make([]string, 0, size-2)
+	for j := 1; j < size-1; j++ {
+		name := "fan-" + strconv.Itoa(j)
+		fan = append(fan, name)
+		steps = append(steps, queue.Step{Name: name, Task: noopTask, Payload: benchPayload{N: first + j}, DependsOn: []string{"root"}})
+	}
+	steps = append(steps, queue.Step{Name: "final", Task: noopTask, Payload: benchPayload{N: first + size - 1}, DependsOn: fan})
+	return queue.Workflow{Name: "bench-" + strconv.Itoa(i), Steps: steps}
+}
+
+// workflowBatch is how many workflows preloadWorkflows enqueues in one
+// transaction: one commit, and its WAL flush, per batch rather than per
+// workflow.
+const workflowBatch = 10
+
+// preloadWorkflows enqueues n tasks as workflows of size tasks
+// (benchWorkflow) with EnqueueWorkflowTx, workflowBatch workflows a
+// transaction, one transaction at a time, and returns the rate in tasks per
+// second; building the workflows is not timed.
+func (b *bencher) preloadWorkflows(ctx context.Context, s *schema, n, size int, label string) (float64, error) {
+	client := queue.New(s.pool)
+	workflows := n / size
+	var elapsed time.Duration
+	for done := 0; done < workflows; {
+		batch := make([]queue.Workflow, 0, workflowBatch)
+		for i := done; i < min(done+workflowBatch, workflows); i++ {
+			batch = append(batch, benchWorkflow(i, size))
+		}
+		start := time.Now()
+		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			for _, wf := range batch {
+				if _, err := client.EnqueueWorkflowTx(ctx, tx, wf); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		elapsed += time.Since(start)
+		if err != nil {
+			return 0, fmt.Errorf("preloading workflows: %w", err)
+		}
+		done += len(batch)
+		b.prog.status("%s: preloading %s/%s workflows, %s tasks/s", label, formatNumber(float64(done)), formatNumber(float64(workflows)),
+			formatNumber(rate(int64(done*size), elapsed)))
+	}
+	return rate(int64(n), elapsed), nil
 }
 
 // workCase is one backlog worked by worker processes.
@@ -55,6 +105,12 @@ type workCase struct {
 	tasks       int
 	procs       int
 	concurrency int // 0: the worker's default
+	// limit, when positive, is the Max of a queue.Limit set on the bench's
+	// queue before the workers start.
+	limit int
+	// workflowSize, when positive, makes the backlog workflows of this
+	// many tasks (benchWorkflow) instead of independent tasks.
+	workflowSize int
 	// burst starts the workers on an empty queue, feeds them a trickle,
 	// and only then enqueues the backlog (with COPY, while they work):
 	// statements are prepared, and their plans cached, on a small table.
@@ -75,8 +131,26 @@ func (b *bencher) workBacklog(ctx context.Context, c workCase, label string) ([]
 		return nil, err
 	}
 	defer s.drop()
-	if !c.burst {
+	var enqueueRate float64
+	switch {
+	case c.workflowSize > 0:
+		if enqueueRate, err = b.preloadWorkflows(ctx, s, c.tasks, c.workflowSize, label); err != nil {
+			return nil, err
+		}
+	case !c.burst:
 		if err := b.preload(ctx, s, c.tasks, label); err != nil {
+			return nil, err
+		}
+	}
+	if b.opts.Vacuum && !c.burst {
+		b.prog.status("%s: vacuum analyze", label)
+		if err := s.vacuum(ctx); err != nil {
+			return nil, fmt.Errorf("vacuum: %w", err)
+		}
+	}
+	if c.limit > 0 {
+		// Set before the workers start: their first claim sees it.
+		if err := queue.New(s.pool).SetLimit(ctx, queue.Limit{Queue: queue.DefaultQueue, Max: c.limit}); err != nil {
 			return nil, err
 		}
 	}
@@ -189,8 +263,23 @@ func (b *bencher) workBacklog(ctx context.Context, c workCase, label string) ([]
 		return nil, fmt.Errorf("%d of %d tasks completed", completed, want)
 	}
 	perTask := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(c.tasks) }
-	ms := []measure{
-		{metric: "throughput", unit: "tasks/s", value: rate(int64(c.tasks), elapsed)},
+	ms := []measure{{metric: "throughput", unit: "tasks/s", value: rate(int64(c.tasks), elapsed)}}
+	if c.workflowSize > 0 {
+		// Every task but the roots waited for its dependencies: the
+		// completion of the last one released it.
+		var released int
+		if err := s.pool.QueryRow(ctx, "SELECT count(*) FROM skiplock_tasks WHERE status = 'completed' AND depends_on IS NOT NULL").Scan(&released); err != nil {
+			return nil, err
+		}
+		if want := c.tasks / c.workflowSize * (c.workflowSize - 1); released != want {
+			return nil, fmt.Errorf("%d tasks released by dependencies, want %d", released, want)
+		}
+		ms = append(ms,
+			measure{metric: "workflow enqueue", unit: "tasks/s", value: enqueueRate},
+			measure{metric: "released by dependencies", unit: "tasks", value: float64(released)},
+		)
+	}
+	ms = append(ms, []measure{
 		{metric: "elapsed", unit: "s", value: elapsed.Seconds()},
 		{metric: "handlers done at", unit: "s", value: handlersDone.Seconds()},
 		{metric: "worker CPU", unit: "µs/task", value: perTask(workerCPU)},
@@ -199,7 +288,7 @@ func (b *bencher) workBacklog(ctx context.Context, c workCase, label string) ([]
 		{metric: "machine idle", unit: "%", value: 100 * max(1-(workerCPU+serverCPU+restCPU).Seconds()/(elapsed.Seconds()*float64(runtime.NumCPU())), 0)},
 		{metric: "worker RSS", unit: "MiB", value: mib(rss) / float64(c.procs)},
 		{metric: "max task locks held", unit: "locks", value: float64(maxLocks)},
-	}
+	}...)
 	if srv1, err := s.serverStats(ctx); err == nil && srvErr == nil {
 		per1k := func(d float64) float64 { return 1000 * d / float64(c.tasks) }
 		ms = append(ms,
@@ -353,56 +442,76 @@ func (s *schema) busy(ctx context.Context) (bool, error) {
 	return busy, err
 }
 
-// throughput: one worker process with default settings works a backlog.
-func (b *bencher) throughput(ctx context.Context) error {
-	return b.oneWorkerBacklogs(ctx, WorkloadThroughput, false, func(n, conc int, ms []measure) {
-		if conc != 0 {
-			return
-		}
-		switch n {
-		case 100_000:
-			ms[0].target = &target{atLeast: true, v: 36_000}
-		case 1_000_000:
-			ms[0].target = &target{atLeast: true, v: 25_000}
-		}
-	})
+// backlogs runs the throughput workload (one worker process with default
+// settings works a backlog, under each of Options.Limits) and the workflow
+// workload (the backlog is workflows), whichever are selected, as one set of
+// cases whose runs alternate: a side by side from the same run.
+func (b *bencher) backlogs(ctx context.Context) error {
+	var cases []benchCase
+	if slices.Contains(b.opts.Workloads, WorkloadThroughput) {
+		cases = b.backlogCases(WorkloadThroughput, workCase{}, b.opts.Limits, func(c workCase, ms []measure) {
+			// The targets are the claim's, with no limit set.
+			if c.concurrency != 0 || c.limit != 0 {
+				return
+			}
+			switch c.tasks {
+			case 100_000:
+				ms[0].target = &target{atLeast: true, v: 36_000}
+			case 1_000_000:
+				ms[0].target = &target{atLeast: true, v: 25_000}
+			}
+		})
+	}
+	if slices.Contains(b.opts.Workloads, WorkloadWorkflow) {
+		cases = append(cases, b.backlogCases(WorkloadWorkflow, workCase{workflowSize: b.opts.WorkflowSize}, []int{0}, nil)...)
+	}
+	return b.alternate(ctx, cases)
 }
 
 // burst: the backlog arrives while the workers are already running, after
 // a trickle of work on an empty table.
 func (b *bencher) burst(ctx context.Context) error {
-	return b.oneWorkerBacklogs(ctx, WorkloadBurst, true, nil)
+	return b.alternate(ctx, b.backlogCases(WorkloadBurst, workCase{burst: true}, []int{0}, nil))
 }
 
-// oneWorkerBacklogs runs workload with one worker process for each task
-// count and concurrency of the options; burst says when the backlog
-// arrives (workCase). targets, if set, sets the targets of a case's
-// measures.
-func (b *bencher) oneWorkerBacklogs(ctx context.Context, workload string, burst bool, targets func(n, conc int, ms []measure)) error {
+// backlogCases are the cases of workload with one worker process: base
+// with each task count and concurrency of the options and each of limits.
+// targets, if set, sets the targets of a case's measures.
+func (b *bencher) backlogCases(workload string, base workCase, limits []int, targets func(c workCase, ms []measure)) []benchCase {
+	var cases []benchCase
 	for _, n := range b.opts.Tasks {
 		for _, conc := range b.opts.Concurrency {
-			name := fmt.Sprintf("tasks=%d", n)
-			if conc != 0 {
-				name += fmt.Sprintf(" concurrency=%d", conc)
-			}
-			if b.opts.Vacuum && !burst {
-				name += " vacuumed"
-			}
-			params := map[string]float64{"tasks": float64(n), "procs": 1, "concurrency": float64(concurrencyOf(conc))}
-			c := workCase{tasks: n, procs: 1, concurrency: conc, burst: burst}
-			err := b.repeat(ctx, workload, name, params, func(ctx context.Context, run int) ([]measure, error) {
-				ms, err := b.workBacklog(ctx, c, workload+" "+name+runLabel(run, b.opts.Runs))
-				if err == nil && targets != nil {
-					targets(n, conc, ms)
+			for _, limit := range limits {
+				c := base
+				c.tasks, c.procs, c.concurrency, c.limit = n, 1, conc, limit
+				name := fmt.Sprintf("tasks=%d", n)
+				params := map[string]float64{"tasks": float64(n), "procs": 1, "concurrency": float64(concurrencyOf(conc))}
+				if c.workflowSize > 0 {
+					name += fmt.Sprintf(" workflows=%dx%d", n/c.workflowSize, c.workflowSize)
+					params["workflow_size"] = float64(c.workflowSize)
 				}
-				return ms, err
-			})
-			if err != nil {
-				return err
+				if conc != 0 {
+					name += fmt.Sprintf(" concurrency=%d", conc)
+				}
+				if limit != 0 {
+					name += fmt.Sprintf(" limit=%d", limit)
+					params["limit"] = float64(limit)
+				}
+				if b.opts.Vacuum && !c.burst {
+					name += " vacuumed"
+				}
+				cases = append(cases, benchCase{workload: workload, name: name, params: params,
+					run: func(ctx context.Context, run int) ([]measure, error) {
+						ms, err := b.workBacklog(ctx, c, workload+" "+name+runLabel(run, b.opts.Runs))
+						if err == nil && targets != nil {
+							targets(c, ms)
+						}
+						return ms, err
+					}})
 			}
 		}
 	}
-	return nil
+	return cases
 }
 
 // scaling: the same backlog worked by more processes, and by workers of
