@@ -94,7 +94,7 @@ func TestPanicIsFailureWithStack(t *testing.T) {
 	waitFor(t, 10*time.Second, "failure", func() bool { return b.get(t, id).Status == queue.StatusFailed })
 	e := b.get(t, id).Errors[0]
 	if e.Outcome != "panic" || !strings.Contains(e.Error, "panic: assignment to entry in nil map") ||
-		!strings.Contains(e.Error, "worker_test.go") {
+		!strings.Contains(e.Error, "outcome_test.go") {
 		t.Fatalf("error entry lacks the panic and its stack: %+v", e)
 	}
 }
