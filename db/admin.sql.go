@@ -590,6 +590,7 @@ WHERE t.status = ANY($1::text[])
        OR strpos(lower(t.errors -> -1 ->> 'error'), lower($7::text)) > 0)
   AND (cardinality($8::text[]) = 0 OR t.status <> 'pending'
        OR (CASE WHEN t.run_at <= now() THEN 'due' WHEN t.attempt > 0 THEN 'retrying' ELSE 'scheduled' END) = ANY($8::text[]))
+  AND ($9::text IS NULL OR t.sequence_key = $9::text)
 `
 
 type TaskCountParams struct {
@@ -601,6 +602,7 @@ type TaskCountParams struct {
 	FinishedBefore *time.Time
 	ErrorContains  *string
 	Waits          []string
+	SequenceKey    *string
 }
 
 func (q *Queries) TaskCount(ctx context.Context, db DBTX, arg TaskCountParams) (int64, error) {
@@ -613,6 +615,7 @@ func (q *Queries) TaskCount(ctx context.Context, db DBTX, arg TaskCountParams) (
 		arg.FinishedBefore,
 		arg.ErrorContains,
 		arg.Waits,
+		arg.SequenceKey,
 	)
 	var count int64
 	err := row.Scan(&count)
@@ -659,7 +662,7 @@ func (q *Queries) TaskDeleteMany(ctx context.Context, db DBTX, ids []int64) ([]i
 }
 
 const taskList = `-- name: TaskList :many
-SELECT t.id, t.queue, t.name, t.payload, t.metadata, t.status, t.priority, t.run_at, t.attempt, t.max_attempts, t.timeout_ms, t.errors, t.worker_id, t.created_at, t.started_at, t.finished_at, t.unique_key, t.unique_window_key, t.exclusive_key, t.cancel_requested_at, t.locked_until, t.output, t.workflow_id, t.depends_on, t.dependents, t.deps_pending, t.dependency_failure, t.limit_key
+SELECT t.id, t.queue, t.name, t.payload, t.metadata, t.status, t.priority, t.run_at, t.attempt, t.max_attempts, t.timeout_ms, t.errors, t.worker_id, t.created_at, t.started_at, t.finished_at, t.unique_key, t.unique_window_key, t.exclusive_key, t.cancel_requested_at, t.locked_until, t.output, t.workflow_id, t.depends_on, t.dependents, t.deps_pending, t.dependency_failure, t.limit_key, t.sequence_key, t.sequence_hold
 FROM skiplock_tasks AS t
 WHERE t.status = ANY($1::text[])
   AND (cardinality($2::bigint[]) = 0 OR t.id = ANY($2::bigint[]))
@@ -671,9 +674,10 @@ WHERE t.status = ANY($1::text[])
        OR strpos(lower(t.errors -> -1 ->> 'error'), lower($7::text)) > 0)
   AND (cardinality($8::text[]) = 0 OR t.status <> 'pending'
        OR (CASE WHEN t.run_at <= now() THEN 'due' WHEN t.attempt > 0 THEN 'retrying' ELSE 'scheduled' END) = ANY($8::text[]))
-  AND ($9::bigint = 0 OR t.id < $9::bigint)
+  AND ($9::text IS NULL OR t.sequence_key = $9::text)
+  AND ($10::bigint = 0 OR t.id < $10::bigint)
 ORDER BY t.id DESC
-LIMIT $10::integer
+LIMIT $11::integer
 `
 
 type TaskListParams struct {
@@ -685,6 +689,7 @@ type TaskListParams struct {
 	FinishedBefore *time.Time
 	ErrorContains  *string
 	Waits          []string
+	SequenceKey    *string
 	BeforeID       int64
 	MaxRows        int32
 }
@@ -692,8 +697,9 @@ type TaskListParams struct {
 // Operator queries (the skiplock command and the dashboard) filter tasks
 // the same way. A filter left empty (an empty array, a NULL) matches
 // everything. waits narrows pending tasks to those that are due, retrying
-// (waiting out a retry's backoff) or scheduled (enqueued to run later). since compares finished_at, or created_at for tasks that have
-// not finished; error_contains looks, ignoring case, at the error of the
+// (waiting out a retry's backoff) or scheduled (enqueued to run later);
+// sequence_key keeps a sequence's tasks. since compares finished_at, or
+// created_at for tasks that have not finished; error_contains looks, ignoring case, at the error of the
 // task's last recorded attempt. Newest first, paged by before_id.
 func (q *Queries) TaskList(ctx context.Context, db DBTX, arg TaskListParams) ([]SkiplockTask, error) {
 	rows, err := db.Query(ctx, taskList,
@@ -705,6 +711,7 @@ func (q *Queries) TaskList(ctx context.Context, db DBTX, arg TaskListParams) ([]
 		arg.FinishedBefore,
 		arg.ErrorContains,
 		arg.Waits,
+		arg.SequenceKey,
 		arg.BeforeID,
 		arg.MaxRows,
 	)
@@ -744,6 +751,8 @@ func (q *Queries) TaskList(ctx context.Context, db DBTX, arg TaskListParams) ([]
 			&i.DepsPending,
 			&i.DependencyFailure,
 			&i.LimitKey,
+			&i.SequenceKey,
+			&i.SequenceHold,
 		); err != nil {
 			return nil, err
 		}
@@ -857,7 +866,9 @@ WITH picked AS MATERIALIZED (
     FOR UPDATE SKIP LOCKED
 ), requeued AS (
     UPDATE skiplock_tasks AS t
-    SET status = CASE WHEN t.deps_pending > 0 THEN 'waiting' ELSE 'pending' END,
+    SET status = CASE WHEN t.deps_pending > 0 THEN 'waiting'
+                      WHEN t.sequence_key IS NOT NULL AND NOT skiplock_sequence_admits(t.sequence_key, t.id) THEN 'waiting'
+                      ELSE 'pending' END,
         run_at = now(),
         finished_at = NULL,
         worker_id = NULL,
@@ -914,8 +925,11 @@ type TaskRequeueBatchRow struct {
 // that a worker claimed meanwhile is running, and is not touched.
 //
 // Requeues one batch of failed (or cancelled) tasks matching the filter:
-// pending, due now (waiting, if it has dependencies left), with a history
-// entry that records the requeue. Without
+// pending, due now, with a history entry that records the requeue. A task
+// waits instead if it has dependencies left, or if another task of its
+// sequence is ahead of it (skiplock_sequence_admits: pending, running,
+// failed and holding, or waiting with a smaller id), so that a sequence
+// never has two tasks pending at once. Without
 // reset_attempts a task keeps its attempt count and gets at least one more
 // attempt; with it, its attempts start again from zero. Idle workers of each
 // requeued queue are woken (delivered at commit, that is at the end of the
@@ -955,7 +969,9 @@ WITH picked AS MATERIALIZED (
     FOR UPDATE
 ), requeued AS (
     UPDATE skiplock_tasks AS t
-    SET status = CASE WHEN t.deps_pending > 0 THEN 'waiting' ELSE 'pending' END,
+    SET status = CASE WHEN t.deps_pending > 0 THEN 'waiting'
+                      WHEN t.sequence_key IS NOT NULL AND NOT skiplock_sequence_admits(t.sequence_key, t.id) THEN 'waiting'
+                      ELSE 'pending' END,
         run_at = now(),
         finished_at = NULL,
         worker_id = NULL,

@@ -142,6 +142,8 @@ type ListFilter struct {
 	// BeforeID keeps tasks with smaller IDs: pass the last ID of a page to
 	// get the next one. Count ignores it.
 	BeforeID int64
+	// Sequence keeps the tasks of this sequence (WithSequence).
+	Sequence string
 }
 
 // selection turns the statuses and states of f into the statuses to read
@@ -190,6 +192,9 @@ func (f ListFilter) check() (statuses, waits []string, limit int, err error) {
 	if statuses, waits, err = f.selection("list"); err != nil {
 		return nil, nil, 0, err
 	}
+	if len(f.Sequence) > MaxKeyLength {
+		return nil, nil, 0, fmt.Errorf("%w: sequence key must be at most %d bytes, got %d", ErrInvalidRequest, MaxKeyLength, len(f.Sequence))
+	}
 	limit = f.Limit
 	if limit == 0 {
 		limit = DefaultListLimit
@@ -225,6 +230,7 @@ func (c *Client) list(ctx context.Context, exec db.DBTX, f ListFilter) ([]*Task,
 		FinishedBefore: optTime(f.FinishedBefore),
 		ErrorContains:  optString(f.ErrorContains),
 		Waits:          nonNil(waits),
+		SequenceKey:    optString(f.Sequence),
 		BeforeID:       f.BeforeID,
 		MaxRows:        int32(limit),
 	})
@@ -257,6 +263,7 @@ func (c *Client) Count(ctx context.Context, f ListFilter) (int64, error) {
 		FinishedBefore: optTime(f.FinishedBefore),
 		ErrorContains:  optString(f.ErrorContains),
 		Waits:          nonNil(waits),
+		SequenceKey:    optString(f.Sequence),
 	})
 	if err != nil {
 		return 0, fmt.Errorf("counting tasks: %w", err)
@@ -312,7 +319,10 @@ type RequeueResult struct {
 // Requeue returns failed (and, when asked, cancelled) tasks to pending, due
 // now: finished_at and worker_id are cleared, and an entry with outcome
 // "requeued" is appended to the error history, which is otherwise kept.
-// Idle workers of the requeued queues are woken.
+// Idle workers of the requeued queues are woken. A task goes to waiting
+// instead while it has dependencies left (WithDependsOn), or while another
+// task of its sequence (WithSequence) is pending, running, holding it
+// (WithSequenceHold) or waiting ahead of it: it then runs in its turn.
 //
 // It works in batches of BatchSize tasks, each its own transaction, so a
 // million tasks neither time out nor lock the table for long; Progress is
