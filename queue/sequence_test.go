@@ -358,9 +358,9 @@ func TestSequenceFromSQL(t *testing.T) {
 		t.Fatalf("%d tasks hold, want 1", n)
 	}
 	for sql, want := range map[string]string{
-		`SELECT skiplock_enqueue('t', sequence_key => 'k', unique_key => 'u2')`:          "cannot be combined with unique_key",
-		`SELECT skiplock_enqueue('t', sequence_hold => true)`:                            "sequence_hold needs a sequence_key",
-		`SELECT skiplock_enqueue('t', sequence_key => repeat('k', 1025))`:                "sequence key must be at most 1024 bytes",
+		`SELECT skiplock_enqueue('t', sequence_key => 'k', unique_key => 'u2')`:        "cannot be combined with unique_key",
+		`SELECT skiplock_enqueue('t', sequence_hold => true)`:                          "sequence_hold needs a sequence_key",
+		`SELECT skiplock_enqueue('t', sequence_key => repeat('k', 1025))`:              "sequence key must be at most 1024 bytes",
 		`SELECT * FROM skiplock_enqueue_many('[{"name": "t", "sequence_hold": "x"}]')`: "invalid task 1",
 	} {
 		if _, err := pool.Exec(ctx, sql); err == nil || !strings.Contains(err.Error(), want) {
