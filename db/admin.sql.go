@@ -590,7 +590,6 @@ WHERE t.status = ANY($1::text[])
        OR strpos(lower(t.errors -> -1 ->> 'error'), lower($7::text)) > 0)
   AND (cardinality($8::text[]) = 0 OR t.status <> 'pending'
        OR (CASE WHEN t.run_at <= now() THEN 'due' WHEN t.attempt > 0 THEN 'retrying' ELSE 'scheduled' END) = ANY($8::text[]))
-  AND ($9::text IS NULL OR t.sequence_key = $9::text)
 `
 
 type TaskCountParams struct {
@@ -602,11 +601,58 @@ type TaskCountParams struct {
 	FinishedBefore *time.Time
 	ErrorContains  *string
 	Waits          []string
-	SequenceKey    *string
 }
 
+// TaskList's count. It reads no column newer than migration 1, so that
+// `skiplock migrate down` can count the tasks of an older schema; a count
+// within a sequence is TaskCountInSequence.
 func (q *Queries) TaskCount(ctx context.Context, db DBTX, arg TaskCountParams) (int64, error) {
 	row := db.QueryRow(ctx, taskCount,
+		arg.Statuses,
+		arg.Ids,
+		arg.Queues,
+		arg.Names,
+		arg.Since,
+		arg.FinishedBefore,
+		arg.ErrorContains,
+		arg.Waits,
+	)
+	var count int64
+	err := row.Scan(&count)
+	return count, err
+}
+
+const taskCountInSequence = `-- name: TaskCountInSequence :one
+SELECT count(*)::bigint AS count
+FROM skiplock_tasks AS t
+WHERE t.status = ANY($1::text[])
+  AND (cardinality($2::bigint[]) = 0 OR t.id = ANY($2::bigint[]))
+  AND (cardinality($3::text[]) = 0 OR t.queue = ANY($3::text[]))
+  AND (cardinality($4::text[]) = 0 OR t.name = ANY($4::text[]))
+  AND ($5::timestamptz IS NULL OR coalesce(t.finished_at, t.created_at) >= $5::timestamptz)
+  AND ($6::timestamptz IS NULL OR t.finished_at < $6::timestamptz)
+  AND ($7::text IS NULL
+       OR strpos(lower(t.errors -> -1 ->> 'error'), lower($7::text)) > 0)
+  AND (cardinality($8::text[]) = 0 OR t.status <> 'pending'
+       OR (CASE WHEN t.run_at <= now() THEN 'due' WHEN t.attempt > 0 THEN 'retrying' ELSE 'scheduled' END) = ANY($8::text[]))
+  AND t.sequence_key = $9::text
+`
+
+type TaskCountInSequenceParams struct {
+	Statuses       []string
+	Ids            []int64
+	Queues         []string
+	Names          []string
+	Since          *time.Time
+	FinishedBefore *time.Time
+	ErrorContains  *string
+	Waits          []string
+	SequenceKey    string
+}
+
+// TaskCount within one sequence (migration 11).
+func (q *Queries) TaskCountInSequence(ctx context.Context, db DBTX, arg TaskCountInSequenceParams) (int64, error) {
+	row := db.QueryRow(ctx, taskCountInSequence,
 		arg.Statuses,
 		arg.Ids,
 		arg.Queues,

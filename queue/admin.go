@@ -149,6 +149,9 @@ type ListFilter struct {
 // selection turns the statuses and states of f into the statuses to read
 // and the kinds of pending tasks to keep (none: every pending task).
 func (f ListFilter) selection(op string) (statuses, waits []string, err error) {
+	if len(f.Sequence) > MaxKeyLength {
+		return nil, nil, fmt.Errorf("%w: sequence key must be at most %d bytes, got %d", ErrInvalidRequest, MaxKeyLength, len(f.Sequence))
+	}
 	if len(f.States) == 0 {
 		statuses, err = f.statuses(op, Statuses, Statuses)
 		return statuses, nil, err
@@ -191,9 +194,6 @@ func (f ListFilter) Validate() error {
 func (f ListFilter) check() (statuses, waits []string, limit int, err error) {
 	if statuses, waits, err = f.selection("list"); err != nil {
 		return nil, nil, 0, err
-	}
-	if len(f.Sequence) > MaxKeyLength {
-		return nil, nil, 0, fmt.Errorf("%w: sequence key must be at most %d bytes, got %d", ErrInvalidRequest, MaxKeyLength, len(f.Sequence))
 	}
 	limit = f.Limit
 	if limit == 0 {
@@ -254,7 +254,7 @@ func (c *Client) Count(ctx context.Context, f ListFilter) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	n, err := c.queries.TaskCount(ctx, c.exec, db.TaskCountParams{
+	p := db.TaskCountParams{
 		Statuses:       statuses,
 		Ids:            nonNil(f.IDs),
 		Queues:         nonNil(f.Queues),
@@ -263,8 +263,18 @@ func (c *Client) Count(ctx context.Context, f ListFilter) (int64, error) {
 		FinishedBefore: optTime(f.FinishedBefore),
 		ErrorContains:  optString(f.ErrorContains),
 		Waits:          nonNil(waits),
-		SequenceKey:    optString(f.Sequence),
-	})
+	}
+	var n int64
+	if f.Sequence == "" {
+		// TaskCount reads no sequence column: `skiplock migrate down`
+		// counts with it on older schemas.
+		n, err = c.queries.TaskCount(ctx, c.exec, p)
+	} else {
+		n, err = c.queries.TaskCountInSequence(ctx, c.exec, db.TaskCountInSequenceParams{
+			Statuses: p.Statuses, Ids: p.Ids, Queues: p.Queues, Names: p.Names, Since: p.Since,
+			FinishedBefore: p.FinishedBefore, ErrorContains: p.ErrorContains, Waits: p.Waits, SequenceKey: f.Sequence,
+		})
+	}
 	if err != nil {
 		return 0, fmt.Errorf("counting tasks: %w", err)
 	}

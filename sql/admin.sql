@@ -24,6 +24,24 @@ ORDER BY t.id DESC
 LIMIT @max_rows::integer;
 
 -- name: TaskCount :one
+-- TaskList's count. It reads no column newer than migration 1, so that
+-- `skiplock migrate down` can count the tasks of an older schema; a count
+-- within a sequence is TaskCountInSequence.
+SELECT count(*)::bigint AS count
+FROM skiplock_tasks AS t
+WHERE t.status = ANY(@statuses::text[])
+  AND (cardinality(@ids::bigint[]) = 0 OR t.id = ANY(@ids::bigint[]))
+  AND (cardinality(@queues::text[]) = 0 OR t.queue = ANY(@queues::text[]))
+  AND (cardinality(@names::text[]) = 0 OR t.name = ANY(@names::text[]))
+  AND (sqlc.narg(since)::timestamptz IS NULL OR coalesce(t.finished_at, t.created_at) >= sqlc.narg(since)::timestamptz)
+  AND (sqlc.narg(finished_before)::timestamptz IS NULL OR t.finished_at < sqlc.narg(finished_before)::timestamptz)
+  AND (sqlc.narg(error_contains)::text IS NULL
+       OR strpos(lower(t.errors -> -1 ->> 'error'), lower(sqlc.narg(error_contains)::text)) > 0)
+  AND (cardinality(@waits::text[]) = 0 OR t.status <> 'pending'
+       OR (CASE WHEN t.run_at <= now() THEN 'due' WHEN t.attempt > 0 THEN 'retrying' ELSE 'scheduled' END) = ANY(@waits::text[]));
+
+-- name: TaskCountInSequence :one
+-- TaskCount within one sequence (migration 11).
 SELECT count(*)::bigint AS count
 FROM skiplock_tasks AS t
 WHERE t.status = ANY(@statuses::text[])
@@ -36,7 +54,7 @@ WHERE t.status = ANY(@statuses::text[])
        OR strpos(lower(t.errors -> -1 ->> 'error'), lower(sqlc.narg(error_contains)::text)) > 0)
   AND (cardinality(@waits::text[]) = 0 OR t.status <> 'pending'
        OR (CASE WHEN t.run_at <= now() THEN 'due' WHEN t.attempt > 0 THEN 'retrying' ELSE 'scheduled' END) = ANY(@waits::text[]))
-  AND (sqlc.narg(sequence_key)::text IS NULL OR t.sequence_key = sqlc.narg(sequence_key)::text);
+  AND t.sequence_key = @sequence_key::text;
 
 -- name: TaskStatusMany :many
 -- The current status of each of the given tasks that exists.
