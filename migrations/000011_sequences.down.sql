@@ -7,7 +7,7 @@ DROP TRIGGER IF EXISTS skiplock_tasks_sequence_delete ON skiplock_tasks;
 DROP TRIGGER IF EXISTS skiplock_tasks_sequence_update ON skiplock_tasks;
 DROP FUNCTION IF EXISTS skiplock_sequence_advance();
 DROP FUNCTION IF EXISTS skiplock_sequence_release(text, text);
-DROP FUNCTION IF EXISTS skiplock_sequence_admits(text, bigint);
+DROP FUNCTION IF EXISTS skiplock_sequence_admits(text, bigint, bigint[]);
 
 UPDATE skiplock_tasks SET status = 'pending' WHERE status = 'waiting' AND sequence_key IS NOT NULL;
 

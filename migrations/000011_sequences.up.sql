@@ -84,10 +84,14 @@ $$;
 
 -- For a requeue: whether the task may be pending now, that is whether it
 -- would be its key's head: no other task of the key pending, running or
--- failed and holding, and none waiting ahead of it. false (wait; the
--- rescuer's pass releases it in turn) also when a producer of the key holds
--- the lock, or outside READ COMMITTED.
-CREATE FUNCTION skiplock_sequence_admits(key text, task_id bigint) RETURNS boolean
+-- failed and holding, none waiting ahead of it, and none ahead of it among
+-- the tasks requeued with it (requeued: the statement's tasks, so that the
+-- first of a key goes first whatever order the statement updates them in).
+-- false (wait; the rescuer's pass releases it in turn) also when a producer
+-- of the key holds the lock, or outside READ COMMITTED. A VOLATILE function
+-- sees the rows its calling statement has changed so far: of two tasks of a
+-- key requeued by one statement, the second sees the first.
+CREATE FUNCTION skiplock_sequence_admits(key text, task_id bigint, requeued bigint[]) RETURNS boolean
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
     IF current_setting('transaction_isolation') <> 'read committed'
@@ -99,7 +103,10 @@ BEGIN
         WHERE b.sequence_key = key
           AND (b.status IN ('pending', 'running', 'waiting') OR (b.status = 'failed' AND b.sequence_hold))
           AND b.id <> task_id
-          AND (b.status <> 'waiting' OR b.id < task_id));
+          AND (b.status <> 'waiting' OR b.id < task_id))
+    AND NOT EXISTS (
+        SELECT 1 FROM skiplock_tasks AS r
+        WHERE r.id = ANY(requeued) AND r.id < task_id AND r.sequence_key = key);
 END;
 $$;
 

@@ -368,3 +368,42 @@ func TestSequenceFromSQL(t *testing.T) {
 		}
 	}
 }
+
+// Failed tasks of one key requeued together, by ID or by filter: one
+// becomes pending, the first; the others wait behind it.
+func TestSequenceRequeueTogether(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	c := queue.New(pool)
+	for _, byID := range []bool{true, false} {
+		key := fmt.Sprintf("k-%v", byID)
+		var ids []int64
+		for n := range 4 {
+			id, err := c.Enqueue(ctx, "t", n, queue.WithSequence(key))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, id)
+		}
+		for _, id := range ids[:3] { // each fails for good in turn, without hold
+			setStatus(t, pool, "failed", id)
+		}
+		if got := statuses(t, pool, ids...); got != "failed failed failed pending" {
+			t.Fatalf("before requeue: %s", got)
+		}
+		setStatus(t, pool, "completed", ids[3])
+		var err error
+		if byID {
+			_, err = c.Requeue(ctx, queue.RequeueRequest{IDs: ids[:3]})
+		} else {
+			_, err = c.Requeue(ctx, queue.RequeueRequest{Filter: queue.Filter{Names: []string{"t"}}, BatchSize: 2})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := statuses(t, pool, ids[:3]...); got != "pending waiting waiting" {
+			t.Fatalf("requeued (by ID %v): %s", byID, got)
+		}
+	}
+}

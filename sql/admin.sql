@@ -76,8 +76,9 @@ ORDER BY t.id;
 -- pending, due now, with a history entry that records the requeue. A task
 -- waits instead if it has dependencies left, or if another task of its
 -- sequence is ahead of it (skiplock_sequence_admits: pending, running,
--- failed and holding, or waiting with a smaller id), so that a sequence
--- never has two tasks pending at once. Without
+-- failed and holding, waiting or requeued with it with a smaller id), so
+-- that a sequence never has two tasks pending at once, and the first of
+-- those requeued together goes first. Without
 -- reset_attempts a task keeps its attempt count and gets at least one more
 -- attempt; with it, its attempts start again from zero. Idle workers of each
 -- requeued queue are woken (delivered at commit, that is at the end of the
@@ -100,7 +101,8 @@ WITH picked AS MATERIALIZED (
 ), requeued AS (
     UPDATE skiplock_tasks AS t
     SET status = CASE WHEN t.deps_pending > 0 THEN 'waiting'
-                      WHEN t.sequence_key IS NOT NULL AND NOT skiplock_sequence_admits(t.sequence_key, t.id) THEN 'waiting'
+                      WHEN t.sequence_key IS NOT NULL
+                           AND NOT skiplock_sequence_admits(t.sequence_key, t.id, (SELECT array_agg(p.id) FROM picked AS p)) THEN 'waiting'
                       ELSE 'pending' END,
         run_at = now(),
         finished_at = NULL,
@@ -141,7 +143,8 @@ WITH picked AS MATERIALIZED (
 ), requeued AS (
     UPDATE skiplock_tasks AS t
     SET status = CASE WHEN t.deps_pending > 0 THEN 'waiting'
-                      WHEN t.sequence_key IS NOT NULL AND NOT skiplock_sequence_admits(t.sequence_key, t.id) THEN 'waiting'
+                      WHEN t.sequence_key IS NOT NULL
+                           AND NOT skiplock_sequence_admits(t.sequence_key, t.id, (SELECT array_agg(p.id) FROM picked AS p)) THEN 'waiting'
                       ELSE 'pending' END,
         run_at = now(),
         finished_at = NULL,
