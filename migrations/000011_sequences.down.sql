@@ -17,7 +17,8 @@ DROP FUNCTION IF EXISTS skiplock_enqueue_task(text, jsonb, text, timestamptz, in
 DROP FUNCTION IF EXISTS skiplock_sequence_enter(text[]);
 DROP FUNCTION IF EXISTS skiplock_sequence_lock_key(text);
 
-DROP INDEX IF EXISTS skiplock_tasks_sequence_live_idx;
+DROP INDEX IF EXISTS skiplock_tasks_sequence_waiting_idx;
+DROP INDEX IF EXISTS skiplock_tasks_sequence_head_idx;
 DROP INDEX IF EXISTS skiplock_tasks_sequence_idx;
 ALTER TABLE skiplock_tasks
     DROP CONSTRAINT IF EXISTS skiplock_tasks_sequence_key_check,

@@ -34,17 +34,28 @@ CREATE INDEX skiplock_tasks_sequence_idx
     ON skiplock_tasks (sequence_key, id)
     WHERE sequence_key IS NOT NULL;
 
--- A key's blocking tasks, for the checks of enqueue and release: as small
--- as the live part of each sequence, however many of its tasks completed.
-CREATE INDEX skiplock_tasks_sequence_live_idx
-    ON skiplock_tasks (sequence_key, id)
+-- The checks of enqueue, release and requeue read two small indexes, so
+-- that each is a probe or two however many of a key's tasks wait or have
+-- finished: a key's head (pending, running, or failed and holding; one
+-- entry in a healthy sequence), and its waiting tasks in order.
+CREATE INDEX skiplock_tasks_sequence_head_idx
+    ON skiplock_tasks (sequence_key)
     WHERE sequence_key IS NOT NULL
-      AND (status IN ('pending', 'running', 'waiting') OR (status = 'failed' AND sequence_hold));
+      AND (status IN ('pending', 'running') OR (status = 'failed' AND sequence_hold));
+CREATE INDEX skiplock_tasks_sequence_waiting_idx
+    ON skiplock_tasks (sequence_key, id)
+    WHERE sequence_key IS NOT NULL AND status = 'waiting';
 
 -- The advisory lock of a key: the bigint key space, hashed with a seed made
 -- of the table's OID (so that two skiplock schemas do not share locks) and
 -- 1 in the high half (so that it differs from an exclusive key's lock,
 -- which hashes with the OID alone).
+-- The functions below compare sequence_key with their key argument under
+-- the column's collation, written out (COLLATE "default"): a plpgsql
+-- function's text arguments take the collation of its call, and a call
+-- whose arguments mix in a name (TG_TABLE_SCHEMA is collated "C") would
+-- otherwise compare under "C", which no index of the column serves: each
+-- release would read the whole table.
 CREATE FUNCTION skiplock_sequence_lock_key(key text) RETURNS bigint
 LANGUAGE sql STABLE PARALLEL SAFE
 AS $$ SELECT hashtextextended(key, (1::bigint << 32) | 'skiplock_tasks'::regclass::oid::bigint) $$;
@@ -74,10 +85,15 @@ BEGIN
     LOOP
         PERFORM pg_advisory_xact_lock(skiplock_sequence_lock_key(k));
     END LOOP;
-    SELECT coalesce(array_agg(DISTINCT b.sequence_key), '{}') INTO busy
-    FROM skiplock_tasks AS b
-    WHERE b.sequence_key IS NOT NULL AND b.sequence_key = ANY(keys)
-      AND (b.status IN ('pending', 'running', 'waiting') OR (b.status = 'failed' AND b.sequence_hold));
+    SELECT coalesce(array_agg(s.key), '{}') INTO busy
+    FROM (SELECT DISTINCT u.key FROM unnest(keys) AS u(key)) AS s
+    WHERE EXISTS (
+              SELECT 1 FROM skiplock_tasks AS h
+              WHERE h.sequence_key = s.key COLLATE "default"
+                AND (h.status IN ('pending', 'running') OR (h.status = 'failed' AND h.sequence_hold)))
+       OR EXISTS (
+              SELECT 1 FROM skiplock_tasks AS w
+              WHERE w.sequence_key = s.key COLLATE "default" AND w.status = 'waiting');
     RETURN busy;
 END;
 $$;
@@ -99,14 +115,16 @@ BEGIN
         RETURN false;
     END IF;
     RETURN NOT EXISTS (
-        SELECT 1 FROM skiplock_tasks AS b
-        WHERE b.sequence_key = key
-          AND (b.status IN ('pending', 'running', 'waiting') OR (b.status = 'failed' AND b.sequence_hold))
-          AND b.id <> task_id
-          AND (b.status <> 'waiting' OR b.id < task_id))
+        SELECT 1 FROM skiplock_tasks AS h
+        WHERE h.sequence_key = key COLLATE "default"
+          AND (h.status IN ('pending', 'running') OR (h.status = 'failed' AND h.sequence_hold))
+          AND h.id <> task_id)
+    AND NOT EXISTS (
+        SELECT 1 FROM skiplock_tasks AS w
+        WHERE w.sequence_key = key COLLATE "default" AND w.status = 'waiting' AND w.id < task_id)
     AND NOT EXISTS (
         SELECT 1 FROM skiplock_tasks AS r
-        WHERE r.id = ANY(requeued) AND r.id < task_id AND r.sequence_key = key);
+        WHERE r.id = ANY(requeued) AND r.id < task_id AND r.sequence_key = key COLLATE "default");
 END;
 $$;
 
@@ -130,13 +148,13 @@ BEGIN
     SET status = 'pending',
         run_at = greatest(t.run_at, now())
     WHERE t.id = (SELECT w.id FROM skiplock_tasks AS w
-                  WHERE w.sequence_key = key AND w.status = 'waiting'
+                  WHERE w.sequence_key = key COLLATE "default" AND w.status = 'waiting'
                   ORDER BY w.id LIMIT 1)
       AND t.status = 'waiting'
       AND NOT EXISTS (
-          SELECT 1 FROM skiplock_tasks AS b
-          WHERE b.sequence_key = key
-            AND (b.status IN ('pending', 'running') OR (b.status = 'failed' AND b.sequence_hold)))
+          SELECT 1 FROM skiplock_tasks AS h
+          WHERE h.sequence_key = key COLLATE "default"
+            AND (h.status IN ('pending', 'running') OR (h.status = 'failed' AND h.sequence_hold)))
     RETURNING t.id, t.queue, t.run_at <= now() INTO released_id, released_queue, due;
     IF due THEN
         PERFORM pg_notify(channel, released_queue);
@@ -153,9 +171,9 @@ CREATE FUNCTION skiplock_sequence_advance() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     IF TG_OP = 'DELETE' THEN
-        PERFORM skiplock_sequence_release(OLD.sequence_key, left('skiplock_' || TG_TABLE_SCHEMA, 63));
+        PERFORM skiplock_sequence_release(OLD.sequence_key, left('skiplock_' || TG_TABLE_SCHEMA, 63) COLLATE "default");
     ELSE
-        PERFORM skiplock_sequence_release(NEW.sequence_key, left('skiplock_' || TG_TABLE_SCHEMA, 63));
+        PERFORM skiplock_sequence_release(NEW.sequence_key, left('skiplock_' || TG_TABLE_SCHEMA, 63) COLLATE "default");
     END IF;
     RETURN NULL;
 END;

@@ -407,3 +407,59 @@ func TestSequenceRequeueTogether(t *testing.T) {
 		}
 	}
 }
+
+// The checks and the release read indexes, not the table: on a table of
+// 50,000 tasks, completing a head (the trigger's release), enqueueing
+// behind it and requeueing a task of its key scan no table. A release
+// that compared keys under another collation than the column's, for one,
+// would read the whole table on every completion.
+func TestSequenceReadsIndexes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	c := queue.New(pool)
+	for _, q := range []string{
+		`INSERT INTO skiplock_tasks (name) SELECT 'plain' FROM generate_series(1, 40000)`,
+		`INSERT INTO skiplock_tasks (name, sequence_key, status) SELECT 't', 'k' || (i % 20), CASE WHEN i < 20 THEN 'pending' ELSE 'waiting' END
+		 FROM generate_series(0, 9999) AS i`,
+		`INSERT INTO skiplock_tasks (name, sequence_key, status, finished_at) SELECT 't', 'k1', 'failed', now() FROM generate_series(1, 3)`,
+		`ANALYZE skiplock_tasks`,
+	} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var head, failed int64
+	if err := pool.QueryRow(ctx, `SELECT min(id) FILTER (WHERE status = 'pending'), min(id) FILTER (WHERE status = 'failed')
+		FROM skiplock_tasks WHERE sequence_key = 'k1'`).Scan(&head, &failed); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, "UPDATE skiplock_tasks SET status = 'completed' WHERE id = $1", head); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.EnqueueTx(ctx, tx, "t", nil, queue.WithSequence("k1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.RequeueTx(ctx, tx, queue.RequeueRequest{IDs: []int64{failed}}); err != nil {
+		t.Fatal(err)
+	}
+	var seqScans, released int64
+	if err := tx.QueryRow(ctx, `SELECT seq_scan FROM pg_stat_xact_user_tables
+		WHERE relid = 'skiplock_tasks'::regclass`).Scan(&seqScans); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.QueryRow(ctx, `SELECT count(*) FROM skiplock_tasks WHERE sequence_key = 'k1' AND status = 'pending'`).Scan(&released); err != nil {
+		t.Fatal(err)
+	}
+	if released != 1 {
+		t.Fatalf("%d tasks of k1 pending after the head completed, want 1", released)
+	}
+	if seqScans != 0 {
+		t.Fatalf("%d scans of the whole table", seqScans)
+	}
+}
