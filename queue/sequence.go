@@ -31,9 +31,13 @@ var ErrSequenceNotFound = errors.New("skiplock: sequence not found")
 // so producers of one key wait for each other's transactions to end: keep
 // transactions that enqueue sequenced tasks short, and enqueue the keys of
 // one transaction in a consistent order (EnqueueMany sorts them). The
-// transaction must be READ COMMITTED, PostgreSQL's default. A task with a
-// sequence cannot have dependencies (WithDependsOn), nor a unique key
-// without a WithUniqueWindow; it cannot be a Workflow step.
+// transaction must be READ COMMITTED, PostgreSQL's default (others are
+// refused). Enqueue sends a sequenced task in a statement of its own, not
+// group-committed with other calls. A task with a sequence cannot have
+// dependencies (WithDependsOn), nor a unique key without a
+// WithUniqueWindow; it cannot be a Workflow step. A typed task
+// (TaskDefaults) can put every value in its own sequence by returning
+// WithSequence from TaskOptions, a method of the value.
 func WithSequence(key string) Option {
 	return func(o *options) { o.sequenceKey, o.sequenceSet = key, true }
 }
@@ -42,7 +46,9 @@ func WithSequence(key string) Option {
 // attempts, or a permanent error) hold the rest of its sequence: they keep
 // waiting until it is requeued (it runs again, first) or cancelled (the
 // next one runs). Without it, the default, the next task runs after a
-// failure as after a completion. It needs WithSequence.
+// failure as after a completion. It needs WithSequence. Deleting the
+// failed task lets the rest go too, and so does the worker's retention
+// (worker.Config.RetainFailed, 7 days by default), which deletes it.
 func WithSequenceHold() Option { return func(o *options) { o.sequenceHold = true } }
 
 // SequenceInfo is a sequence as stored: the tasks of one key, in order.
