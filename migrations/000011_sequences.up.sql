@@ -46,16 +46,17 @@ CREATE INDEX skiplock_tasks_sequence_waiting_idx
     ON skiplock_tasks (sequence_key, id)
     WHERE sequence_key IS NOT NULL AND status = 'waiting';
 
--- The advisory lock of a key: the bigint key space, hashed with a seed made
--- of the table's OID (so that two skiplock schemas do not share locks) and
--- 1 in the high half (so that it differs from an exclusive key's lock,
--- which hashes with the OID alone).
 -- The functions below compare sequence_key with their key argument under
 -- the column's collation, written out (COLLATE "default"): a plpgsql
 -- function's text arguments take the collation of its call, and a call
 -- whose arguments mix in a name (TG_TABLE_SCHEMA is collated "C") would
 -- otherwise compare under "C", which no index of the column serves: each
 -- release would read the whole table.
+
+-- The advisory lock of a key: the bigint key space, hashed with a seed made
+-- of the table's OID (so that two skiplock schemas do not share locks) and
+-- 1 in the high half (so that it differs from an exclusive key's lock,
+-- which hashes with the OID alone).
 CREATE FUNCTION skiplock_sequence_lock_key(key text) RETURNS bigint
 LANGUAGE sql STABLE PARALLEL SAFE
 AS $$ SELECT hashtextextended(key, (1::bigint << 32) | 'skiplock_tasks'::regclass::oid::bigint) $$;
