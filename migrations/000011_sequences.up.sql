@@ -80,9 +80,9 @@ BEGIN
             USING ERRCODE = 'feature_not_supported';
     END IF;
     FOR k IN
-        SELECT DISTINCT s.key FROM unnest(keys) AS s(key)
-        WHERE s.key IS NOT NULL AND s.key <> ''
-        ORDER BY 1
+        SELECT d.key
+        FROM (SELECT DISTINCT s.key FROM unnest(keys) AS s(key) WHERE s.key IS NOT NULL AND s.key <> '') AS d
+        ORDER BY skiplock_sequence_lock_key(d.key)
     LOOP
         PERFORM pg_advisory_xact_lock(skiplock_sequence_lock_key(k));
     END LOOP;
