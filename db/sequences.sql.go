@@ -64,9 +64,9 @@ WITH RECURSIVE waiting_keys AS (
     FROM waiting_keys AS k
     WHERE k.key IS NOT NULL
       AND NOT EXISTS (
-          SELECT 1 FROM skiplock_tasks AS b
-          WHERE b.sequence_key = k.key
-            AND (b.status IN ('pending', 'running') OR (b.status = 'failed' AND b.sequence_hold)))
+          SELECT 1 FROM skiplock_tasks AS h
+          WHERE h.sequence_key = k.key
+            AND (h.status IN ('pending', 'running') OR (h.status = 'failed' AND h.sequence_hold)))
 )
 SELECT s.key::text AS sequence_key, r.id::bigint AS released_id
 FROM stalled AS s
@@ -85,7 +85,8 @@ type SequenceReleaseStalledRow struct {
 // tries it, so that an outcome write never waits on a producer), when a
 // requeue could not take the lock, or in a transaction that was not READ
 // COMMITTED. The keys with waiting tasks are read one index probe each (a
-// loose scan of skiplock_tasks_sequence_live_idx), so a pass costs one
+// loose scan of skiplock_tasks_sequence_waiting_idx), and each key's head
+// is one probe of skiplock_tasks_sequence_head_idx, so a pass costs one
 // probe when no task waits; skiplock_sequence_release re-checks each under
 // the key's lock and skips a key a producer holds now.
 func (q *Queries) SequenceReleaseStalled(ctx context.Context, db DBTX, channel string) ([]SequenceReleaseStalledRow, error) {
