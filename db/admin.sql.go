@@ -603,6 +603,9 @@ type TaskCountParams struct {
 	Waits          []string
 }
 
+// TaskList's count. It reads no column newer than migration 1, so that
+// `skiplock migrate down` can count the tasks of an older schema; a count
+// within a sequence is TaskCountInSequence.
 func (q *Queries) TaskCount(ctx context.Context, db DBTX, arg TaskCountParams) (int64, error) {
 	row := db.QueryRow(ctx, taskCount,
 		arg.Statuses,
@@ -613,6 +616,52 @@ func (q *Queries) TaskCount(ctx context.Context, db DBTX, arg TaskCountParams) (
 		arg.FinishedBefore,
 		arg.ErrorContains,
 		arg.Waits,
+	)
+	var count int64
+	err := row.Scan(&count)
+	return count, err
+}
+
+const taskCountInSequence = `-- name: TaskCountInSequence :one
+SELECT count(*)::bigint AS count
+FROM skiplock_tasks AS t
+WHERE t.status = ANY($1::text[])
+  AND (cardinality($2::bigint[]) = 0 OR t.id = ANY($2::bigint[]))
+  AND (cardinality($3::text[]) = 0 OR t.queue = ANY($3::text[]))
+  AND (cardinality($4::text[]) = 0 OR t.name = ANY($4::text[]))
+  AND ($5::timestamptz IS NULL OR coalesce(t.finished_at, t.created_at) >= $5::timestamptz)
+  AND ($6::timestamptz IS NULL OR t.finished_at < $6::timestamptz)
+  AND ($7::text IS NULL
+       OR strpos(lower(t.errors -> -1 ->> 'error'), lower($7::text)) > 0)
+  AND (cardinality($8::text[]) = 0 OR t.status <> 'pending'
+       OR (CASE WHEN t.run_at <= now() THEN 'due' WHEN t.attempt > 0 THEN 'retrying' ELSE 'scheduled' END) = ANY($8::text[]))
+  AND t.sequence_key = $9::text
+`
+
+type TaskCountInSequenceParams struct {
+	Statuses       []string
+	Ids            []int64
+	Queues         []string
+	Names          []string
+	Since          *time.Time
+	FinishedBefore *time.Time
+	ErrorContains  *string
+	Waits          []string
+	SequenceKey    string
+}
+
+// TaskCount within one sequence (migration 11).
+func (q *Queries) TaskCountInSequence(ctx context.Context, db DBTX, arg TaskCountInSequenceParams) (int64, error) {
+	row := db.QueryRow(ctx, taskCountInSequence,
+		arg.Statuses,
+		arg.Ids,
+		arg.Queues,
+		arg.Names,
+		arg.Since,
+		arg.FinishedBefore,
+		arg.ErrorContains,
+		arg.Waits,
+		arg.SequenceKey,
 	)
 	var count int64
 	err := row.Scan(&count)
@@ -659,7 +708,7 @@ func (q *Queries) TaskDeleteMany(ctx context.Context, db DBTX, ids []int64) ([]i
 }
 
 const taskList = `-- name: TaskList :many
-SELECT t.id, t.queue, t.name, t.payload, t.metadata, t.status, t.priority, t.run_at, t.attempt, t.max_attempts, t.timeout_ms, t.errors, t.worker_id, t.created_at, t.started_at, t.finished_at, t.unique_key, t.unique_window_key, t.exclusive_key, t.cancel_requested_at, t.locked_until, t.output, t.workflow_id, t.depends_on, t.dependents, t.deps_pending, t.dependency_failure, t.limit_key
+SELECT t.id, t.queue, t.name, t.payload, t.metadata, t.status, t.priority, t.run_at, t.attempt, t.max_attempts, t.timeout_ms, t.errors, t.worker_id, t.created_at, t.started_at, t.finished_at, t.unique_key, t.unique_window_key, t.exclusive_key, t.cancel_requested_at, t.locked_until, t.output, t.workflow_id, t.depends_on, t.dependents, t.deps_pending, t.dependency_failure, t.limit_key, t.sequence_key, t.sequence_hold
 FROM skiplock_tasks AS t
 WHERE t.status = ANY($1::text[])
   AND (cardinality($2::bigint[]) = 0 OR t.id = ANY($2::bigint[]))
@@ -671,9 +720,10 @@ WHERE t.status = ANY($1::text[])
        OR strpos(lower(t.errors -> -1 ->> 'error'), lower($7::text)) > 0)
   AND (cardinality($8::text[]) = 0 OR t.status <> 'pending'
        OR (CASE WHEN t.run_at <= now() THEN 'due' WHEN t.attempt > 0 THEN 'retrying' ELSE 'scheduled' END) = ANY($8::text[]))
-  AND ($9::bigint = 0 OR t.id < $9::bigint)
+  AND ($9::text IS NULL OR t.sequence_key = $9::text)
+  AND ($10::bigint = 0 OR t.id < $10::bigint)
 ORDER BY t.id DESC
-LIMIT $10::integer
+LIMIT $11::integer
 `
 
 type TaskListParams struct {
@@ -685,6 +735,7 @@ type TaskListParams struct {
 	FinishedBefore *time.Time
 	ErrorContains  *string
 	Waits          []string
+	SequenceKey    *string
 	BeforeID       int64
 	MaxRows        int32
 }
@@ -692,8 +743,9 @@ type TaskListParams struct {
 // Operator queries (the skiplock command and the dashboard) filter tasks
 // the same way. A filter left empty (an empty array, a NULL) matches
 // everything. waits narrows pending tasks to those that are due, retrying
-// (waiting out a retry's backoff) or scheduled (enqueued to run later). since compares finished_at, or created_at for tasks that have
-// not finished; error_contains looks, ignoring case, at the error of the
+// (waiting out a retry's backoff) or scheduled (enqueued to run later);
+// sequence_key keeps a sequence's tasks. since compares finished_at, or
+// created_at for tasks that have not finished; error_contains looks, ignoring case, at the error of the
 // task's last recorded attempt. Newest first, paged by before_id.
 func (q *Queries) TaskList(ctx context.Context, db DBTX, arg TaskListParams) ([]SkiplockTask, error) {
 	rows, err := db.Query(ctx, taskList,
@@ -705,6 +757,7 @@ func (q *Queries) TaskList(ctx context.Context, db DBTX, arg TaskListParams) ([]
 		arg.FinishedBefore,
 		arg.ErrorContains,
 		arg.Waits,
+		arg.SequenceKey,
 		arg.BeforeID,
 		arg.MaxRows,
 	)
@@ -744,6 +797,8 @@ func (q *Queries) TaskList(ctx context.Context, db DBTX, arg TaskListParams) ([]
 			&i.DepsPending,
 			&i.DependencyFailure,
 			&i.LimitKey,
+			&i.SequenceKey,
+			&i.SequenceHold,
 		); err != nil {
 			return nil, err
 		}
@@ -857,7 +912,10 @@ WITH picked AS MATERIALIZED (
     FOR UPDATE SKIP LOCKED
 ), requeued AS (
     UPDATE skiplock_tasks AS t
-    SET status = CASE WHEN t.deps_pending > 0 THEN 'waiting' ELSE 'pending' END,
+    SET status = CASE WHEN t.deps_pending > 0 THEN 'waiting'
+                      WHEN t.sequence_key IS NOT NULL
+                           AND NOT skiplock_sequence_admits(t.sequence_key, t.id, (SELECT array_agg(p.id) FROM picked AS p)) THEN 'waiting'
+                      ELSE 'pending' END,
         run_at = now(),
         finished_at = NULL,
         worker_id = NULL,
@@ -914,8 +972,12 @@ type TaskRequeueBatchRow struct {
 // that a worker claimed meanwhile is running, and is not touched.
 //
 // Requeues one batch of failed (or cancelled) tasks matching the filter:
-// pending, due now (waiting, if it has dependencies left), with a history
-// entry that records the requeue. Without
+// pending, due now, with a history entry that records the requeue. A task
+// waits instead if it has dependencies left, or if another task of its
+// sequence is ahead of it (skiplock_sequence_admits: pending, running,
+// failed and holding, waiting or requeued with it with a smaller id), so
+// that a sequence never has two tasks pending at once, and the first of
+// those requeued together goes first. Without
 // reset_attempts a task keeps its attempt count and gets at least one more
 // attempt; with it, its attempts start again from zero. Idle workers of each
 // requeued queue are woken (delivered at commit, that is at the end of the
@@ -955,7 +1017,10 @@ WITH picked AS MATERIALIZED (
     FOR UPDATE
 ), requeued AS (
     UPDATE skiplock_tasks AS t
-    SET status = CASE WHEN t.deps_pending > 0 THEN 'waiting' ELSE 'pending' END,
+    SET status = CASE WHEN t.deps_pending > 0 THEN 'waiting'
+                      WHEN t.sequence_key IS NOT NULL
+                           AND NOT skiplock_sequence_admits(t.sequence_key, t.id, (SELECT array_agg(p.id) FROM picked AS p)) THEN 'waiting'
+                      ELSE 'pending' END,
         run_at = now(),
         finished_at = NULL,
         worker_id = NULL,

@@ -76,6 +76,8 @@ type SkiplockTask struct {
 	DepsPending       *int32
 	DependencyFailure *string
 	LimitKey          *string
+	SequenceKey       *string
+	SequenceHold      *bool
 }
 
 type SkiplockWorker struct {

@@ -142,11 +142,16 @@ type ListFilter struct {
 	// BeforeID keeps tasks with smaller IDs: pass the last ID of a page to
 	// get the next one. Count ignores it.
 	BeforeID int64
+	// Sequence keeps the tasks of this sequence (WithSequence).
+	Sequence string
 }
 
 // selection turns the statuses and states of f into the statuses to read
 // and the kinds of pending tasks to keep (none: every pending task).
 func (f ListFilter) selection(op string) (statuses, waits []string, err error) {
+	if len(f.Sequence) > MaxKeyLength {
+		return nil, nil, fmt.Errorf("%w: sequence key must be at most %d bytes, got %d", ErrInvalidRequest, MaxKeyLength, len(f.Sequence))
+	}
 	if len(f.States) == 0 {
 		statuses, err = f.statuses(op, Statuses, Statuses)
 		return statuses, nil, err
@@ -225,6 +230,7 @@ func (c *Client) list(ctx context.Context, exec db.DBTX, f ListFilter) ([]*Task,
 		FinishedBefore: optTime(f.FinishedBefore),
 		ErrorContains:  optString(f.ErrorContains),
 		Waits:          nonNil(waits),
+		SequenceKey:    optString(f.Sequence),
 		BeforeID:       f.BeforeID,
 		MaxRows:        int32(limit),
 	})
@@ -248,7 +254,7 @@ func (c *Client) Count(ctx context.Context, f ListFilter) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	n, err := c.queries.TaskCount(ctx, c.exec, db.TaskCountParams{
+	p := db.TaskCountParams{
 		Statuses:       statuses,
 		Ids:            nonNil(f.IDs),
 		Queues:         nonNil(f.Queues),
@@ -257,7 +263,18 @@ func (c *Client) Count(ctx context.Context, f ListFilter) (int64, error) {
 		FinishedBefore: optTime(f.FinishedBefore),
 		ErrorContains:  optString(f.ErrorContains),
 		Waits:          nonNil(waits),
-	})
+	}
+	var n int64
+	if f.Sequence == "" {
+		// TaskCount reads no sequence column: `skiplock migrate down`
+		// counts with it on older schemas.
+		n, err = c.queries.TaskCount(ctx, c.exec, p)
+	} else {
+		n, err = c.queries.TaskCountInSequence(ctx, c.exec, db.TaskCountInSequenceParams{
+			Statuses: p.Statuses, Ids: p.Ids, Queues: p.Queues, Names: p.Names, Since: p.Since,
+			FinishedBefore: p.FinishedBefore, ErrorContains: p.ErrorContains, Waits: p.Waits, SequenceKey: f.Sequence,
+		})
+	}
 	if err != nil {
 		return 0, fmt.Errorf("counting tasks: %w", err)
 	}
@@ -312,7 +329,10 @@ type RequeueResult struct {
 // Requeue returns failed (and, when asked, cancelled) tasks to pending, due
 // now: finished_at and worker_id are cleared, and an entry with outcome
 // "requeued" is appended to the error history, which is otherwise kept.
-// Idle workers of the requeued queues are woken.
+// Idle workers of the requeued queues are woken. A task goes to waiting
+// instead while it has dependencies left (WithDependsOn), or while another
+// task of its sequence (WithSequence) is pending, running, holding it
+// (WithSequenceHold) or waiting ahead of it: it then runs in its turn.
 //
 // It works in batches of BatchSize tasks, each its own transaction, so a
 // million tasks neither time out nor lock the table for long; Progress is

@@ -84,6 +84,32 @@ func BenchmarkEnqueueMany(b *testing.B) {
 	}
 }
 
+// BenchmarkEnqueueManySequenced enqueues batches in which every task has a
+// sequence key (one of keys): the INSERT path, which locks the batch's keys
+// and checks them first, instead of COPY; an op is one task.
+func BenchmarkEnqueueManySequenced(b *testing.B) {
+	const size = 1000
+	for _, keys := range []int{1, 100} {
+		b.Run(fmt.Sprintf("batch=%d/keys=%d", size, keys), func(b *testing.B) {
+			client := queue.New(pgtest.Pool(b))
+			ctx := context.Background()
+			batch := make([]queue.NewTask, size)
+			for i := range batch {
+				batch[i] = queue.NewTask{Name: "email", Payload: benchPayload{To: "someone@example.com", N: i},
+					Options: []queue.Option{queue.WithSequence(fmt.Sprintf("account:%d", i%keys))}}
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for done := 0; done < b.N; done += size {
+				if _, err := client.EnqueueMany(ctx, batch[:min(size, b.N-done)]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "tasks/s")
+		})
+	}
+}
+
 // BenchmarkEncodePayload is the producer-side encoding of one payload.
 func BenchmarkEncodePayload(b *testing.B) {
 	raw, _ := json.Marshal(benchPayload{To: "someone@example.com", Subject: "Welcome", N: 42})

@@ -15,7 +15,10 @@ import (
 // again as fast as INSERT ... SELECT unnest (docs/PERFORMANCE.md). COPY
 // cannot skip a row whose unique key is taken (there is no ON CONFLICT for
 // it), so a batch in which any task has a unique key takes the INSERT path,
-// and so does a writer that cannot COPY.
+// and so does a writer that cannot COPY. So does a batch in which any task
+// has a sequence key: whether it waits is decided under the key's lock, by
+// TaskInsertSequenced (a BEFORE INSERT trigger could decide it for COPY
+// too, but would cost every COPY its multi-row inserts).
 //
 // COPY cannot return the IDs it wrote either, and EnqueueMany returns them
 // in order: they are reserved first, in the same round trip that reads the
@@ -50,7 +53,7 @@ func copyable(tx Executor, rows []row) (copier, bool) {
 		return nil, false
 	}
 	for i := range rows {
-		if rows[i].uniqueKey != "" || rows[i].uniqueWindowKey != "" {
+		if rows[i].uniqueKey != "" || rows[i].uniqueWindowKey != "" || rows[i].sequenceKey != "" {
 			return nil, false
 		}
 	}

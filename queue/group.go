@@ -82,7 +82,7 @@ func (g *groupCommit) flush() {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), groupSendLimit)
-		ids, dups, err := g.client.insertRows(ctx, g.client.pool, rows)
+		ids, dups, err := g.client.insertRows(ctx, g.client.pool, rows, nil)
 		cancel()
 		byIndex := map[int]*DuplicateError{}
 		for _, d := range dups {

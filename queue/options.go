@@ -15,6 +15,9 @@ const (
 	DefaultMaxAttempts = 25
 	// MaxNameLength bounds task and queue names.
 	MaxNameLength = 255
+	// MaxKeyLength bounds unique, exclusive, limit and sequence keys, in
+	// bytes.
+	MaxKeyLength = 1024
 )
 
 // Option sets one property of an enqueued task.
@@ -35,6 +38,9 @@ type options struct {
 	dependsOn    []int64
 	depFailure   DependencyFailure
 	limitKey     string
+	sequenceKey  string
+	sequenceSet  bool
+	sequenceHold bool
 }
 
 // WithQueue puts the task in the named queue. Defaults to "default".
@@ -117,6 +123,17 @@ func buildOptions(opts []Option) (options, error) {
 		return o, fmt.Errorf("%w: unique and exclusive keys must be at most 1024 bytes", ErrInvalidTask)
 	case len(o.limitKey) > 1024:
 		return o, fmt.Errorf("%w: limit key must be at most 1024 bytes", ErrInvalidTask)
+	case o.sequenceSet && (o.sequenceKey == "" || len(o.sequenceKey) > MaxKeyLength):
+		return o, fmt.Errorf("%w: WithSequence: sequence key must be 1 to %d bytes, got %d", ErrInvalidTask, MaxKeyLength, len(o.sequenceKey))
+	case o.sequenceHold && !o.sequenceSet:
+		return o, fmt.Errorf("%w: WithSequenceHold needs WithSequence", ErrInvalidTask)
+	case o.sequenceSet && len(o.dependsOn) > 0:
+		// Both keep tasks 'waiting', each with its own release.
+		return o, fmt.Errorf("%w: WithSequence cannot be combined with WithDependsOn", ErrInvalidTask)
+	case o.sequenceSet && (o.uniqueKey != "" || o.uniqueDerive) && o.uniqueWindow == 0:
+		// As with WithDependsOn: a waiting task does not hold its unique
+		// key, and its release could collide with a task that took it.
+		return o, fmt.Errorf("%w: WithSequence cannot be combined with a unique key unless it has a WithUniqueWindow", ErrInvalidTask)
 	case o.depFailure != "" && o.depFailure != DependencyFailureCancel && o.depFailure != DependencyFailureWait:
 		return o, fmt.Errorf("%w: dependency failure policy %q is not %q or %q", ErrInvalidTask, o.depFailure, DependencyFailureCancel, DependencyFailureWait)
 	}

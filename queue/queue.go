@@ -110,6 +110,19 @@ func (c *Client) Enqueue(ctx context.Context, name string, payload any, opts ...
 	if err != nil {
 		return 0, err
 	}
+	if rows[0].sequenceKey != "" {
+		// Not group-committed: it waits for the lock of its key, and the
+		// tasks of other callers would wait with it.
+		ids, dups, err := c.insertRows(ctx, c.pool, rows, nil)
+		if err != nil {
+			return 0, pgerr.Interpret(err)
+		}
+		if len(dups) > 0 {
+			return dups[0].ExistingID, errors.Join(dups[0])
+		}
+		c.afterEnqueue(ctx, hooked, ids)
+		return ids[0], nil
+	}
 	if len(rows[0].dependsOn) > 0 {
 		// Not group-committed: it locks its dependencies.
 		var ids []int64
@@ -277,6 +290,8 @@ type row struct {
 	dependsOn                                []int64
 	depFailure                               DependencyFailure
 	limitKey                                 string
+	sequenceKey                              string
+	sequenceHold                             bool
 }
 
 // prepare validates a task and encodes it; nothing is sent.
@@ -297,7 +312,7 @@ func prepare(t NewTask) (row, error) {
 		priority: int16(o.priority), runAt: epoch, delayMs: o.delay.Milliseconds(),
 		maxAttempts: int32(o.maxAttempts), timeoutMs: o.timeout.Milliseconds(), exclusiveKey: o.exclusiveKey,
 		dependsOn: o.dependsOn, depFailure: o.depFailure,
-		limitKey: o.limitKey,
+		limitKey: o.limitKey, sequenceKey: o.sequenceKey, sequenceHold: o.sequenceHold,
 	}
 	if !o.runAt.IsZero() {
 		r.runAt = o.runAt
@@ -316,15 +331,22 @@ func prepare(t NewTask) (row, error) {
 	return r, nil
 }
 
-// insertChunks inserts prepared tasks insertChunk at a time.
+// insertChunks inserts prepared tasks insertChunk at a time. The first
+// chunk locks the sequence keys of every chunk, so that a batch takes its
+// locks in one order.
 func (c *Client) insertChunks(ctx context.Context, tx Executor, rows []row) ([]int64, []*DuplicateError, error) {
 	if len(rows) <= insertChunk {
-		return c.insertRows(ctx, tx, rows)
+		return c.insertRows(ctx, tx, rows, nil)
+	}
+	var lockKeys []string
+	if withSequences(rows) {
+		lockKeys = sequenceKeys(rows)
 	}
 	ids := make([]int64, 0, len(rows))
 	var dups []*DuplicateError
 	for start := 0; start < len(rows); start += insertChunk {
-		chunk, chunkDups, err := c.insertRows(ctx, tx, rows[start:min(start+insertChunk, len(rows))])
+		chunk, chunkDups, err := c.insertRows(ctx, tx, rows[start:min(start+insertChunk, len(rows))], lockKeys)
+		lockKeys = nil
 		if err != nil {
 			return nil, nil, err
 		}
@@ -339,8 +361,10 @@ func (c *Client) insertChunks(ctx context.Context, tx Executor, rows []row) ([]i
 
 // insertRows inserts prepared tasks in one statement. A task whose unique
 // key is taken is not inserted: its id is 0 and it has a DuplicateError
-// (Index is its place in rows).
-func (c *Client) insertRows(ctx context.Context, tx Executor, rows []row) ([]int64, []*DuplicateError, error) {
+// (Index is its place in rows). Rows with sequence keys go through
+// TaskInsertSequenced, which locks lockKeys (by default their own keys)
+// before it decides which of them wait.
+func (c *Client) insertRows(ctx context.Context, tx Executor, rows []row, lockKeys []string) ([]int64, []*DuplicateError, error) {
 	n := len(rows)
 	p := db.TaskInsertManyParams{
 		Queues:           make([]string, n),
@@ -364,7 +388,13 @@ func (c *Client) insertRows(ctx context.Context, tx Executor, rows []row) ([]int
 		p.UniqueKeys[i], p.UniqueWindowKeys[i], p.ExclusiveKeys[i] = r.uniqueKey, r.uniqueWindowKey, r.exclusiveKey
 		p.LimitKeys[i] = r.limitKey
 	}
-	inserted, err := c.queries.TaskInsertMany(ctx, pgerr.Interpreting(tx), p)
+	var inserted []db.TaskInsertManyRow
+	var err error
+	if withSequences(rows) {
+		inserted, err = c.insertSequenced(ctx, tx, p, rows, lockKeys)
+	} else {
+		inserted, err = c.queries.TaskInsertMany(ctx, pgerr.Interpreting(tx), p)
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("enqueueing: %w", err)
 	}

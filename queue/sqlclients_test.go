@@ -69,7 +69,7 @@ func TestEnqueueFromSQLClients(t *testing.T) {
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		done <- w.Run(runCtx, worker.Handlers{"a": record, "b": record, "email.send": record, "report.build": record})
+		done <- w.Run(runCtx, worker.Handlers{"a": record, "b": record, "email.send": record, "report.build": record, "ledger.apply": record})
 	}()
 	t.Cleanup(func() {
 		stop()
@@ -109,7 +109,7 @@ func TestEnqueueFromSQLClients(t *testing.T) {
 	if out, err := psql.CombinedOutput(); err != nil {
 		t.Fatalf("psql: %v\n%s", err, out)
 	}
-	waitRuns("psql", ran{"a", "default", "1"}, ran{"b", "mail", "null"})
+	waitRuns("psql", ran{"a", "default", "1"}, ran{"b", "mail", "null"}, ran{"ledger.apply", "default", `{"amount":5}`})
 	var delayed string
 	if err := pool.QueryRow(ctx, `SELECT format('%s %s %s %s %s %s %s', status, queue, priority, max_attempts, timeout_ms,
 		unique_key, exclusive_key) FROM skiplock_tasks WHERE name = 'email.send' AND run_at > now() + interval '50 minutes'`).Scan(&delayed); err != nil ||
@@ -205,8 +205,8 @@ with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as conn:
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(runs) != 5 {
-		t.Fatalf("ran %d tasks, want 5: %v", len(runs), runs)
+	if len(runs) != 6 {
+		t.Fatalf("ran %d tasks, want 6: %v", len(runs), runs)
 	}
 }
 

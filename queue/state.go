@@ -73,6 +73,9 @@ func (t *Task) FailedPermanently() bool {
 func (t *Task) Why(now time.Time) string {
 	switch t.StateAt(now) {
 	case StateWaiting:
+		if t.SequenceKey != "" {
+			return fmt.Sprintf("waiting for its turn in sequence %q", t.SequenceKey)
+		}
 		return fmt.Sprintf("waiting for %d of %d dependencies", t.WaitingFor, len(t.DependsOn))
 	case StateFailed:
 		if t.FailedPermanently() {

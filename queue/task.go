@@ -69,6 +69,11 @@ type Task struct {
 	WaitingFor int
 	// Dependents lists the tasks that wait for this one.
 	Dependents []int64
+	// SequenceKey is the task's sequence (WithSequence); empty for none.
+	// SequenceHold is set when a failure for good holds the rest of it
+	// (WithSequenceHold).
+	SequenceKey  string
+	SequenceHold bool
 }
 
 // AttemptError records one attempt that did not succeed.
@@ -132,6 +137,10 @@ func taskFromRow(r db.SkiplockTask) (*Task, error) {
 	}
 	if r.ExclusiveKey != nil {
 		t.ExclusiveKey = *r.ExclusiveKey
+	}
+	if r.SequenceKey != nil {
+		t.SequenceKey = *r.SequenceKey
+		t.SequenceHold = r.SequenceHold != nil && *r.SequenceHold
 	}
 	if len(r.Errors) > 0 {
 		if err := json.Unmarshal(r.Errors, &t.Errors); err != nil {

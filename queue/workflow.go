@@ -17,9 +17,10 @@ import (
 )
 
 // StatusWaiting tasks wait for the tasks they depend on (WithDependsOn, a
-// Workflow's DependsOn) to complete. The claim never reads them: they are
-// outside its index. The completion of their last dependency makes them
-// pending, in the same transaction.
+// Workflow's DependsOn) to complete, or for their turn in their sequence
+// (WithSequence). The claim never reads them: they are outside its index.
+// The completion of their last dependency, or the end of the task ahead of
+// them in their sequence, makes them pending, in the same transaction.
 const StatusWaiting Status = "waiting"
 
 // StateWaiting is StatusWaiting as a State.
@@ -217,6 +218,9 @@ func prepareWorkflow(wf Workflow) ([]row, [][]int, error) {
 		if r.uniqueKey != "" || r.uniqueWindowKey != "" || len(r.dependsOn) > 0 {
 			return nil, nil, invalid("step %q: unique keys and WithDependsOn do not apply to a step (use Step.DependsOn)", s.Name)
 		}
+		if r.sequenceKey != "" {
+			return nil, nil, invalid("step %q: WithSequence does not apply to a step (a step waits for its dependencies)", s.Name)
+		}
 		for _, d := range s.DependsOn {
 			j, ok := pos[d]
 			if !ok {
@@ -313,7 +317,7 @@ func (c *Client) insertEach(ctx context.Context, tx Executor, rows []row) ([]int
 			}
 			ids[i] = id
 		} else {
-			one, oneDups, err := c.insertRows(ctx, tx, rows[i:i+1])
+			one, oneDups, err := c.insertRows(ctx, tx, rows[i:i+1], nil)
 			if err != nil {
 				return nil, nil, err
 			}

@@ -2,8 +2,9 @@
 -- Operator queries (the skiplock command and the dashboard) filter tasks
 -- the same way. A filter left empty (an empty array, a NULL) matches
 -- everything. waits narrows pending tasks to those that are due, retrying
--- (waiting out a retry's backoff) or scheduled (enqueued to run later). since compares finished_at, or created_at for tasks that have
--- not finished; error_contains looks, ignoring case, at the error of the
+-- (waiting out a retry's backoff) or scheduled (enqueued to run later);
+-- sequence_key keeps a sequence's tasks. since compares finished_at, or
+-- created_at for tasks that have not finished; error_contains looks, ignoring case, at the error of the
 -- task's last recorded attempt. Newest first, paged by before_id.
 SELECT t.*
 FROM skiplock_tasks AS t
@@ -17,11 +18,15 @@ WHERE t.status = ANY(@statuses::text[])
        OR strpos(lower(t.errors -> -1 ->> 'error'), lower(sqlc.narg(error_contains)::text)) > 0)
   AND (cardinality(@waits::text[]) = 0 OR t.status <> 'pending'
        OR (CASE WHEN t.run_at <= now() THEN 'due' WHEN t.attempt > 0 THEN 'retrying' ELSE 'scheduled' END) = ANY(@waits::text[]))
+  AND (sqlc.narg(sequence_key)::text IS NULL OR t.sequence_key = sqlc.narg(sequence_key)::text)
   AND (@before_id::bigint = 0 OR t.id < @before_id::bigint)
 ORDER BY t.id DESC
 LIMIT @max_rows::integer;
 
 -- name: TaskCount :one
+-- TaskList's count. It reads no column newer than migration 1, so that
+-- `skiplock migrate down` can count the tasks of an older schema; a count
+-- within a sequence is TaskCountInSequence.
 SELECT count(*)::bigint AS count
 FROM skiplock_tasks AS t
 WHERE t.status = ANY(@statuses::text[])
@@ -34,6 +39,22 @@ WHERE t.status = ANY(@statuses::text[])
        OR strpos(lower(t.errors -> -1 ->> 'error'), lower(sqlc.narg(error_contains)::text)) > 0)
   AND (cardinality(@waits::text[]) = 0 OR t.status <> 'pending'
        OR (CASE WHEN t.run_at <= now() THEN 'due' WHEN t.attempt > 0 THEN 'retrying' ELSE 'scheduled' END) = ANY(@waits::text[]));
+
+-- name: TaskCountInSequence :one
+-- TaskCount within one sequence (migration 11).
+SELECT count(*)::bigint AS count
+FROM skiplock_tasks AS t
+WHERE t.status = ANY(@statuses::text[])
+  AND (cardinality(@ids::bigint[]) = 0 OR t.id = ANY(@ids::bigint[]))
+  AND (cardinality(@queues::text[]) = 0 OR t.queue = ANY(@queues::text[]))
+  AND (cardinality(@names::text[]) = 0 OR t.name = ANY(@names::text[]))
+  AND (sqlc.narg(since)::timestamptz IS NULL OR coalesce(t.finished_at, t.created_at) >= sqlc.narg(since)::timestamptz)
+  AND (sqlc.narg(finished_before)::timestamptz IS NULL OR t.finished_at < sqlc.narg(finished_before)::timestamptz)
+  AND (sqlc.narg(error_contains)::text IS NULL
+       OR strpos(lower(t.errors -> -1 ->> 'error'), lower(sqlc.narg(error_contains)::text)) > 0)
+  AND (cardinality(@waits::text[]) = 0 OR t.status <> 'pending'
+       OR (CASE WHEN t.run_at <= now() THEN 'due' WHEN t.attempt > 0 THEN 'retrying' ELSE 'scheduled' END) = ANY(@waits::text[]))
+  AND t.sequence_key = @sequence_key::text;
 
 -- name: TaskStatusMany :many
 -- The current status of each of the given tasks that exists.
@@ -52,8 +73,12 @@ ORDER BY t.id;
 -- that a worker claimed meanwhile is running, and is not touched.
 --
 -- Requeues one batch of failed (or cancelled) tasks matching the filter:
--- pending, due now (waiting, if it has dependencies left), with a history
--- entry that records the requeue. Without
+-- pending, due now, with a history entry that records the requeue. A task
+-- waits instead if it has dependencies left, or if another task of its
+-- sequence is ahead of it (skiplock_sequence_admits: pending, running,
+-- failed and holding, waiting or requeued with it with a smaller id), so
+-- that a sequence never has two tasks pending at once, and the first of
+-- those requeued together goes first. Without
 -- reset_attempts a task keeps its attempt count and gets at least one more
 -- attempt; with it, its attempts start again from zero. Idle workers of each
 -- requeued queue are woken (delivered at commit, that is at the end of the
@@ -75,7 +100,10 @@ WITH picked AS MATERIALIZED (
     FOR UPDATE SKIP LOCKED
 ), requeued AS (
     UPDATE skiplock_tasks AS t
-    SET status = CASE WHEN t.deps_pending > 0 THEN 'waiting' ELSE 'pending' END,
+    SET status = CASE WHEN t.deps_pending > 0 THEN 'waiting'
+                      WHEN t.sequence_key IS NOT NULL
+                           AND NOT skiplock_sequence_admits(t.sequence_key, t.id, (SELECT array_agg(p.id) FROM picked AS p)) THEN 'waiting'
+                      ELSE 'pending' END,
         run_at = now(),
         finished_at = NULL,
         worker_id = NULL,
@@ -114,7 +142,10 @@ WITH picked AS MATERIALIZED (
     FOR UPDATE
 ), requeued AS (
     UPDATE skiplock_tasks AS t
-    SET status = CASE WHEN t.deps_pending > 0 THEN 'waiting' ELSE 'pending' END,
+    SET status = CASE WHEN t.deps_pending > 0 THEN 'waiting'
+                      WHEN t.sequence_key IS NOT NULL
+                           AND NOT skiplock_sequence_admits(t.sequence_key, t.id, (SELECT array_agg(p.id) FROM picked AS p)) THEN 'waiting'
+                      ELSE 'pending' END,
         run_at = now(),
         finished_at = NULL,
         worker_id = NULL,

@@ -39,8 +39,33 @@ func (r *rescuer) run(ctx context.Context) {
 	})
 }
 
-// rescue is one pass.
+// rescue is one pass: orphaned tasks, then stalled sequences.
 func (r *rescuer) rescue(ctx context.Context) {
+	r.rescueOrphans(ctx)
+	r.releaseSequences(ctx)
+}
+
+// releaseSequences makes pending the next task of each sequence whose
+// waiting tasks have nothing ahead of them: a release that the trigger left
+// because a producer of the key held its lock (see migration 11).
+func (r *rescuer) releaseSequences(ctx context.Context) {
+	rows, err := r.queries.SequenceReleaseStalled(ctx, r.pool, r.channel)
+	if err != nil {
+		if ctx.Err() == nil {
+			r.log.Warn("skiplock: releasing stalled sequences", "error", err)
+		}
+		return
+	}
+	if len(rows) > 0 {
+		ids := make([]int64, len(rows))
+		for i, row := range rows {
+			ids[i] = row.ReleasedID
+		}
+		r.log.Debug("skiplock: released the next task of stalled sequences", "count", len(rows), "task_ids", firstIDs(ids))
+	}
+}
+
+func (r *rescuer) rescueOrphans(ctx context.Context) {
 	rows, err := r.queries.TaskRescueOrphans(ctx, r.pool, r.classOID)
 	if err != nil {
 		if ctx.Err() == nil {

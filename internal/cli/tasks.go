@@ -38,14 +38,17 @@ type taskJSON struct {
 	// it recorded nothing.
 	Output json.RawMessage `json:"output,omitempty"`
 	// WorkflowID, DependsOn and WaitingFor place a task in its workflow.
-	WorkflowID int64      `json:"workflow_id,omitempty"`
-	DependsOn  []int64    `json:"depends_on,omitempty"`
-	WaitingFor int        `json:"waiting_for,omitempty"`
-	RunAt      time.Time  `json:"run_at"`
-	CreatedAt  time.Time  `json:"created_at"`
-	StartedAt  *time.Time `json:"started_at"`
-	FinishedAt *time.Time `json:"finished_at"`
-	WorkerID   string     `json:"worker_id,omitempty"`
+	WorkflowID int64   `json:"workflow_id,omitempty"`
+	DependsOn  []int64 `json:"depends_on,omitempty"`
+	WaitingFor int     `json:"waiting_for,omitempty"`
+	// SequenceKey and SequenceHold place a task in its sequence.
+	SequenceKey  string     `json:"sequence_key,omitempty"`
+	SequenceHold bool       `json:"sequence_hold,omitempty"`
+	RunAt        time.Time  `json:"run_at"`
+	CreatedAt    time.Time  `json:"created_at"`
+	StartedAt    *time.Time `json:"started_at"`
+	FinishedAt   *time.Time `json:"finished_at"`
+	WorkerID     string     `json:"worker_id,omitempty"`
 	// Attempts is the history: every attempt that did not succeed, then
 	// the current or successful one.
 	Attempts []attemptJSON `json:"attempts"`
@@ -92,6 +95,7 @@ func toJSON(t *queue.Task) taskJSON {
 		Attempt: t.Attempt, MaxAttempts: t.MaxAttempts, TimeoutMS: t.Timeout.Milliseconds(),
 		Payload: t.Payload, Metadata: t.Metadata, Output: t.Output, RunAt: t.RunAt, CreatedAt: t.CreatedAt,
 		WorkflowID: t.WorkflowID, DependsOn: t.DependsOn, WaitingFor: t.WaitingFor,
+		SequenceKey: t.SequenceKey, SequenceHold: t.SequenceHold,
 		StartedAt: t.StartedAt, FinishedAt: t.FinishedAt, WorkerID: t.WorkerID,
 		Attempts: attempts(t),
 	}
@@ -215,6 +219,7 @@ func (a *app) listCommand() *cobra.Command {
 		statuses []string
 		limit    countFlag
 		beforeID int64
+		sequence string
 	)
 	c := newCommand(&cobra.Command{
 		Use:   "list",
@@ -232,6 +237,7 @@ kinds of pending task; retrying and scheduled select one.`,
   skiplock list --status pending,running --name email.send --limit 200
   skiplock list --status retrying      # pending tasks waiting out a retry's backoff
   skiplock list --status failed --error-contains timeout --json | jq '.[].id'
+  skiplock list --sequence account:42  # a sequence's tasks (skiplock sequence show: in order)
   skiplock list --before 1000          # the page after task 1000`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -246,7 +252,10 @@ kinds of pending task; retrying and scheduled select one.`,
 			if beforeID < 0 {
 				return usageErrorf("--before must be a task ID, got %d", beforeID)
 			}
-			lf := queue.ListFilter{Filter: f, States: states, Limit: int(limit), BeforeID: beforeID}
+			if cmd.Flags().Changed("sequence") && sequence == "" {
+				return usageErrorf("--sequence needs a sequence key")
+			}
+			lf := queue.ListFilter{Filter: f, States: states, Limit: int(limit), BeforeID: beforeID, Sequence: sequence}
 			if err := invalidInput(lf.Validate()); err != nil {
 				return err
 			}
@@ -281,6 +290,7 @@ kinds of pending task; retrying and scheduled select one.`,
 	c.Flags().StringSliceVar(&statuses, "status", nil, "only tasks in this status: waiting, pending, running, completed, failed, cancelled, or of pending ones retrying or scheduled (comma separated or repeated)")
 	limit.register(c, "limit", queue.DefaultListLimit, "at most this many tasks")
 	c.Flags().Int64Var(&beforeID, "before", 0, "only tasks with an ID below this one (the next page)")
+	c.Flags().StringVar(&sequence, "sequence", "", "only tasks of this sequence key")
 	return c
 }
 
@@ -349,6 +359,13 @@ func printTask(w io.Writer, t *queue.Task, holder *queue.TaskLock) {
 	}
 	if t.WorkflowID != 0 {
 		row(tw, "  Workflow:", fmt.Sprintf("%d (skiplock workflow show %d)", t.WorkflowID, t.WorkflowID))
+	}
+	if t.SequenceKey != "" {
+		hold := ""
+		if t.SequenceHold {
+			hold = ", held by this task if it fails for good"
+		}
+		row(tw, "  Sequence:", fmt.Sprintf("%s%s (skiplock sequence show %s)", t.SequenceKey, hold, shellQuote(t.SequenceKey)))
 	}
 	if len(t.DependsOn) > 0 {
 		deps := make([]string, len(t.DependsOn))
@@ -456,6 +473,8 @@ func (a *app) enqueueCommand() *cobra.Command {
 		unique      bool
 		uniqueFor   time.Duration
 		exclusive   string
+		sequence    string
+		seqHold     bool
 	)
 	c := newCommand(&cobra.Command{
 		Use:   "enqueue NAME [PAYLOAD|-]",
@@ -467,14 +486,17 @@ With --unique-key (or --unique, a key from the name and payload), a task
 whose key is held by a pending or running task is not enqueued: the command
 prints the existing task's ID, says so on stderr and exits 0 (with
 --unique-window, at most one task per key per window, whatever its status).
-With --exclusive-key, at most one task with the key runs at a time.`,
+With --exclusive-key, at most one task with the key runs at a time. With
+--sequence, the tasks of the key run one at a time, in the order they were
+enqueued (--sequence-hold: a failure for good holds the rest).`,
 		Example: `  skiplock enqueue email.send '{"to":"ada@example.com"}'
   skiplock enqueue report.build --queue reports --priority -1 --delay 10m
   skiplock enqueue sync --run-at 2026-01-02T03:00:00Z --max-attempts 3 --timeout 5m
   jq -c . order.json | skiplock enqueue order.process - --metadata '{"trace":"abc"}'
   skiplock enqueue sync.account '{"id":7}' --unique-key sync:7     # not twice while one waits or runs
   skiplock enqueue digest.send --unique --unique-window 24h           # once a day per name and payload
-  skiplock enqueue ledger.post '{"account":7}' --exclusive-key account:7`,
+  skiplock enqueue ledger.post '{"account":7}' --exclusive-key account:7
+  skiplock enqueue ledger.apply '{"account":7,"amount":5}' --sequence account:7 --sequence-hold`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) < 1 || len(args) > 2 {
 				return usageErrorf("enqueue needs a task name and at most one payload, got %d arguments (see `%s --help`)", len(args), cmd.CommandPath())
@@ -553,6 +575,21 @@ With --exclusive-key, at most one task with the key runs at a time.`,
 			if len(uniqueKey) > 1024 || len(exclusive) > 1024 {
 				return usageErrorf("--unique-key and --exclusive-key must be at most 1024 bytes")
 			}
+			if cmd.Flags().Changed("sequence") {
+				if sequence == "" || len(sequence) > queue.MaxKeyLength {
+					return usageErrorf("--sequence must be 1 to %d bytes, got %d", queue.MaxKeyLength, len(sequence))
+				}
+				if (uniqueKey != "" || unique) && uniqueFor == 0 {
+					return usageErrorf("--sequence cannot be combined with a unique key unless it has a --unique-window")
+				}
+				opts = append(opts, queue.WithSequence(sequence))
+			}
+			if seqHold {
+				if sequence == "" {
+					return usageErrorf("--sequence-hold needs --sequence")
+				}
+				opts = append(opts, queue.WithSequenceHold())
+			}
 			if args[0] == "" || len(args[0]) > queue.MaxNameLength {
 				return usageErrorf("task name must be 1 to %d bytes", queue.MaxNameLength)
 			}
@@ -597,6 +634,8 @@ With --exclusive-key, at most one task with the key runs at a time.`,
 	fl.BoolVar(&unique, "unique", false, "like --unique-key, with a key made of the name and the payload")
 	fl.DurationVar(&uniqueFor, "unique-window", 0, "with --unique-key or --unique: one task per key per window (e.g. 1h, 24h), whatever its status")
 	fl.StringVar(&exclusive, "exclusive-key", "", "run at most one task with this key at a time, across every worker")
+	fl.StringVar(&sequence, "sequence", "", "run the tasks of this key one at a time, in the order they were enqueued")
+	fl.BoolVar(&seqHold, "sequence-hold", false, "with --sequence: if this task fails for good, the rest of its sequence waits until it is requeued or cancelled")
 	return c
 }
 

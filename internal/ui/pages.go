@@ -149,7 +149,7 @@ const timeLayout = "2006-01-02 15:04:05 MST"
 // and the kinds of pending task.
 var listStatuses = []string{"waiting", "pending", "retrying", "scheduled", "running", "completed", "failed", "cancelled"}
 
-var pageNames = []string{"queues", "tasks", "task", "workflow", "failed", "locks", "enqueue", "periodic", "ratelimits", "error"}
+var pageNames = []string{"queues", "tasks", "task", "workflow", "sequence", "failed", "locks", "enqueue", "periodic", "ratelimits", "error"}
 
 func parsePages() (map[string]*template.Template, error) {
 	out := map[string]*template.Template{}
@@ -474,6 +474,60 @@ func (s *Server) workflowPage(w http.ResponseWriter, r *http.Request) {
 		Levels   [][]workflowNode
 		Summary  string
 	}{wf, levels, strings.Join(summary, ", ")})
+}
+
+// sequenceRow is one task on a sequence's page.
+type sequenceRow struct {
+	*queue.Task
+	State queue.State
+	Why   string
+	Head  bool
+}
+
+// sequencePage shows the tasks of the sequence ?key= in order. The key is a
+// query parameter, not a path segment: keys hold slashes and colons.
+func (s *Server) sequencePage(w http.ResponseWriter, r *http.Request) {
+	key := r.URL.Query().Get("key")
+	seq, err := s.client.GetSequence(r.Context(), key)
+	switch {
+	case errors.Is(err, queue.ErrSequenceNotFound):
+		s.fail(w, r, http.StatusNotFound, fmt.Errorf("no task has sequence key %q (finished and purged, or never enqueued)", key))
+		return
+	case errors.Is(err, queue.ErrInvalidRequest):
+		s.fail(w, r, http.StatusBadRequest, err)
+		return
+	case err != nil:
+		s.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
+	now := time.Now()
+	var rows []sequenceRow
+	var head *queue.Task
+	for _, t := range seq.Tasks {
+		row := sequenceRow{Task: t, State: t.StateAt(now), Why: t.Why(now), Head: t.ID == seq.Head}
+		if (t.Status == queue.StatusFailed || t.Status == queue.StatusCancelled) && t.LastError() != "" {
+			row.Why = t.LastError()
+		}
+		if row.Head {
+			head = t
+		}
+		rows = append(rows, row)
+	}
+	var total int64
+	var summary []string
+	for _, st := range queue.Statuses {
+		if n := seq.Counts[st]; n > 0 {
+			total += n
+			summary = append(summary, fmt.Sprintf("%d %s", n, st))
+		}
+	}
+	s.render(w, r, http.StatusOK, "sequence", "Sequence "+key, "tasks", struct {
+		Sequence *queue.SequenceInfo
+		Rows     []sequenceRow
+		Head     *queue.Task
+		Total    int64
+		Summary  string
+	}{seq, rows, head, total, strings.Join(summary, ", ")})
 }
 
 func (s *Server) locksPage(w http.ResponseWriter, r *http.Request) {

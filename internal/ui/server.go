@@ -113,6 +113,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /tasks", s.tasksPage)
 	mux.HandleFunc("GET /tasks/{id}", s.taskPage)
 	mux.HandleFunc("GET /workflows/{id}", s.workflowPage)
+	mux.HandleFunc("GET /sequence", s.sequencePage)
 	mux.HandleFunc("GET /failed", s.failedPage)
 	mux.HandleFunc("GET /locks", s.locksPage)
 	mux.HandleFunc("GET /enqueue", s.enqueuePage)

@@ -71,6 +71,8 @@ type Want struct {
 	// is compared without its window.
 	UniqueKey    string
 	ExclusiveKey string
+	// SequenceKey must equal the task's sequence key (queue.WithSequence).
+	SequenceKey string
 	// RunAt must equal the task's run time, to the microsecond PostgreSQL
 	// keeps (queue.WithRunAt), or be within RunAtLeeway of it: a run time
 	// from queue.WithDelay is the database's clock at the insert plus the
@@ -264,6 +266,9 @@ func mismatch(t TB, exec queue.Executor, task *queue.Task, want *Want) (diff str
 	if want.ExclusiveKey != "" && task.ExclusiveKey != want.ExclusiveKey {
 		diffs = append(diffs, fmt.Sprintf("exclusive key %q, want %q", task.ExclusiveKey, want.ExclusiveKey))
 	}
+	if want.SequenceKey != "" && task.SequenceKey != want.SequenceKey {
+		diffs = append(diffs, fmt.Sprintf("sequence key %q, want %q", task.SequenceKey, want.SequenceKey))
+	}
 	if !want.RunAt.IsZero() {
 		off := task.RunAt.Sub(want.RunAt.Truncate(time.Microsecond)).Abs()
 		if off > want.RunAtLeeway {
@@ -331,6 +336,9 @@ func (w *Want) describe() string {
 	}
 	if w.ExclusiveKey != "" {
 		parts = append(parts, fmt.Sprintf("exclusive key %q", w.ExclusiveKey))
+	}
+	if w.SequenceKey != "" {
+		parts = append(parts, fmt.Sprintf("sequence key %q", w.SequenceKey))
 	}
 	if !w.RunAt.IsZero() {
 		parts = append(parts, fmt.Sprintf("run at %s ± %s", w.RunAt.Format(time.RFC3339Nano), w.RunAtLeeway))

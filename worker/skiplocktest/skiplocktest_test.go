@@ -449,6 +449,40 @@ func TestRequireEnqueuedKeysAndRunAt(t *testing.T) {
 	r.fails(t, "unique key", `unique key "day:1@x", want "day:2"`)
 	skiplocktest.RequireEnqueued(r, b.pool, "at", &skiplocktest.Want{ExclusiveKey: "account:8"})
 	r.fails(t, "exclusive key", `exclusive key "account:7", want "account:8"`)
+
+	if _, err := b.q.Enqueue(ctx, "seq", nil, queue.WithSequence("ledger:1")); err != nil {
+		t.Fatal(err)
+	}
+	skiplocktest.RequireEnqueued(r, b.pool, "seq", &skiplocktest.Want{SequenceKey: "ledger:1", Status: queue.StatusPending})
+	r.passes(t, "sequence key")
+	skiplocktest.RequireEnqueued(r, b.pool, "seq", &skiplocktest.Want{SequenceKey: "ledger:2"})
+	r.fails(t, "sequence key", `sequence key "ledger:1", want "ledger:2"`)
+}
+
+// TestWorkSequence: Work writes the outcome with the worker's own
+// statement, so completing a sequence's head releases the next, and a task
+// waiting its turn cannot be worked.
+func TestWorkSequence(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	first, err := b.q.Enqueue(ctx, "apply", 1, queue.WithSequence("ledger:7"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := b.q.Enqueue(ctx, "apply", 2, queue.WithSequence("ledger:7"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := worker.New(b.pool, worker.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	handlers := worker.Handlers{"apply": func(context.Context, *worker.Task) error { return nil }}
+	r := &recorder{}
+	skiplocktest.Work(ctx, r, w, handlers, second)
+	r.fails(t, "a task waiting its turn", "not pending", "waiting")
+	skiplocktest.Work(ctx, t, w, handlers, first)
+	if res := skiplocktest.Work(ctx, t, w, handlers, second); res.Status != queue.StatusCompleted {
+		t.Errorf("the next task: %s, want completed", res.Status)
+	}
 }
 
 // TestWorkReleasesDependents: Work writes the outcome with the worker's own
