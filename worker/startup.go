@@ -30,9 +30,17 @@ var errReadOnly = errors.New("the server is read-only (a standby, or a primary n
 func (w *Worker) start(ctx context.Context) error {
 	o := &outage{log: w.log, what: "starting"}
 	var table db.SchemaTaskTableRow
+	var limitClass int64
+	// Every read of start is in the retried step: a connection lost
+	// between two of them is an outage like any other, not Run's error.
 	err := untilAvailable(ctx, o, func(ctx context.Context) (err error) {
-		table, err = w.checkDatabase(ctx)
-		return err
+		if table, err = w.checkDatabase(ctx); err != nil {
+			return err
+		}
+		if limitClass, err = w.queries.LimitLockClass(ctx, w.pool); err != nil {
+			return fmt.Errorf("skiplock: reading the schema: %w", pgerr.Interpret(err))
+		}
+		return nil
 	})
 	if err != nil {
 		return err
@@ -44,10 +52,6 @@ func (w *Worker) start(ctx context.Context) error {
 	w.limits = newClaimLimits(w.cfg)
 
 	w.classOID = table.Oid
-	limitClass, err := w.queries.LimitLockClass(ctx, w.pool)
-	if err != nil {
-		return fmt.Errorf("skiplock: reading the schema: %w", pgerr.Interpret(err))
-	}
 	w.limitClass = int32(uint32(limitClass))
 	w.slots = newSlots(w.cfg.Concurrency, w.cfg.ClaimBatch)
 	w.comp = newCompleter(w.writeFinishes, w.guard.release, w.slots.free, w.wakeAll, w.log)

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/skiplock/skiplock/internal/pgtest"
@@ -187,6 +188,59 @@ func TestStartWaitsOnReadOnly(t *testing.T) {
 		t.Fatalf("want one line naming target_session_attrs=read-write, got:\n%s", logs.String())
 	}
 }
+
+// A connection lost part way through start, after the checks, is an
+// outage like any other: Run tries again and runs tasks, rather than
+// returning the error (a chaos run's terminated session once ended a worker
+// that way).
+func TestStartConnectionLostPartWay(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.enqueue(t, "job", nil)
+	cfg := pgtest.Config(t, b.schema)
+	cutter := &connCutter{match: "name: LimitLockClass"}
+	cfg.ConnConfig.Tracer = cutter
+	w := worker.New(pgtest.PoolFromConfig(t, cfg), testConfig(worker.Config{
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- w.Run(ctx, worker.Handlers{"job": func(context.Context, *worker.Task) error { return nil }})
+	}()
+	waitFor(t, 5*time.Second, "the task to complete, or Run to return", func() bool {
+		select {
+		case err := <-done:
+			t.Fatalf("Run returned %v after losing its connection part way through start", err)
+		default:
+		}
+		return b.get(t, id).Status == queue.StatusCompleted
+	})
+	if !cutter.cut.Load() {
+		t.Fatal("no connection was cut: the test did not test anything")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run returned %v after its context ended", err)
+	}
+}
+
+// connCutter closes the connection of the first query whose SQL contains
+// match, as the query starts: the query fails as on a connection that the
+// server ended.
+type connCutter struct {
+	match string
+	cut   atomic.Bool
+}
+
+func (c *connCutter) TraceQueryStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	if strings.Contains(data.SQL, c.match) && c.cut.CompareAndSwap(false, true) {
+		conn.PgConn().Close(ctx)
+	}
+	return ctx
+}
+
+func (c *connCutter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
 // Configuration errors end Run at once: waiting cannot fix them (see also
 // TestRunErrors).

@@ -12,7 +12,12 @@
 // and a CI gate must not turn red because of that. Rescue latency is a
 // figure it reports, beside the scheduling delay it measured meanwhile (how
 // late a 10 ms timer fired in this process), and compares with the README's
-// promise in the log; a lost task still fails it, after 10 minutes.
+// promise in the log; a lost task still fails it, after 10 minutes (at once
+// if it failed for good). A minute without a completed task logs where the
+// run stands (stallReport: the tasks, leaders, sessions, PgBouncer's pools,
+// each worker's log and goroutines) and the run goes on. A stretch in which
+// this process did not run at all (a suspended machine) counts as a
+// disruption of every worker, and not against those limits.
 //
 // The short form runs in the test suite. The long form (20,000 tasks, 4
 // workers, handlers of 5-155 ms, a kill every 2 s, a terminated session every
@@ -39,6 +44,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -88,6 +94,16 @@ func TestMain(m *testing.M) {
 
 // workerMain is one worker process: its handler records each execution.
 func workerMain(id, url string) error {
+	// SIGUSR1 prints every goroutine's stack, grouped, for a stall's report.
+	dump := make(chan os.Signal, 1)
+	signal.Notify(dump, syscall.SIGUSR1)
+	go func() {
+		for range dump {
+			fmt.Fprintf(os.Stderr, "%s\n", goroutinesBegin)
+			pprof.Lookup("goroutine").WriteTo(os.Stderr, 1)
+			fmt.Fprintf(os.Stderr, "%s\n", goroutinesEnd)
+		}
+	}()
 	workMs, err := strconv.Atoi(os.Getenv(envWork))
 	if err != nil || workMs < 1 {
 		workMs = 45
@@ -250,8 +266,8 @@ func (b *lockedBuffer) String() string {
 type event struct {
 	at     time.Time
 	after  time.Time
-	kind   string // kill, terminate, restart
-	worker string // "" for restart: every worker
+	kind   string // kill, terminate, restart, pause (this process did not run)
+	worker string // "" for restart and pause: every worker
 	tasks  []int64
 }
 
@@ -300,8 +316,10 @@ func runChaos(t *testing.T, mode string) {
 		t.Fatal(err)
 	}
 	workerURL := srv.URL
+	var bouncer *pgtest.Bouncer
 	if mode == "lease" {
-		workerURL = pgtest.PgBouncer(t, srv.URL, "")
+		bouncer = pgtest.StartPgBouncer(t, srv.URL, "")
+		workerURL = bouncer.URL
 	}
 
 	var mu sync.Mutex
@@ -312,7 +330,7 @@ func runChaos(t *testing.T, mode string) {
 		generation++
 		id := fmt.Sprintf("chaos-w%d-%d", slot, generation)
 		procs[slot] = startProc(t, id, exec.Command(os.Args[0], "-test.run=^$"),
-			envURL+"="+workerURL, envWork+"="+strconv.Itoa(workMs), envMode+"="+mode, envListen+"="+srv.URL)
+			envURL+"="+workerURL, envWork+"="+strconv.Itoa(workMs), envMode+"="+mode, envListen+"="+srv.URL, envLog+"=info")
 		outputs[id] = procs[slot].out
 	}
 	for i := range workers {
@@ -328,15 +346,19 @@ func runChaos(t *testing.T, mode string) {
 		ids, _ := pgx.CollectRows(rows, pgx.RowTo[int64])
 		return ids
 	}
-	completed := func() int {
-		var n int
-		if err := pool.QueryRow(ctx, "SELECT count(*) FROM skiplock_tasks WHERE status = 'completed'").Scan(&n); err != nil {
-			return -1 // the server may be restarting
+	// completed counts the completed tasks, and those that ended otherwise
+	// (failed, cancelled): lost, since no handler fails for good.
+	completed := func() (done, ended int) {
+		err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = 'completed'),
+			count(*) FILTER (WHERE status IN ('failed', 'cancelled')) FROM skiplock_tasks`).Scan(&done, &ended)
+		if err != nil {
+			return -1, 0 // the server may be restarting
 		}
-		return n
+		return done, ended
 	}
 
 	var events []event
+	progress := progressMark{at: time.Now()}
 	// Jittered, so that kills do not fall in step with the rescuer's ticks
 	// (which would flatter the measured rescue latency).
 	jitter := func(d time.Duration) <-chan time.Time {
@@ -345,9 +367,42 @@ func runChaos(t *testing.T, mode string) {
 	kill, terminate := jitter(killEvery), jitter(terminateEvery)
 	restarted := false
 	deadline := time.Now().Add(10 * time.Minute)
-	for done := completed(); done < tasks; done = completed() {
+	// A run in which nothing completes for a minute reports where it stands
+	// then, and goes on: a stall that ends by itself is a finding too.
+	report := func() string { return stallReport(ctx, pool, procs, bouncer, began, events, progress) }
+	// A machine that was suspended (or starved this process) paused the
+	// workers and the server too, most likely: a disruption of every
+	// worker, whose length is not the run's.
+	takePauses := func() {
+		for _, p := range delay.pauses() {
+			d := p.to.Sub(p.from)
+			events = append(events, event{at: p.from, after: p.to, kind: "pause"})
+			deadline, progress.at = deadline.Add(d), progress.at.Add(d)
+			t.Logf("this process did not run for %s (the machine was suspended or starved): counted as a disruption of every worker, not against the deadline",
+				d.Round(time.Millisecond))
+		}
+	}
+	for done, ended := completed(); done < tasks; done, ended = completed() {
+		takePauses()
+		if ended > 0 {
+			t.Fatalf("%d tasks failed or were cancelled (lost: no handler fails for good); the state then:\n%s", ended, report())
+		}
+		if done > progress.done {
+			progress = progressMark{done: done, at: time.Now()}
+		} else if time.Since(progress.at) > stallAfter && !progress.reported {
+			delay.sync() // a pause this loop saw first is not a stall
+			takePauses()
+			if since := time.Since(progress.at); since > stallAfter {
+				progress.reported = true
+				t.Logf("no task completed for %s (%d of %d completed); the state now:\n%s", since.Round(time.Second), progress.done, tasks, report())
+			}
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("only %d of %d tasks completed after 10 minutes; the state then:\n%s", done, tasks, stallReport(ctx, pool, procs))
+			delay.sync()
+			takePauses()
+			if time.Now().After(deadline) {
+				t.Fatalf("only %d of %d tasks completed after 10 minutes; the state then:\n%s", done, tasks, report())
+			}
 		}
 		// A supervisor restarts a worker that exits by itself: one started
 		// while the database was down fails its startup, as it should.
@@ -589,10 +644,21 @@ type schedulingDelay struct{ p50, p99, max time.Duration }
 type delayProbe struct {
 	done chan struct{}
 	out  chan schedulingDelay
+
+	mu     sync.Mutex
+	paused []pause   // not yet taken
+	woke   time.Time // the end of the last sleep
 }
 
+// pause is a stretch of time in which this process did not run: the
+// machine was suspended, or starved it of CPU for that long.
+type pause struct{ from, to time.Time }
+
+// pauseAfter is how late a 10 ms timer must fire to count as a pause.
+const pauseAfter = 10 * time.Second
+
 // measureSchedulingDelay sleeps 10 ms again and again until stop, recording
-// how late each wake-up came.
+// how late each wake-up came, and pauses.
 func measureSchedulingDelay() *delayProbe {
 	p := &delayProbe{done: make(chan struct{}), out: make(chan schedulingDelay, 1)}
 	go func() {
@@ -613,9 +679,39 @@ func measureSchedulingDelay() *delayProbe {
 			before := time.Now()
 			time.Sleep(10 * time.Millisecond)
 			late = append(late, time.Since(before)-10*time.Millisecond)
+			p.mu.Lock()
+			p.woke = time.Now()
+			if late[len(late)-1] > pauseAfter {
+				p.paused = append(p.paused, pause{from: before, to: p.woke})
+			}
+			p.mu.Unlock()
 		}
 	}()
 	return p
+}
+
+// sync waits until the probe has woken after the call (up to 5 seconds),
+// so that a pause that just ended is among pauses.
+func (p *delayProbe) sync() {
+	called := time.Now()
+	for time.Since(called) < 5*time.Second {
+		p.mu.Lock()
+		woke := p.woke
+		p.mu.Unlock()
+		if woke.After(called) {
+			return
+		}
+		time.Sleep(time.Millisecond) // the probe wakes every 10 ms
+	}
+}
+
+// pauses returns the pauses seen since the last call.
+func (p *delayProbe) pauses() []pause {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := p.paused
+	p.paused = nil
+	return out
 }
 
 func (p *delayProbe) stop() schedulingDelay {
@@ -634,6 +730,15 @@ func count(events []event, kind string) int {
 }
 
 func tail(s string) string {
+	// A stall's report asked for goroutine dumps: not the log.
+	for {
+		i := strings.Index(s, goroutinesBegin)
+		j := strings.Index(s, goroutinesEnd)
+		if i < 0 || j < i {
+			break
+		}
+		s = s[:i] + s[j+len(goroutinesEnd):]
+	}
 	if len(s) > 3000 {
 		return "..." + s[len(s)-3000:]
 	}
@@ -645,11 +750,27 @@ func firstLine(s string) string {
 	return line
 }
 
+// stallAfter is how long a run may go without a completed task before it
+// reports where it stands (stallReport).
+const stallAfter = time.Minute
+
+// progressMark is the last time the count of completed tasks grew.
+type progressMark struct {
+	done     int
+	at       time.Time
+	reported bool // a stall since has been reported
+}
+
 // stallReport says where a run that stopped making progress stands: the
-// tasks by status (and, running, how many leases have expired), the
-// elected jobs' leaders, the server's sessions that are not idle, and the
-// tail of each current worker's log.
-func stallReport(ctx context.Context, pool *pgxpool.Pool, procs map[int]*proc) string {
+// clock's drift, the tasks by status and last outcome (and, running, how
+// many leases have expired), the elected jobs' leaders, the worker rows, the server's
+// sessions and the locks they wait for, PgBouncer's pools and log (lease
+// mode), the disruptions since the last completion, and the tail of each
+// current worker's log and goroutines: where a live worker is stuck.
+func stallReport(ctx context.Context, pool *pgxpool.Pool, procs map[int]*proc, bouncer *pgtest.Bouncer,
+	began time.Time, events []event, progress progressMark) string {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
 	var b strings.Builder
 	query := func(title, sql string) {
 		fmt.Fprintf(&b, "%s:\n", title)
@@ -667,15 +788,80 @@ func stallReport(ctx context.Context, pool *pgxpool.Pool, procs map[int]*proc) s
 			}
 			fmt.Fprintf(&b, "  %v\n", vals)
 		}
+		if err := rows.Err(); err != nil {
+			fmt.Fprintf(&b, "  (%v)\n", err)
+		}
 	}
-	query("tasks (status, count, expired leases, oldest started)", `SELECT status, count(*),
-		count(*) FILTER (WHERE locked_until < now()), min(started_at) FROM skiplock_tasks GROUP BY status`)
-	query("leaders (job, holder, expires in)", "SELECT job, holder, expires_at - now() FROM skiplock_leaders")
-	query("sessions not idle (pid, state, wait, for, query)", `SELECT pid, state, wait_event_type || ':' || wait_event,
-		now() - state_change, left(query, 120) FROM pg_stat_activity
-		WHERE datname = current_database() AND state <> 'idle' AND pid <> pg_backend_pid()`)
+	fmt.Fprintf(&b, "last completion %s ago (%d completed); disruptions since:", time.Since(progress.at).Round(time.Millisecond), progress.done)
+	for _, kind := range []string{"kill", "terminate", "restart", "pause"} {
+		n := 0
+		for _, e := range events {
+			if e.kind == kind && e.at.After(progress.at) {
+				n++
+			}
+		}
+		fmt.Fprintf(&b, " %d %s", n, kind)
+	}
+	b.WriteString("\n")
+	// A wall clock stepped back leaves pending tasks not yet due and leases
+	// and leaderships unexpired for as long as the step.
+	fmt.Fprintf(&b, "wall clock minus monotonic clock since the run began: %s\n",
+		(time.Now().Round(0).Sub(began.Round(0)) - time.Since(began)).Round(time.Millisecond))
+	query("tasks (status, last outcome, count, expired leases, max attempt, soonest run_at from now, oldest started, newest finished)",
+		`SELECT status, errors->-1->>'outcome', count(*), count(*) FILTER (WHERE locked_until < now()), max(attempt),
+		(min(run_at) - now())::text, min(started_at), max(finished_at) FROM skiplock_tasks GROUP BY 1, 2 ORDER BY 1, 2`)
+	query("running tasks by worker (worker, count, soonest lease end from now)", `SELECT worker_id, count(*), (min(locked_until) - now())::text
+		FROM skiplock_tasks WHERE status = 'running' GROUP BY 1 ORDER BY 1`)
+	query("leaders (job, holder, expires in)", "SELECT job, holder, (expires_at - now())::text FROM skiplock_leaders")
+	query("workers (id, heartbeat age, lock backend)", `SELECT id, (now() - heartbeat_at)::text, lock_backend_pid FROM skiplock_workers
+		ORDER BY heartbeat_at DESC LIMIT 10`)
+	query("sessions (state, wait, count; max_connections)", `SELECT state, wait_event_type || ':' || wait_event, count(*),
+		current_setting('max_connections') FROM pg_stat_activity WHERE backend_type = 'client backend' GROUP BY 1, 2 ORDER BY 3 DESC`)
+	query("sessions not idle (pid, blocked by, state, wait, for, in transaction for, xmin age, query)", `SELECT pid, pg_blocking_pids(pid),
+		state, wait_event_type || ':' || wait_event, (now() - state_change)::text, (now() - xact_start)::text, age(backend_xmin), left(query, 120)
+		FROM pg_stat_activity
+		WHERE datname = current_database() AND state <> 'idle' AND pid <> pg_backend_pid() ORDER BY xact_start LIMIT 40`)
+	query("locks waited for (pid, type, mode, relation, transaction)", `SELECT pid, locktype, mode, relation::regclass, transactionid
+		FROM pg_locks WHERE NOT granted LIMIT 40`)
+	if bouncer != nil {
+		for _, what := range []string{"POOLS", "SERVERS", "CLIENTS"} {
+			out, err := bouncer.Show(ctx, what)
+			if err != nil {
+				out += fmt.Sprintf("(%v)\n", err)
+			}
+			fmt.Fprintf(&b, "pgbouncer SHOW %s:\n%s", what, out)
+		}
+		fmt.Fprintf(&b, "pgbouncer log:\n%s\n", bouncer.LogTail(6000))
+	}
 	for _, p := range procs {
 		fmt.Fprintf(&b, "worker %s:\n%s\n", p.id, tail(p.out.String()))
+		if stacks := goroutines(p); stacks != "" {
+			fmt.Fprintf(&b, "goroutines of worker %s:\n%s\n", p.id, stacks)
+		}
 	}
 	return b.String()
+}
+
+// Around a worker's goroutine dump (SIGUSR1) in its output.
+const (
+	goroutinesBegin = "=== goroutines"
+	goroutinesEnd   = "=== end of goroutines"
+)
+
+// goroutines asks a worker for its goroutines' stacks and returns them;
+// "" if it has exited or does not answer within 5 seconds.
+func goroutines(p *proc) string {
+	if p.exited() {
+		return ""
+	}
+	before := len(p.out.String())
+	p.cmd.Process.Signal(syscall.SIGUSR1)
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && !p.exited(); {
+		out := p.out.String()[before:]
+		if i, j := strings.Index(out, goroutinesBegin), strings.Index(out, goroutinesEnd); i >= 0 && j > i {
+			return out[i+len(goroutinesBegin)+1 : j]
+		}
+		time.Sleep(10 * time.Millisecond) // polling another process's output
+	}
+	return ""
 }

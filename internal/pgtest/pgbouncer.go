@@ -37,6 +37,7 @@ type Bouncer struct {
 
 	dir    string
 	schema string
+	user   string
 	port   int
 	cmd    *exec.Cmd
 }
@@ -68,7 +69,7 @@ func StartPgBouncer(tb testing.TB, serverURL, schema string) *Bouncer {
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
 
-	b := &Bouncer{dir: dir, schema: schema, port: port}
+	b := &Bouncer{dir: dir, schema: schema, user: server.User, port: port}
 	ini := fmt.Sprintf(`[databases]
 skiplock = %s
 
@@ -86,9 +87,11 @@ server_reset_query =
 ; After a failed server login PgBouncer refuses logins for this long (15s by
 ; default): after a database restart that is an outage of its own.
 server_login_retry = 1
+; The admin console (database pgbouncer), for a test's report (Bouncer.Show).
+admin_users = %s
 logfile = %s
 pidfile = %s
-`, b.database(server), port, filepath.Join(dir, "userlist.txt"), filepath.Join(dir, "pgbouncer.log"), filepath.Join(dir, "pgbouncer.pid"))
+`, b.database(server), port, filepath.Join(dir, "userlist.txt"), server.User, filepath.Join(dir, "pgbouncer.log"), filepath.Join(dir, "pgbouncer.pid"))
 	files := map[string]string{
 		"pgbouncer.ini": ini,
 		"userlist.txt":  fmt.Sprintf("%q \"\"\n", server.User),
@@ -186,6 +189,62 @@ func (b *Bouncer) Repoint(serverURL string) error {
 		return err
 	}
 	return b.cmd.Process.Signal(syscall.SIGHUP)
+}
+
+// Show runs SHOW what (POOLS, CLIENTS, SERVERS...) on the PgBouncer's admin
+// console and returns its rows, one a line, for a test's report.
+func (b *Bouncer) Show(ctx context.Context, what string) (string, error) {
+	u := url.URL{
+		Scheme:   "postgres",
+		User:     url.User(b.user),
+		Host:     net.JoinHostPort("127.0.0.1", strconv.Itoa(b.port)),
+		Path:     "/pgbouncer",
+		RawQuery: "sslmode=disable&default_query_exec_mode=simple_protocol",
+	}
+	conn, err := pgx.Connect(ctx, u.String())
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close(context.Background())
+	rows, err := conn.Query(ctx, "SHOW "+what)
+	if err != nil {
+		return "", err
+	}
+	defer rows.Close()
+	var out strings.Builder
+	for i, f := range rows.FieldDescriptions() {
+		if i > 0 {
+			out.WriteString(" | ")
+		}
+		out.WriteString(f.Name)
+	}
+	out.WriteString("\n")
+	for rows.Next() {
+		vals, err := rows.Values()
+		if err != nil {
+			return out.String(), err
+		}
+		for i, v := range vals {
+			if i > 0 {
+				out.WriteString(" | ")
+			}
+			fmt.Fprint(&out, v)
+		}
+		out.WriteString("\n")
+	}
+	return out.String(), rows.Err()
+}
+
+// LogTail returns the last n bytes of the PgBouncer's log.
+func (b *Bouncer) LogTail(n int) string {
+	log, err := os.ReadFile(filepath.Join(b.dir, "pgbouncer.log"))
+	if err != nil {
+		return err.Error()
+	}
+	if len(log) > n {
+		log = log[len(log)-n:]
+	}
+	return string(log)
 }
 
 // pgbouncerPaths are where distributions and Homebrew install PgBouncer,
