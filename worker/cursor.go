@@ -19,10 +19,13 @@ import (
 // 509 ms to pick 250 rows after 100 s of a pinned horizon, against 209
 // buffers and 9 ms clean).
 //
+// The same walk slows the drain of any large backlog, pinned horizon or
+// not: the entries a scan marks dead are skipped without a heap visit, but
+// their index pages are still read by every later claim from the head.
+//
 // So a claim loop keeps a cursor: the claim-order position of the last row
-// it took. While a claim from the head is cheap (the normal case: dead
-// entries are few, or marked and skipped), every claim starts at the head,
-// exactly as before. Once a claim from the head turns expensive, claims
+// it took. While a claim from the head is cheap (dead entries are few),
+// every claim starts at the head. Once a claim from the head turns expensive, claims
 // start a little before the cursor (cursorLookback, for rows of producer
 // transactions that committed after the cursor passed their run_at), and a
 // claim from the head runs only every max(headEvery, headRatio times what
@@ -37,9 +40,16 @@ const (
 	headEvery      = time.Second
 	headRatio      = 20
 	// A head claim is expensive past headBase plus headPerRow per row
-	// claimed: a claim of 250 rows normally takes 2-20 ms here.
-	headBase   = 25 * time.Millisecond
-	headPerRow = 100 * time.Microsecond
+	// claimed: 5.5 ms for 250 rows. A fresh backlog costs 2-3 ms per 250
+	// rows from the head on a quiet machine, but each row claimed leaves
+	// an entry behind at the head (marked dead by the scan that meets it,
+	// then skipped, but still read: vacuum alone removes it), so working
+	// one big backlog from the head costs more with every claim: 7.7 ms
+	// on average over a 1,000,000-task backlog, and 27,028 tasks/s, where
+	// this threshold gave 3.9 ms and 45,745 tasks/s (docs/PERFORMANCE.md).
+	// A threshold of 50 ms never engaged the cursor for that.
+	headBase   = 3 * time.Millisecond
+	headPerRow = 10 * time.Microsecond
 )
 
 // claimPos is a position in claim order.

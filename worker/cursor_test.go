@@ -18,7 +18,7 @@ func TestClaimCursorPolicy(t *testing.T) {
 		return db.TaskClaimRow{ID: id, Priority: prio, RunAt: at}
 	}
 	// A cheap head claim: the next one is from the head too.
-	c.claimed(true, t0, 5*time.Millisecond, []db.TaskClaimRow{row(0, t0, 7), row(0, t0.Add(time.Second), 3), row(0, t0, 9)})
+	c.claimed(true, t0, time.Millisecond, []db.TaskClaimRow{row(0, t0, 7), row(0, t0.Add(time.Second), 3), row(0, t0, 9)})
 	if !c.bound(&p, t0.Add(time.Millisecond)) || p.UseAfter {
 		t.Fatal("after a cheap head claim, the next claim must start at the head")
 	}
