@@ -140,17 +140,12 @@ func (w *Worker) claimAndStart(queueName string, max int, only, skip []string, q
 	cur := w.cursors.get(queueName, only, skip)
 	started := time.Now()
 	head := cur.bound(&p, started)
-	ctx, cancel := context.WithTimeout(context.Background(), lockQueryTimeout)
-	defer cancel()
-	limited, err := w.limitsSeen.any(ctx, w.queries, w.pool, false)
-	if err != nil {
-		return 0, err
-	}
+	limited := w.limitsSeen.any(w.queries, w.pool, false)
 	rows, gen, err := w.guard.claim(p, limited)
 	if err == nil && len(rows) == 0 && !limited {
 		// The plain claim takes nothing once a limit exists: look again
 		// now rather than idle until the next look.
-		if limited, err = w.limitsSeen.any(ctx, w.queries, w.pool, true); err == nil && limited {
+		if w.limitsSeen.any(w.queries, w.pool, true) {
 			rows, gen, err = w.guard.claim(p, true)
 		}
 	}

@@ -35,6 +35,10 @@ import (
 // one does.
 const limitsRecheck = time.Second
 
+// limitsProbeTimeout bounds a look: it takes a connection from the pool,
+// which the handlers may be using up, and the claim must not wait on it.
+const limitsProbeTimeout = 250 * time.Millisecond
+
 // limitsProbe remembers whether any limit exists.
 type limitsProbe struct {
 	mu      sync.Mutex
@@ -43,19 +47,24 @@ type limitsProbe struct {
 }
 
 // any reports whether a limit exists, as last seen within limitsRecheck;
-// fresh looks now.
-func (l *limitsProbe) any(ctx context.Context, queries *db.Queries, pool *pgxpool.Pool, fresh bool) (bool, error) {
+// fresh looks now. A look that fails (no pool connection free within
+// limitsProbeTimeout, say) keeps the last answer, false at first, and the
+// next call looks again: either claim is correct whatever exists, the
+// answer only picks the cheaper one.
+func (l *limitsProbe) any(queries *db.Queries, pool *pgxpool.Pool, fresh bool) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !fresh && !l.checked.IsZero() && time.Since(l.checked) < limitsRecheck {
-		return l.present, nil
+		return l.present
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), limitsProbeTimeout)
+	defer cancel()
 	present, err := queries.LimitsExist(ctx, pool)
 	if err != nil {
-		return false, err
+		return l.present
 	}
 	l.present, l.checked = present, time.Now()
-	return present, nil
+	return present
 }
 
 // claimPlain claims with TaskClaimPlain, whose parameters are TaskClaim's

@@ -331,3 +331,55 @@ func TestLimitSetWhileWorking(t *testing.T) {
 		})
 	}
 }
+
+// TestClaimsWhilePoolIsBusy: handlers may hold every connection of the
+// worker's pool, and claims go on (in advisory mode on the lock session):
+// the look for concurrency limits, which needs a pool connection, gives up
+// quickly and keeps its last answer rather than hold up the claim. Empty
+// polls (every 50 ms here) look afresh each time, so a look that waited for
+// a connection would stall every claim for as long as it waited: this test
+// asserts progress while the pool is held, and a wait past 5 s shows in
+// its log (with a 30 s look it took 61 s).
+func TestClaimsWhilePoolIsBusy(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cfg := pgtest.Config(t, b.schema)
+	cfg.MaxConns = 2
+	pool := pgtest.PoolFromConfig(t, cfg)
+	release := make(chan struct{})
+	holding := make(chan struct{}, 2)
+	var quick atomic.Int64
+	handlers := worker.Handlers{
+		"hold": func(ctx context.Context, task *worker.Task) error {
+			c, err := pool.Acquire(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.Release()
+			holding <- struct{}{}
+			<-release
+			return nil
+		},
+		"quick": func(context.Context, *worker.Task) error { quick.Add(1); return nil },
+	}
+	start(t, pool, worker.Config{}, handlers)
+	b.enqueue(t, "hold", 1)
+	b.enqueue(t, "hold", 2)
+	for range 2 {
+		select {
+		case <-holding:
+		case <-time.After(pgtest.Patient(10 * time.Second)):
+			t.Fatal("the two holding handlers did not start")
+		}
+	}
+	for i := range 10 {
+		b.enqueue(t, "quick", i)
+	}
+	pgtest.Eventually(t, 5*time.Second, "the quick tasks to start while the pool is held", func() bool {
+		return quick.Load() == 10
+	})
+	close(release)
+	pgtest.Eventually(t, 10*time.Second, "every task to complete", func() bool {
+		return b.count(t, "status = 'completed'") == 12
+	})
+}
