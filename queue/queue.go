@@ -110,28 +110,21 @@ func (c *Client) Enqueue(ctx context.Context, name string, payload any, opts ...
 	if err != nil {
 		return 0, err
 	}
-	if rows[0].sequenceKey != "" {
-		// Not group-committed: it waits for the lock of its key, and the
-		// tasks of other callers would wait with it.
-		ids, dups, err := c.insertRows(ctx, c.pool, rows, nil)
-		if err != nil {
-			return 0, pgerr.Interpret(err)
-		}
-		if len(dups) > 0 {
-			return dups[0].ExistingID, errors.Join(dups[0])
-		}
-		c.afterEnqueue(ctx, hooked, ids)
-		return ids[0], nil
-	}
-	if len(rows[0].dependsOn) > 0 {
-		// Not group-committed: it locks its dependencies.
+	if rows[0].sequenceKey != "" || len(rows[0].dependsOn) > 0 {
+		// Not group-committed: a sequenced task waits for the lock of its
+		// key, a dependent one locks its dependencies, and the tasks of
+		// other callers would wait with them.
 		var ids []int64
 		var dups []*DuplicateError
-		err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
-			var err error
-			ids, dups, err = c.insertEach(ctx, tx, rows)
-			return err
-		})
+		if rows[0].sequenceKey != "" {
+			ids, dups, err = c.insertRows(ctx, c.pool, rows, nil)
+		} else {
+			err = pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+				var err error
+				ids, dups, err = c.insertEach(ctx, tx, rows)
+				return err
+			})
+		}
 		if err != nil {
 			return 0, pgerr.Interpret(err)
 		}

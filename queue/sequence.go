@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/skiplock/skiplock/db"
 	"github.com/skiplock/skiplock/internal/pgerr"
@@ -66,6 +67,19 @@ type SequenceInfo struct {
 	Head int64
 	// Counts has how many of the sequence's tasks are in each status.
 	Counts map[Status]int64
+}
+
+// Summary returns how many tasks the sequence has and Counts in words, in
+// status order: "3 completed, 1 running, 2 waiting".
+func (s *SequenceInfo) Summary() (total int64, words string) {
+	var parts []string
+	for _, st := range Statuses {
+		if n := s.Counts[st]; n > 0 {
+			total += n
+			parts = append(parts, fmt.Sprintf("%d %s", n, st))
+		}
+	}
+	return total, strings.Join(parts, ", ")
 }
 
 // Bounds of the tasks GetSequence returns.

@@ -80,7 +80,8 @@ failed and holding the rest (until it is requeued or cancelled).`,
 			if a.json {
 				return a.printJSON(out)
 			}
-			printSequence(a.env.Stdout, out)
+			total, summary := seq.Summary()
+			printSequence(a.env.Stdout, out, total, summary)
 			return nil
 		},
 	})
@@ -103,16 +104,8 @@ func toSequenceJSON(seq *queue.SequenceInfo, now time.Time) sequenceJSON {
 	return out
 }
 
-func printSequence(w io.Writer, seq sequenceJSON) {
-	var total int64
-	var parts []string
-	for _, st := range queue.Statuses {
-		if n := seq.Counts[st]; n > 0 {
-			total += n
-			parts = append(parts, fmt.Sprintf("%d %s", n, st))
-		}
-	}
-	fmt.Fprintf(w, "Sequence %q: %s: %s\n", seq.Key, plural(total, "task", "tasks"), strings.Join(parts, ", "))
+func printSequence(w io.Writer, seq sequenceJSON, total int64, summary string) {
+	fmt.Fprintf(w, "Sequence %q: %s: %s\n", seq.Key, plural(total, "task", "tasks"), summary)
 	switch head := seq.head(); {
 	case head == nil:
 		fmt.Fprintln(w, "  Nothing left to run.")

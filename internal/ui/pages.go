@@ -513,21 +513,14 @@ func (s *Server) sequencePage(w http.ResponseWriter, r *http.Request) {
 		}
 		rows = append(rows, row)
 	}
-	var total int64
-	var summary []string
-	for _, st := range queue.Statuses {
-		if n := seq.Counts[st]; n > 0 {
-			total += n
-			summary = append(summary, fmt.Sprintf("%d %s", n, st))
-		}
-	}
+	total, summary := seq.Summary()
 	s.render(w, r, http.StatusOK, "sequence", "Sequence "+key, "tasks", struct {
 		Sequence *queue.SequenceInfo
 		Rows     []sequenceRow
 		Head     *queue.Task
 		Total    int64
 		Summary  string
-	}{seq, rows, head, total, strings.Join(summary, ", ")})
+	}{seq, rows, head, total, summary})
 }
 
 func (s *Server) locksPage(w http.ResponseWriter, r *http.Request) {
