@@ -318,15 +318,16 @@ SELECT ((SELECT count(*) FILTER (WHERE pg_advisory_unlock(@lock_class::integer, 
 -- (a task returned at shutdown keeps its place in line); refund 1 gives the
 -- attempt back.
 --
--- The batch drives the write: its rows (whose number the planner knows,
--- the arrays being parameters of a plan made for each call) each find their
--- task by primary key. The status check carries an explicit collation (the
--- same equality on text) so that it cannot match the predicate of
--- skiplock_tasks_running_idx: on a table without statistics (a backlog
--- that has just arrived) the planner took that partial index for a one-row
--- scan, read all of it, dead entries included, and re-ran the batch's
--- unnest for every running row it found: 60-120 ms per write of 250 rows,
--- growing as the run went on (docs/PERFORMANCE.md, "A fresh backlog").
+-- The batch drives the write: the tasks are found by primary key (id =
+-- ANY, whose row count the planner knows, the arrays being parameters of a
+-- plan made for each call), and the fence is a join with the batch, never
+-- a filter on the table. On a table without statistics (a backlog that has
+-- just arrived) a filter on status and worker_id is guessed to keep one
+-- row in 40,000: the planner then took the running index, or a sequential
+-- scan, for a one-row scan and compared each row it found with the whole
+-- batch. That cost 60-120 ms per write of 250 rows through the index, and
+-- 137-272 us a task through the scan once a write held 1,000 rows
+-- (docs/PERFORMANCE.md, "A fresh backlog", "The outcome write").
 --
 -- A completed task's output (worker.SetOutput) rides in the same write;
 -- JSON null means none and leaves the column as it was.
@@ -345,12 +346,37 @@ FROM (
            unnest(@delay_ms::bigint[])     AS delay_ms,
            unnest(@refunds::integer[])     AS refund,
            unnest(@errors::jsonb[])        AS error,
-           unnest(@outputs::jsonb[])       AS output
+           unnest(@outputs::jsonb[])       AS output,
+           @worker_id::text                AS worker_id,
+           'running'::text                 AS running
 ) AS u
-WHERE t.id = u.id
-  AND t.status = 'running' COLLATE "C"
+WHERE t.id = ANY(@ids::bigint[])
+  AND t.id = u.id
+  AND t.status = u.running
   AND t.attempt = u.attempt
-  AND t.worker_id = @worker_id::text
+  AND t.worker_id = u.worker_id
+RETURNING t.id;
+
+-- name: TaskCompleteMany :many
+-- TaskFinishMany for a batch whose every attempt completed with no output,
+-- the common case under load: the same fenced write (see TaskFinishMany
+-- for its shape), with two arrays to send and parse instead of seven (two
+-- of them jsonb, parsed row by row) and a new row version that copies
+-- every other column as it is (docs/PERFORMANCE.md, "The outcome write").
+UPDATE skiplock_tasks AS t
+SET status = 'completed',
+    finished_at = now()
+FROM (
+    SELECT unnest(@ids::bigint[])       AS id,
+           unnest(@attempts::integer[]) AS attempt,
+           @worker_id::text             AS worker_id,
+           'running'::text              AS running
+) AS u
+WHERE t.id = ANY(@ids::bigint[])
+  AND t.id = u.id
+  AND t.status = u.running
+  AND t.attempt = u.attempt
+  AND t.worker_id = u.worker_id
 RETURNING t.id;
 
 -- name: TaskRescueOrphans :many

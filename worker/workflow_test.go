@@ -319,7 +319,7 @@ func TestWorkflowDependentEnqueuedDuringCompletion(t *testing.T) {
 	}
 	close(release)
 	waitFor(t, 5*time.Second, "the outcome write waiting for the producer's lock", func() bool {
-		return b.count(t, `EXISTS (SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%TaskFinishMany%')`) > 0
+		return b.count(t, `EXISTS (SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query ~ 'Task(Finish|Complete)Many')`) > 0
 	})
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
@@ -366,7 +366,7 @@ func TestWorkflowKilledBetweenCompletionAndRelease(t *testing.T) {
 	var pid int32
 	waitFor(t, 5*time.Second, "the outcome write blocked inside the release", func() bool {
 		return b.pool.QueryRow(ctx, `SELECT pid FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND query LIKE '%TaskFinishMany%'`).Scan(&pid) == nil
+			WHERE wait_event_type = 'Lock' AND query ~ 'Task(Finish|Complete)Many'`).Scan(&pid) == nil
 	})
 	if _, err := b.pool.Exec(ctx, "SELECT pg_terminate_backend($1)", pid); err != nil {
 		t.Fatal(err)
