@@ -32,10 +32,13 @@ type execution struct {
 	gen     uint64              // lock session generation holding the task's lock
 	limits  []int32             // limit slot locks held with the task's lock (limits_global.go)
 	timeout time.Duration
-	ctx     context.Context // the handler's; cancelled by timeout or cancel
-	scope   *scope          // what the handler's ctx carries (its output)
-	cancel  context.CancelCauseFunc
-	stopCtx context.CancelFunc
+	// abandonAt is when a handler still running is abandoned (zero: not
+	// watched by abandonOverdue; an attempt run by RunTask has a timer).
+	abandonAt time.Time
+	ctx       context.Context // the handler's; cancelled by timeout or cancel
+	scope     *scope          // what the handler's ctx carries (its output)
+	cancel    context.CancelCauseFunc
+	stopCtx   context.CancelFunc
 
 	settled atomic.Bool // set once by whoever records the outcome
 	mu      sync.Mutex
@@ -48,13 +51,18 @@ type execution struct {
 
 func (w *Worker) launch(r db.TaskClaimRow, gen uint64, queueSlots *semaphore.Weighted) {
 	e := w.newExecution(r, gen, queueSlots)
+	if e.timeout > 0 {
+		// abandonOverdue watches it (executors.go).
+		e.abandonAt = time.Now().Add(e.timeout + w.cfg.AbandonAfter)
+	}
 	w.settled.Add(1)
 	w.mu.Lock()
 	w.inflight[e] = struct{}{}
 	w.mu.Unlock()
-	w.armAbandon(e)
-	go w.execute(e, w.handlers)
+	w.execs.start(e, w.executeHandlers)
 }
+
+func (w *Worker) executeHandlers(e *execution) { w.execute(e, w.handlers) }
 
 // newExecution prepares the attempt of a claimed task: its context, with
 // the task's timeout (or the worker's).
@@ -73,7 +81,8 @@ func (w *Worker) newExecution(r db.TaskClaimRow, gen uint64, queueSlots *semapho
 }
 
 // armAbandon abandons a timed execution whose handler is still running
-// AbandonAfter past its timeout.
+// AbandonAfter past its timeout, for an attempt outside Run (RunTask); Run's
+// own are watched by abandonOverdue.
 func (w *Worker) armAbandon(e *execution) {
 	if e.timeout > 0 {
 		e.addTimer(time.AfterFunc(e.timeout+w.cfg.AbandonAfter, func() { w.abandon(e) }))

@@ -61,6 +61,7 @@ type Worker struct {
 	limitsSeen limitsProbe
 	cursors    claimCursors // where each claim loop's claims start (cursor.go)
 	settled    sync.WaitGroup
+	execs      *executors // goroutines that run handlers (executors.go)
 	comp       *completer
 	classOID   int64 // skiplock_tasks' OID: the advisory lock class
 	// limitClass is skiplock_limits' OID: the first key of limit slot
@@ -87,6 +88,7 @@ func New(pool *pgxpool.Pool, cfg Config) *Worker {
 		host:      host,
 		pid:       os.Getpid(),
 		inflight:  map[*execution]struct{}{},
+		execs:     newExecutors(),
 		wakes:     map[string]chan struct{}{},
 		stops:     newStopRequests(),
 	}
@@ -188,6 +190,7 @@ func (w *Worker) Run(ctx context.Context, handlers Handlers) error {
 	claimers.Wait()
 	w.shutdown()
 	w.comp.close()
+	w.execs.stop()
 	stopBackground()
 	_ = background.Wait()
 	w.guard.resign(electedJobs)
@@ -215,7 +218,7 @@ func (w *Worker) backgroundJobs(listening chan struct{}) []func(context.Context)
 		queries: w.queries, pool: w.pool, interval: w.cfg.HealthInterval,
 		running: w.inflightSnapshot, cancel: w.cancelTasks,
 	}
-	return append([]func(context.Context){l.run, r.run, ret.run, cp.run}, w.guard.jobs()...)
+	return append([]func(context.Context){l.run, r.run, ret.run, cp.run, w.abandonOverdue}, w.guard.jobs()...)
 }
 
 func (w *Worker) inflightSnapshot() []*execution {
