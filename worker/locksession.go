@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/skiplock/skiplock/db"
 	"github.com/skiplock/skiplock/internal/pgerr"
@@ -103,6 +105,7 @@ func (s *lockSession) connect(ctx context.Context) error {
 }
 
 func (s *lockSession) installConn(ctx context.Context, conn *pgx.Conn) error {
+	rawJSONB(conn.TypeMap())
 	backend, err := s.queries.SessionBackendPID(ctx, conn)
 	if err == nil {
 		t := s.tuning
@@ -271,4 +274,20 @@ func (s *lockSession) close() {
 		defer cancel()
 		conn.Close(ctx)
 	}
+}
+
+// rawJSONB has the session copy jsonb into a json.RawMessage as it comes:
+// pgx otherwise runs json.Unmarshal over the payload and metadata of every
+// task a claim returns, only to check JSON that PostgreSQL has already
+// checked (5% of the worker's CPU in a 200,000-task profile).
+func rawJSONB(m *pgtype.Map) {
+	m.RegisterType(&pgtype.Type{Name: "jsonb", OID: pgtype.JSONBOID, Codec: &pgtype.JSONBCodec{Marshal: json.Marshal, Unmarshal: unmarshalRaw}})
+}
+
+func unmarshalRaw(data []byte, v any) error {
+	if raw, ok := v.(*json.RawMessage); ok {
+		*raw = append(json.RawMessage(nil), data...)
+		return nil
+	}
+	return json.Unmarshal(data, v)
 }
