@@ -411,7 +411,7 @@ SET status = 'running',
 FROM locked
 WHERE t.id = locked.id
 RETURNING t.id, t.queue, t.name, t.payload, t.metadata, t.priority, t.attempt,
-          t.max_attempts, t.timeout_ms, t.run_at, t.created_at, t.started_at, '{}'::integer[] AS limit_locks
+          t.max_attempts, t.timeout_ms, t.run_at, t.created_at, t.started_at, NULL::integer[] AS limit_locks
 `
 
 type TaskClaimPlainParams struct {
