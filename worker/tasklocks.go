@@ -117,8 +117,8 @@ func nonNilKeys(s []int32) []int32 {
 // statement runs on the session (under load, a claim, which took the
 // unlocks pending when it started) it waits another unlockDelay instead:
 // the claim that follows carries them. Sent behind the running claim
-// instead, they were 2.6 statements per 1,000 tasks, 0.9 ms each, about a
-// tenth of the lock session's time (docs/PERFORMANCE.md, "The lock
+// instead, they were 2.2-2.6 statements per 1,000 tasks, 0.85-0.9 ms each,
+// a tenth of the lock session's time (docs/PERFORMANCE.md, "The lock
 // session's time").
 func (s *lockSession) flushUnlocks() {
 	if s.busySince.Load() != 0 {
