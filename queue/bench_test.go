@@ -7,7 +7,7 @@ import (
 	"runtime"
 	"testing"
 
-	"github.com/skiplock/skiplock/internal/pgtest"
+	"github.com/skiplock/skiplock/internal/testinfra/pgtest"
 	"github.com/skiplock/skiplock/queue"
 )
 

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/skiplock/skiplock/internal/pgtest"
+	"github.com/skiplock/skiplock/internal/testinfra/pgtest"
 	"github.com/skiplock/skiplock/queue"
 )
 

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/skiplock/skiplock/internal/pgtest"
+	"github.com/skiplock/skiplock/internal/testinfra/pgtest"
 	"github.com/skiplock/skiplock/queue"
 )
 

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/skiplock/skiplock/internal/pgtest"
+	"github.com/skiplock/skiplock/internal/testinfra/pgtest"
 	"github.com/skiplock/skiplock/queue"
 	"github.com/skiplock/skiplock/worker"
 )

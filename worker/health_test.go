@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/skiplock/skiplock/internal/pgtest"
+	"github.com/skiplock/skiplock/internal/testinfra/pgtest"
 )
 
 // sessionEvents is an Observer that passes on lock session events.

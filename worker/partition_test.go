@@ -15,7 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/skiplock/skiplock/internal/pgtest"
+	"github.com/skiplock/skiplock/internal/testinfra/pgtest"
 	"github.com/skiplock/skiplock/queue"
 	"github.com/skiplock/skiplock/worker"
 )
@@ -25,7 +25,7 @@ import (
 // partition or a frozen VM would; thawed, it forwards what it held. Its
 // kernel still acknowledges packets, so only the application's own checks
 // (pings, heartbeats) can tell: TCP settings play no part here. The real
-// silence, packets dropped, is the partition test's (internal/chaos).
+// silence, packets dropped, is the partition test's (internal/systemtest/chaos).
 type freezer struct {
 	l      net.Listener
 	target string // network address of the server

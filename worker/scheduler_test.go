@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/skiplock/skiplock/internal/pgtest"
+	"github.com/skiplock/skiplock/internal/testinfra/pgtest"
 )
 
 // TestSchedulersEnqueueEachTickOnce: two schedulers that both believe they

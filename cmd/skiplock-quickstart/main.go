@@ -22,7 +22,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/skiplock/skiplock/internal/devpg"
+	"github.com/skiplock/skiplock/internal/testinfra/devpg"
 )
 
 // example is the quickstart's package, run with `go run`: a main package

@@ -9,7 +9,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/skiplock/skiplock/internal/cli"
+	"github.com/skiplock/skiplock/cmd/skiplock/internal/cli"
 )
 
 func main() {

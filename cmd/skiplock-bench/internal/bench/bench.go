@@ -69,7 +69,7 @@ const (
 type Options struct {
 	// DatabaseURL is the server to run on. Defaults to DATABASE_URL, then
 	// a local server on 127.0.0.1:5432, then a throwaway cluster (see
-	// internal/devpg).
+	// internal/testinfra/devpg).
 	DatabaseURL string
 	// Workloads to run, from Workloads. Defaults to DefaultWorkloads.
 	Workloads []string

@@ -16,7 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/skiplock/skiplock/internal/devpg"
+	"github.com/skiplock/skiplock/internal/testinfra/devpg"
 	"github.com/skiplock/skiplock/migrations"
 )
 

@@ -1,0 +1,83 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/skiplock/skiplock/cmd/skiplock/internal/ui"
+)
+
+func (a *app) uiCommand() *cobra.Command {
+	var listen, token string
+	var refresh time.Duration
+	cmd := newCommand(&cobra.Command{
+		Use:   "ui",
+		Short: "Serve the web dashboard: queues, tasks, failures, locks and workers",
+		Long: `Serve a web dashboard of the schema's queues until interrupted: backlog
+(due, retrying, scheduled), tasks completed and failed per minute over the
+last hour (read from the table, with axes and values), paused queues with
+pause and resume; tasks filtered by state, queue, name or error text, paged
+by ID; a task's payload and every attempt with its error and worker, with
+run now and delete; failed tasks to requeue or cancel, one at a time or in
+bulk; a form to enqueue a task; periodic schedules and rate limits; the task
+locks held now and the live workers. Pages refresh themselves every
+--refresh.
+
+It listens on 127.0.0.1:8080 by default, for this machine only. Any other
+address needs a token, from --token or ` + ui.TokenEnv + ` (preferred: flags
+show in ps); browsers ask for it as the password of a login prompt, with any
+user name, and scripts send "Authorization: Bearer TOKEN". Without a token it
+refuses to listen beyond loopback.`,
+		Example: `  skiplock ui                                   # http://127.0.0.1:8080/
+  skiplock ui --listen 127.0.0.1:9000 --refresh 2s
+  export ` + ui.TokenEnv + `=$(openssl rand -hex 16)
+  skiplock ui --listen 0.0.0.0:8080              # basic auth, password = the token`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if token == "" {
+				token = a.env.Getenv(ui.TokenEnv)
+			}
+			if err := ui.CheckListen(listen, token); err != nil {
+				return usageErrorf("%v", err)
+			}
+			client, done, err := a.open(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer done()
+			info, err := client.Schema(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if refresh <= 0 {
+				refresh = -1 // off; ui.Config takes zero for its default
+			}
+			cfg := ui.Config{
+				Client:  client,
+				Token:   token,
+				Refresh: refresh,
+				Logger:  slog.New(slog.NewTextHandler(a.env.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+			}
+			err = ui.Serve(cmd.Context(), listen, cfg, func(url string) {
+				auth := ""
+				if token != "" {
+					auth = " (token required)"
+				}
+				fmt.Fprintf(a.env.Stdout, "skiplock ui: schema %s at %s%s\n", info.Name, url, auth)
+			})
+			if errors.Is(err, ui.ErrNoCredentials) {
+				return usageErrorf("%v", err)
+			}
+			return err
+		},
+	})
+	f := cmd.Flags()
+	f.StringVar(&listen, "listen", "127.0.0.1:8080", "address to listen on, HOST:PORT; beyond loopback it needs a token")
+	f.StringVar(&token, "token", "", "require this token (as the basic auth password, or a bearer token); default $"+ui.TokenEnv)
+	f.DurationVar(&refresh, "refresh", ui.DefaultRefresh, "how often pages refresh themselves; 0 turns it off")
+	return cmd
+}
