@@ -707,15 +707,18 @@ func TestVersion(t *testing.T) {
 	var b *bundle // no database needed
 	var out struct {
 		Version       string `json:"version"`
+		Library       string `json:"library"`
 		Go            string `json:"go"`
 		SchemaVersion uint   `json:"schema_version"`
 	}
 	b.run(t, "version", "--json").ok(t).decode(t, &out)
-	if out.Go != runtime.Version() || out.SchemaVersion != migrations.Latest || out.Version == "" {
+	// A test binary built in the workspace: the library is the checkout's.
+	if out.Go != runtime.Version() || out.SchemaVersion != migrations.Latest || out.Version == "" || out.Library != "(devel)" {
 		t.Fatalf("version = %+v", out)
 	}
 	human := b.run(t, "version").ok(t).stdout
-	if !strings.HasPrefix(human, "skiplock ") || !strings.Contains(human, fmt.Sprintf("needs migration version %d", migrations.Latest)) {
+	if !strings.HasPrefix(human, "skiplock ") || !strings.Contains(human, "library: github.com/skiplock/skiplock (devel)") ||
+		!strings.Contains(human, fmt.Sprintf("needs migration version %d", migrations.Latest)) {
 		t.Fatalf("version says %q", human)
 	}
 }

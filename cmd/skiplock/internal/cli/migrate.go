@@ -336,6 +336,7 @@ applied it.`,
 // versionJSON is what `version --json` prints.
 type versionJSON struct {
 	Version       string `json:"version"`
+	Library       string `json:"library"` // the github.com/skiplock/skiplock module it was built with
 	Commit        string `json:"commit,omitempty"`
 	Modified      bool   `json:"modified,omitempty"`
 	Go            string `json:"go"`
@@ -350,9 +351,12 @@ func (a *app) versionCommand() *cobra.Command {
   skiplock version --json`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			v := versionJSON{Version: "(unknown)", Go: runtime.Version(), SchemaVersion: migrations.Latest}
+			v := versionJSON{Version: "(unknown)", Library: "(unknown)", Go: runtime.Version(), SchemaVersion: migrations.Latest}
 			if info, ok := debug.ReadBuildInfo(); ok {
+				// `go install github.com/skiplock/skiplock/cmd/skiplock@v1.2.3`
+				// records v1.2.3 here; a build from a checkout, "(devel)".
 				v.Version = info.Main.Version
+				v.Library = libraryVersion(info)
 				for _, s := range info.Settings {
 					switch s.Key {
 					case "vcs.revision":
@@ -377,9 +381,33 @@ func (a *app) versionCommand() *cobra.Command {
 				}
 				fmt.Fprintf(w, "commit:  %s%s\n", v.Commit, mod)
 			}
+			fmt.Fprintf(w, "library: github.com/skiplock/skiplock %s\n", v.Library)
 			fmt.Fprintf(w, "go:      %s\n", v.Go)
 			fmt.Fprintf(w, "schema:  needs migration version %d\n", v.SchemaVersion)
 			return nil
 		},
 	})
+}
+
+// libraryVersion is the version of the library module the command was
+// built with: the command is a module of its own, so the two can differ.
+func libraryVersion(info *debug.BuildInfo) string {
+	for _, d := range info.Deps {
+		if d.Path != "github.com/skiplock/skiplock" {
+			continue
+		}
+		if d.Replace != nil && d.Replace.Version != "" {
+			return d.Replace.Version
+		}
+		if d.Replace != nil || d.Version == "" || d.Version == "v0.0.0-00010101000000-000000000000" {
+			return "(devel)" // the workspace's, or a replace by a directory
+		}
+		return d.Version
+	}
+	// Not a dependency: a build in the repository's workspace (go.work),
+	// where the library is a main module beside the command.
+	if info.Main.Version == "(devel)" {
+		return "(devel)"
+	}
+	return "(unknown)"
 }
