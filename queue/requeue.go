@@ -1,0 +1,199 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/skiplock/skiplock/db"
+	"github.com/skiplock/skiplock/internal/pgerr"
+)
+
+// Making tasks due again: Requeue (failed and cancelled tasks) and RunNow
+// (pending tasks that wait for a later run time).
+
+// Defaults of Requeue.
+const (
+	// DefaultRequeueBatch is how many tasks one requeue transaction changes.
+	DefaultRequeueBatch = 5000
+	// DefaultRequeueReason is recorded in the history of a requeued task when
+	// RequeueRequest.Reason is empty.
+	DefaultRequeueReason = "requeued"
+)
+
+// RequeueRequest says which failed or cancelled tasks Requeue returns to
+// pending. Name tasks with IDs, or select them with Filter.
+type RequeueRequest struct {
+	// IDs names the tasks to requeue. With IDs, only Filter.Statuses may be
+	// set, and every named task is reported: requeued, or skipped with its
+	// status.
+	IDs []int64
+	// Filter selects the tasks to requeue when IDs is empty. Its Statuses
+	// may be StatusFailed and StatusCancelled; they default to failed only.
+	Filter Filter
+	// ResetAttempts starts a requeued task's attempts again from zero, so it
+	// gets all its MaxAttempts again. Without it a task keeps its attempt
+	// count, and MaxAttempts is raised if needed so that it gets at least
+	// one more attempt.
+	ResetAttempts bool
+	// Reason is recorded as the error of the "requeued" entry appended to
+	// each task's error history. Defaults to DefaultRequeueReason.
+	Reason string
+	// BatchSize bounds how many tasks one transaction requeues. Defaults to
+	// DefaultRequeueBatch (5,000), at most MaxBatch.
+	BatchSize int
+	// Progress, if set, is called after each committed batch with the number
+	// of tasks requeued so far.
+	Progress func(requeued int64)
+}
+
+// RequeueResult reports what Requeue did.
+type RequeueResult struct {
+	// Requeued is how many tasks were returned to pending.
+	Requeued int64
+	// IDs lists the requeued tasks, in order, when the request named IDs.
+	IDs []int64
+	// Skipped lists the named tasks that were not requeued: not failed (or
+	// cancelled, when asked), or not found.
+	Skipped []SkippedTask
+}
+
+// Requeue returns failed (and, when asked, cancelled) tasks to pending, due
+// now: finished_at and worker_id are cleared, and an entry with outcome
+// "requeued" is appended to the error history, which is otherwise kept.
+// Idle workers of the requeued queues are woken. A task goes to waiting
+// instead while it has dependencies left (WithDependsOn), or while another
+// task of its sequence (WithSequence) is pending, running, holding it
+// (WithSequenceHold) or waiting ahead of it: it then runs in its turn.
+//
+// It works in batches of BatchSize tasks, each its own transaction, so a
+// million tasks neither time out nor lock the table for long; Progress is
+// told after each. It is safe while workers run: only tasks that are failed
+// (or cancelled) when their batch locks them change, so a running task is
+// never touched. Rows another transaction holds are skipped by a filter
+// (they are being changed right now) and waited for when named by ID. On
+// error, the result counts the batches committed before it.
+func (c *Client) Requeue(ctx context.Context, req RequeueRequest) (RequeueResult, error) {
+	return c.requeue(ctx, c.exec, req)
+}
+
+// RequeueTx is Requeue within tx: every batch runs in it, and workers are
+// woken when it commits. Rolled back, it is a dry run: it reports what
+// Requeue would do, decided by the same statements.
+func (c *Client) RequeueTx(ctx context.Context, tx Executor, req RequeueRequest) (RequeueResult, error) {
+	return c.requeue(ctx, pgerr.Interpreting(tx), req)
+}
+
+// Validate returns the error, wrapping ErrInvalidRequest, that Requeue
+// would return for r before reading or changing anything; nil when r is
+// valid. A tool calls it to refuse bad input before it connects.
+func (r RequeueRequest) Validate() error {
+	_, _, _, err := r.check()
+	return err
+}
+
+// check validates r and returns its statuses, batch size and IDs.
+func (r RequeueRequest) check() (statuses []string, batch int, ids []int64, err error) {
+	if statuses, err = r.Filter.statuses("requeue", []Status{StatusFailed, StatusCancelled}, []Status{StatusFailed}); err != nil {
+		return nil, 0, nil, err
+	}
+	if batch, err = batchSize(r.BatchSize, DefaultRequeueBatch); err != nil {
+		return nil, 0, nil, err
+	}
+	ids, err = checkIDs(r.IDs, r.Filter)
+	return statuses, batch, ids, err
+}
+
+func (c *Client) requeue(ctx context.Context, x pgerr.Executor, req RequeueRequest) (RequeueResult, error) {
+	var res RequeueResult
+	statuses, batch, ids, err := req.check()
+	if err != nil {
+		return res, err
+	}
+	reason := req.Reason
+	if reason == "" {
+		reason = DefaultRequeueReason
+	}
+	info, err := ReadSchema(ctx, x)
+	if err != nil {
+		return res, err
+	}
+	channel, _ := Channels(info.Name)
+	progress := func() {
+		if req.Progress != nil {
+			req.Progress(res.Requeued)
+		}
+	}
+
+	if len(ids) > 0 {
+		res.IDs = []int64{}
+		for chunk := range slices.Chunk(ids, batch) {
+			row, err := c.queries.TaskRequeueMany(ctx, x, db.TaskRequeueManyParams{
+				Ids: chunk, Statuses: statuses, ResetAttempts: req.ResetAttempts, Reason: reason, Channel: channel,
+			})
+			if err != nil {
+				return res, fmt.Errorf("requeueing tasks: %w", err)
+			}
+			res.IDs = append(res.IDs, row.Ids...)
+			res.Requeued += int64(len(row.Ids))
+			progress()
+		}
+		res.Skipped, err = c.skipped(ctx, x, ids, res.IDs)
+		return res, err
+	}
+
+	f := req.Filter
+	var after int64
+	for {
+		row, err := c.queries.TaskRequeueBatch(ctx, x, db.TaskRequeueBatchParams{
+			Statuses:       statuses,
+			AfterID:        after,
+			Queues:         nonNil(f.Queues),
+			Names:          nonNil(f.Names),
+			Since:          optTime(f.Since),
+			FinishedBefore: optTime(f.FinishedBefore),
+			ErrorContains:  optString(f.ErrorContains),
+			BatchSize:      int32(batch),
+			ResetAttempts:  req.ResetAttempts,
+			Reason:         reason,
+			Channel:        channel,
+		})
+		if err != nil {
+			return res, fmt.Errorf("requeueing tasks: %w", err)
+		}
+		res.Requeued += row.Requeued
+		if row.Picked > 0 {
+			progress()
+		}
+		if row.Picked < int64(batch) {
+			return res, nil
+		}
+		after = row.LastID
+	}
+}
+
+// RunNow makes the named pending tasks that wait for a later run time
+// (scheduled, or retrying after a backoff) due now, and wakes the workers
+// of their queues. Tasks in another state are skipped: a due task is
+// already as early as it gets; other statuses are not waiting. It keeps
+// the tasks' attempts, errors and everything else.
+func (c *Client) RunNow(ctx context.Context, ids []int64) (ChangeResult, error) {
+	res := ChangeResult{IDs: []int64{}}
+	ids, err := namedIDs(ids)
+	if err != nil {
+		return res, err
+	}
+	work, _, err := c.channels(ctx)
+	if err != nil {
+		return res, fmt.Errorf("running tasks now: %w", err)
+	}
+	for chunk := range slices.Chunk(ids, MaxBatch) {
+		row, err := c.queries.TaskRunNowMany(ctx, c.exec, db.TaskRunNowManyParams{Ids: chunk, Channel: work})
+		if err != nil {
+			return res, fmt.Errorf("running tasks now: %w", err)
+		}
+		res.IDs = append(res.IDs, row.Ids...)
+	}
+	res.Skipped, err = c.skipped(ctx, c.exec, ids, res.IDs)
+	return res, err
+}

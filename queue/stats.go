@@ -1,0 +1,151 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/skiplock/skiplock/db"
+)
+
+// Counting tasks: Stats per queue and status, Throughput over time.
+
+// Stats summarizes the tasks of every queue.
+type Stats struct {
+	// Queues has one entry per queue that has tasks or is paused, by name.
+	Queues []QueueStats
+	// Total adds up every queue; its Queue is empty and its OldestDue is
+	// the oldest of all.
+	Total QueueStats
+}
+
+// QueueStats summarizes one queue's tasks.
+type QueueStats struct {
+	Queue     string
+	Pending   int64
+	Running   int64
+	Completed int64
+	Failed    int64
+	Cancelled int64
+	// Due counts the pending tasks whose run time has come: the backlog.
+	Due int64
+	// Retrying and Scheduled count the pending tasks that wait for a later
+	// run time: after a failed attempt, or as enqueued.
+	Retrying  int64
+	Scheduled int64
+	// PausedAt is when the queue was paused; nil when it is not (and in
+	// the total).
+	PausedAt *time.Time
+	// OldestDue is how long the oldest due pending task has waited past its
+	// run time; zero when none is due.
+	OldestDue time.Duration
+	// Recent counts the tasks that finished over the last 1, 5 and 15
+	// minutes, in that order. It counts the finished tasks still stored:
+	// purging tasks that finished within the window lowers it.
+	Recent []WindowStats
+}
+
+// WindowStats counts the tasks that finished within a window of time up to
+// now.
+type WindowStats struct {
+	Window    time.Duration
+	Completed int64
+	// Failed counts tasks that failed for good (out of attempts, or failed
+	// permanently), not attempts that will be retried.
+	Failed int64
+}
+
+// PerMinute is the window's throughput: completed tasks per minute.
+func (w WindowStats) PerMinute() float64 {
+	if w.Window <= 0 {
+		return 0
+	}
+	return float64(w.Completed) / w.Window.Minutes()
+}
+
+// FailureRate is the share of finished tasks that failed, 0 to 1; 0 when
+// none finished.
+func (w WindowStats) FailureRate() float64 {
+	if w.Completed+w.Failed == 0 {
+		return 0
+	}
+	return float64(w.Failed) / float64(w.Completed+w.Failed)
+}
+
+// StatsWindows are the windows of QueueStats.Recent.
+var StatsWindows = []time.Duration{time.Minute, 5 * time.Minute, 15 * time.Minute}
+
+// Stats counts tasks per queue and status, measures the backlog and the
+// recent throughput. It reads the whole table once.
+func (c *Client) Stats(ctx context.Context) (*Stats, error) {
+	rows, err := c.queries.QueueStats(ctx, c.exec)
+	if err != nil {
+		return nil, fmt.Errorf("reading queue stats: %w", err)
+	}
+	s := &Stats{Queues: make([]QueueStats, 0, len(rows))}
+	total := QueueStats{Recent: make([]WindowStats, len(StatsWindows))}
+	for i, w := range StatsWindows {
+		total.Recent[i].Window = w
+	}
+	for _, r := range rows {
+		q := QueueStats{
+			Queue: r.Queue, Pending: r.Pending, Running: r.Running, Completed: r.Completed,
+			Failed: r.Failed, Cancelled: r.Cancelled, Due: r.Due, Retrying: r.Retrying, Scheduled: r.Scheduled,
+			OldestDue: seconds(r.OldestDueSeconds), PausedAt: r.PausedAt,
+			Recent: []WindowStats{
+				{Window: StatsWindows[0], Completed: r.Completed1m, Failed: r.Failed1m},
+				{Window: StatsWindows[1], Completed: r.Completed5m, Failed: r.Failed5m},
+				{Window: StatsWindows[2], Completed: r.Completed15m, Failed: r.Failed15m},
+			},
+		}
+		s.Queues = append(s.Queues, q)
+		total.Pending += q.Pending
+		total.Running += q.Running
+		total.Completed += q.Completed
+		total.Failed += q.Failed
+		total.Cancelled += q.Cancelled
+		total.Due += q.Due
+		total.Retrying += q.Retrying
+		total.Scheduled += q.Scheduled
+		total.OldestDue = max(total.OldestDue, q.OldestDue)
+		for i := range total.Recent {
+			total.Recent[i].Completed += q.Recent[i].Completed
+			total.Recent[i].Failed += q.Recent[i].Failed
+		}
+	}
+	s.Total = total
+	return s, nil
+}
+
+// FinishedCount counts the tasks of one queue that finished with one status
+// within one bucket of time.
+type FinishedCount struct {
+	Queue string
+	// Status is StatusCompleted or StatusFailed.
+	Status Status
+	// Bucket numbers the bucket: it covers [since + Bucket*bucket,
+	// since + (Bucket+1)*bucket) of the Throughput call.
+	Bucket int
+	Count  int64
+}
+
+// Throughput counts the tasks that completed and that failed for good at or
+// after since, per queue and per bucket of time, in order of queue, status
+// and bucket; buckets without tasks are left out. It reads the finished
+// tasks' index, so its cost grows with the queues and the tasks finished
+// since, not with the table's history. It counts the tasks still stored: a
+// purge of recent tasks lowers it.
+func (c *Client) Throughput(ctx context.Context, since time.Time, bucket time.Duration) ([]FinishedCount, error) {
+	if bucket <= 0 {
+		return nil, fmt.Errorf("%w: bucket must be positive, got %s", ErrInvalidRequest, bucket)
+	}
+	rows, err := c.queries.QueueThroughput(ctx, c.exec, db.QueueThroughputParams{Since: since, BucketSeconds: bucket.Seconds()})
+	if err != nil {
+		return nil, fmt.Errorf("reading throughput: %w", err)
+	}
+	out := make([]FinishedCount, len(rows))
+	for i, r := range rows {
+		out[i] = FinishedCount{Queue: r.Queue, Status: Status(r.Status), Bucket: int(r.Bucket), Count: r.Finished}
+	}
+	return out, nil
+}

@@ -1,0 +1,127 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// The worker processes and what they record in the database: their
+// heartbeats, periodic schedules and rate limit windows.
+
+// Worker liveness. A worker renews its heartbeat every 10 seconds.
+const (
+	// WorkerGoneAfter is how long after its last heartbeat a worker counts
+	// as gone: three missed heartbeats.
+	WorkerGoneAfter = 30 * time.Second
+	// WorkerForgetAfter is how long after its last heartbeat Workers stops
+	// listing a gone worker (its row stays, for the history of its tasks'
+	// attempts, until workers prune it).
+	WorkerForgetAfter = time.Hour
+)
+
+// WorkerInfo is a registered worker process.
+type WorkerInfo struct {
+	ID          string
+	Host        string
+	PID         int
+	Queues      []string
+	StartedAt   time.Time
+	HeartbeatAt time.Time
+	// LockBackendPID is the PostgreSQL backend of its lock session; 0 in
+	// lease mode.
+	LockBackendPID int
+	// Connected says that its lock session is still connected.
+	Connected bool
+	// Running counts the tasks it runs now.
+	Running int64
+	// Gone is set when the worker's heartbeat is older than
+	// WorkerGoneAfter, or its lock session has disconnected.
+	Gone bool
+}
+
+// Workers lists the workers that are live or went away less than
+// WorkerForgetAfter ago, live ones first and then by latest heartbeat, and
+// how many gone ones it left out.
+func (c *Client) Workers(ctx context.Context) (workers []WorkerInfo, forgotten int, err error) {
+	rows, err := c.queries.WorkerList(ctx, c.exec, 1000)
+	if err != nil {
+		return nil, 0, fmt.Errorf("listing workers: %w", err)
+	}
+	for _, r := range rows {
+		w := WorkerInfo{
+			ID: r.ID, Host: r.Host, PID: int(r.Pid), Queues: r.Queues, StartedAt: r.StartedAt, HeartbeatAt: r.HeartbeatAt,
+			LockBackendPID: int(r.LockBackendPid), Connected: r.Connected, Running: r.Running,
+		}
+		since := seconds(r.HeartbeatAgeSeconds)
+		w.Gone = since > WorkerGoneAfter || (w.LockBackendPID != 0 && !w.Connected)
+		if w.Gone && since > WorkerForgetAfter {
+			forgotten++
+			continue
+		}
+		workers = append(workers, w)
+	}
+	slices.SortStableFunc(workers, func(a, b WorkerInfo) int {
+		switch {
+		case a.Gone == b.Gone:
+			return 0
+		case b.Gone:
+			return -1
+		}
+		return 1
+	})
+	return workers, forgotten, nil
+}
+
+// PeriodicSchedule is a periodic schedule that a worker has run.
+type PeriodicSchedule struct {
+	// ID is the schedule's ID (worker.Periodic.ID).
+	ID string
+	// LastTick is the last tick enqueued, or for a schedule that has not
+	// ticked yet, the tick it started after.
+	LastTick time.Time
+	// UpdatedAt is when a worker last recorded a tick.
+	UpdatedAt time.Time
+}
+
+// PeriodicSchedules lists the periodic schedules that workers have run, by
+// ID. Their cron expressions live in the workers' configuration, not in
+// the database.
+func (c *Client) PeriodicSchedules(ctx context.Context) ([]PeriodicSchedule, error) {
+	rows, err := c.queries.PeriodicList(ctx, c.exec)
+	if err != nil {
+		return nil, fmt.Errorf("listing periodic schedules: %w", err)
+	}
+	out := make([]PeriodicSchedule, len(rows))
+	for i, r := range rows {
+		out[i] = PeriodicSchedule{ID: r.Schedule, LastTick: r.LastTick, UpdatedAt: r.UpdatedAt}
+	}
+	return out, nil
+}
+
+// RateLimitUsage is the current window of a shared rate limit.
+type RateLimitUsage struct {
+	// Key is "queue:NAME" or "name:TASKNAME".
+	Key string
+	// WindowStart is when the limit's latest window started; the limit and
+	// its period live in the workers' configuration.
+	WindowStart time.Time
+	// Used is how much of that window claims have taken.
+	Used int
+	// LastGranted is how many the latest claim got.
+	LastGranted int
+}
+
+// RateLimits lists the shared rate limits that workers have used, by key.
+func (c *Client) RateLimits(ctx context.Context) ([]RateLimitUsage, error) {
+	rows, err := c.queries.RateLimitList(ctx, c.exec)
+	if err != nil {
+		return nil, fmt.Errorf("listing rate limits: %w", err)
+	}
+	out := make([]RateLimitUsage, len(rows))
+	for i, r := range rows {
+		out[i] = RateLimitUsage{Key: r.Key, WindowStart: r.WindowStart, Used: int(r.Used), LastGranted: int(r.LastGranted)}
+	}
+	return out, nil
+}
