@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/skiplock/skiplock/internal/schema"
 	"github.com/skiplock/skiplock/internal/testinfra/pgtest"
 	"github.com/skiplock/skiplock/migrations"
 	"github.com/skiplock/skiplock/queue"
@@ -107,9 +108,9 @@ func TestReadyWhicheverToolApplied(t *testing.T) {
 
 	pool := pgtest.NewPool(t, pgtest.Schema(t, false))
 	apply(t, pool, migrations.Latest)
-	info, err := queue.ReadSchema(ctx, pool)
-	if err != nil || info.Version != migrations.Latest || queue.CheckSchema(info) != nil {
-		t.Fatalf("plain SQL: %+v, %v, %v", info, err, queue.CheckSchema(info))
+	info, err := schema.Read(ctx, pool)
+	if err != nil || info.Version != migrations.Latest || schema.Check(info) != nil {
+		t.Fatalf("plain SQL: %+v, %v, %v", info, err, schema.Check(info))
 	}
 	var table *string
 	pool.QueryRow(ctx, "SELECT to_regclass('skiplock_schema_migrations')::text").Scan(&table)
@@ -119,8 +120,8 @@ func TestReadyWhicheverToolApplied(t *testing.T) {
 
 	old := pgtest.NewPool(t, pgtest.Schema(t, false))
 	apply(t, old, 4)
-	info, _ = queue.ReadSchema(ctx, old)
-	if err := queue.CheckSchema(info); !errors.Is(err, queue.ErrNotMigrated) || !strings.Contains(err.Error(), "skiplock_schema_version()") {
+	info, _ = schema.Read(ctx, old)
+	if err := schema.Check(info); !errors.Is(err, queue.ErrNotMigrated) || !strings.Contains(err.Error(), "skiplock_schema_version()") {
 		t.Fatalf("schema before 6 by another tool: %v", err)
 	}
 
@@ -128,9 +129,9 @@ func TestReadyWhicheverToolApplied(t *testing.T) {
 	if err := migrations.Steps(ctx, byRunner, 4); err != nil {
 		t.Fatal(err)
 	}
-	info, _ = queue.ReadSchema(ctx, byRunner)
+	info, _ = schema.Read(ctx, byRunner)
 	want := fmt.Sprintf("at version 4; this build needs %d", migrations.Latest)
-	if err := queue.CheckSchema(info); !errors.Is(err, queue.ErrNotMigrated) || !strings.Contains(err.Error(), want) {
+	if err := schema.Check(info); !errors.Is(err, queue.ErrNotMigrated) || !strings.Contains(err.Error(), want) {
 		t.Fatalf("schema at 4: %v, want %q", err, want)
 	}
 }
@@ -139,8 +140,8 @@ func TestReadyWhicheverToolApplied(t *testing.T) {
 // a time passes through, to 0, and up again one at a time, the schema's own
 // stamp agrees with the version golang-migrate recorded: from migration 6
 // on skiplock_schema_version() returns it, before 6 the function is absent
-// (the tool's table is the only record). ReadSchema reads that version and
-// CheckSchema accepts the schema at the latest only.
+// (the tool's table is the only record). schema.Read reads that version and
+// schema.Check accepts the schema at the latest only.
 func TestStepsKeepStamp(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -170,18 +171,18 @@ func TestStepsKeepStamp(t *testing.T) {
 			t.Fatalf("%s: golang-migrate recorded %d, yet skiplock_schema_version() = %d", step, recorded, *stamp)
 		}
 
-		info, err := queue.ReadSchema(ctx, pool)
+		info, err := schema.Read(ctx, pool)
 		if recorded == 0 {
 			if !errors.Is(err, queue.ErrNotMigrated) {
-				t.Fatalf("%s: at version 0 ReadSchema = %+v, %v", step, info, err)
+				t.Fatalf("%s: at version 0 schema.Read = %+v, %v", step, info, err)
 			}
 			return 0
 		}
 		if err != nil || info.Version != recorded {
-			t.Fatalf("%s: golang-migrate recorded %d, ReadSchema = %+v, %v", step, recorded, info, err)
+			t.Fatalf("%s: golang-migrate recorded %d, schema.Read = %+v, %v", step, recorded, info, err)
 		}
-		if ok := queue.CheckSchema(info) == nil; ok != (recorded == migrations.Latest) {
-			t.Fatalf("%s: at version %d (latest %d) CheckSchema = %v", step, recorded, migrations.Latest, queue.CheckSchema(info))
+		if ok := schema.Check(info) == nil; ok != (recorded == migrations.Latest) {
+			t.Fatalf("%s: at version %d (latest %d) schema.Check = %v", step, recorded, migrations.Latest, schema.Check(info))
 		}
 		return recorded
 	}
@@ -241,8 +242,8 @@ func TestNoSuchSchema(t *testing.T) {
 	want("migrations.Up", migrations.Up(ctx, pool))
 	_, _, err := migrations.Version(ctx, pool)
 	want("migrations.Version", err)
-	_, err = queue.ReadSchema(ctx, pool)
-	want("queue.ReadSchema", err)
+	_, err = queue.New(pool).Schema(ctx)
+	want("queue.Client.Schema", err)
 	runCtx, cancel := context.WithTimeout(ctx, pgtest.Patient(5*time.Second))
 	defer cancel()
 	w := worker.New(pool, worker.Config{Logger: slog.New(slog.DiscardHandler)})
@@ -273,9 +274,9 @@ func TestOtherToolSchema(t *testing.T) {
 	}
 	usable := func(step string) {
 		t.Helper()
-		info, err := queue.ReadSchema(ctx, pool)
-		if err != nil || info.Dirty || queue.CheckSchema(info) != nil {
-			t.Fatalf("after %s: %+v, %v, %v", step, info, err, queue.CheckSchema(info))
+		info, err := schema.Read(ctx, pool)
+		if err != nil || info.Dirty || schema.Check(info) != nil {
+			t.Fatalf("after %s: %+v, %v, %v", step, info, err, schema.Check(info))
 		}
 	}
 	if err := migrations.Up(ctx, pool); err != nil {

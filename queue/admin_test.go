@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/skiplock/skiplock/internal/schema"
 	"github.com/skiplock/skiplock/internal/testinfra/pgtest"
 	"github.com/skiplock/skiplock/queue"
 )
@@ -400,8 +401,9 @@ func TestLocks(t *testing.T) {
 	c := queue.New(pool)
 	id := insert(t, pool, "q", "held", queue.StatusRunning, 1, 3, `[]`)
 	free := insert(t, pool, "q", "orphan", queue.StatusRunning, 1, 3, `[]`)
-	info, err := c.Schema(ctx)
-	if err != nil {
+	// The task locks' class: skiplock_tasks' OID.
+	var tableOID int64
+	if err := pool.QueryRow(ctx, "SELECT 'skiplock_tasks'::regclass::oid::bigint").Scan(&tableOID); err != nil {
 		t.Fatal(err)
 	}
 
@@ -417,7 +419,7 @@ func TestLocks(t *testing.T) {
 	if err := holder.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := holder.Exec(ctx, "SELECT pg_advisory_lock($1::integer, $2::integer)", int32(uint32(info.TableOID)), int32(id)); err != nil {
+	if _, err := holder.Exec(ctx, "SELECT pg_advisory_lock($1::integer, $2::integer)", int32(uint32(tableOID)), int32(id)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := holder.Exec(ctx, `INSERT INTO skiplock_workers (id, host, pid, queues, lock_backend_pid) VALUES ('w1', 'box', 4242, '{q}', $1)`, pid); err != nil {
@@ -666,7 +668,7 @@ func TestAdminNotMigrated(t *testing.T) {
 	}
 }
 
-func workChannel(schema string) string {
-	work, _ := queue.Channels(schema)
+func workChannel(name string) string {
+	work, _ := schema.Channels(name)
 	return work
 }

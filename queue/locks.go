@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/skiplock/skiplock/db"
+	"github.com/skiplock/skiplock/internal/schema"
 )
 
 // Who holds what: the task advisory locks (Locks, LockHolder) and the
@@ -66,7 +67,7 @@ func (c *Client) LockHolder(ctx context.Context, id int64) (*TaskLock, error) {
 }
 
 func (c *Client) locks(ctx context.Context, taskID int64) ([]TaskLock, error) {
-	info, err := c.Schema(ctx)
+	info, err := schema.Read(ctx, c.pool)
 	if err != nil {
 		return nil, err
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/skiplock/skiplock/db"
 	"github.com/skiplock/skiplock/internal/pgerr"
+	"github.com/skiplock/skiplock/internal/schema"
 )
 
 var (
@@ -33,9 +34,9 @@ var (
 	ErrDuplicate = errors.New("skiplock: duplicate task")
 )
 
-// NoSchemaError is returned (wrapping ErrNotMigrated) by Schema, ReadSchema
-// and migrations.Up when no schema of the search_path exists: it names the
-// schema to create.
+// NoSchemaError is returned (wrapping ErrNotMigrated) by Client.Schema,
+// migrations.Up and a starting worker when no schema of the search_path
+// exists: it names the schema to create.
 type NoSchemaError = pgerr.NoSchemaError
 
 // DuplicateError reports a task that was not inserted because another task
@@ -292,7 +293,7 @@ func prepare(t NewTask) (row, error) {
 	if t.Name == "" || len(t.Name) > MaxNameLength {
 		return row{}, fmt.Errorf("%w: name must be 1 to %d bytes, got %q", ErrInvalidTask, MaxNameLength, t.Name)
 	}
-	payload, err := EncodePayload(t.Payload)
+	payload, err := schema.EncodePayload(t.Payload)
 	if err != nil {
 		return row{}, fmt.Errorf("%w: task %q: %v", ErrInvalidTask, t.Name, err)
 	}
@@ -449,34 +450,6 @@ func deriveKey(name string, payload json.RawMessage) string {
 	}
 	sum := sha256.Sum256(buf.Bytes())
 	return name + ":" + hex.EncodeToString(sum[:16])
-}
-
-// EncodePayload turns a payload into the JSON stored in the task: []byte and
-// json.RawMessage must already be valid JSON; nil is JSON null; anything else
-// goes through json.Marshal.
-func EncodePayload(payload any) (json.RawMessage, error) {
-	var raw []byte
-	switch v := payload.(type) {
-	case nil:
-		return json.RawMessage("null"), nil
-	case json.RawMessage:
-		raw = v
-	case []byte:
-		raw = v
-	default:
-		b, err := json.Marshal(v)
-		if err != nil {
-			return nil, fmt.Errorf("payload cannot be encoded as JSON: %w", err)
-		}
-		return b, nil
-	}
-	if raw == nil {
-		return json.RawMessage("null"), nil
-	}
-	if !json.Valid(raw) {
-		return nil, fmt.Errorf("payload is not valid JSON: %.60q", raw)
-	}
-	return raw, nil
 }
 
 // Get returns the task with the given ID, or ErrNotFound.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/skiplock/skiplock/db"
 	"github.com/skiplock/skiplock/internal/pgerr"
+	"github.com/skiplock/skiplock/internal/schema"
 )
 
 // Making tasks due again: Requeue (failed and cancelled tasks) and RunNow
@@ -114,11 +115,11 @@ func (c *Client) requeue(ctx context.Context, x pgerr.Executor, req RequeueReque
 	if reason == "" {
 		reason = DefaultRequeueReason
 	}
-	info, err := ReadSchema(ctx, x)
+	info, err := schema.Read(ctx, x)
 	if err != nil {
 		return res, err
 	}
-	channel, _ := Channels(info.Name)
+	channel, _ := schema.Channels(info.Name)
 	progress := func() {
 		if req.Progress != nil {
 			req.Progress(res.Requeued)

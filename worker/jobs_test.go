@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/skiplock/skiplock/db"
+	"github.com/skiplock/skiplock/internal/schema"
 	"github.com/skiplock/skiplock/internal/testinfra/pgtest"
 	"github.com/skiplock/skiplock/queue"
 )
@@ -24,14 +25,14 @@ type jobsBundle struct {
 	pool    *pgxpool.Pool
 	queries *db.Queries
 	client  *queue.Client
-	schema  queue.SchemaInfo
+	schema  schema.Info
 	log     *slog.Logger
 }
 
 func setupJobs(t *testing.T) *jobsBundle {
 	t.Helper()
 	pool := pgtest.Pool(t)
-	info, err := queue.ReadSchema(context.Background(), pool)
+	info, err := schema.Read(context.Background(), pool)
 	if err != nil {
 		t.Fatal(err)
 	}

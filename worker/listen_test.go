@@ -5,13 +5,13 @@ import (
 	"testing"
 
 	"github.com/skiplock/skiplock/internal/control"
-	"github.com/skiplock/skiplock/queue"
+	"github.com/skiplock/skiplock/internal/schema"
 )
 
 func TestListenerHandsOverWorkAndCommands(t *testing.T) {
 	t.Parallel()
 	b := setupJobs(t)
-	work, ctl := queue.Channels(b.schema.Name)
+	work, ctl := schema.Channels(b.schema.Name)
 	woken, commands := make(chan string, 10), make(chan string, 10)
 	l := &listener{
 		config: b.pool.Config().ConnConfig.Copy(), work: work, control: ctl,

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/skiplock/skiplock/queue"
+	"github.com/skiplock/skiplock/internal/schema"
 )
 
 // DefaultMaxOutputSize bounds the JSON a task may record as its output
@@ -70,10 +70,10 @@ func SetOutput(ctx context.Context, v any) error {
 	return nil
 }
 
-// encodeOutput encodes v as queue.EncodePayload encodes a payload, with
+// encodeOutput encodes v as schema.EncodePayload encodes a payload, with
 // errors that name the output.
 func encodeOutput(v any) (json.RawMessage, error) {
-	raw, err := queue.EncodePayload(v)
+	raw, err := schema.EncodePayload(v)
 	if err != nil {
 		return nil, fmt.Errorf("skiplock: task output: %w", err)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/skiplock/skiplock/db"
 	"github.com/skiplock/skiplock/internal/pgerr"
+	"github.com/skiplock/skiplock/internal/schema"
 	"github.com/skiplock/skiplock/queue"
 )
 
@@ -113,7 +114,7 @@ func parseSchedules(tasks []PeriodicTask) ([]schedule, error) {
 			return nil, fmt.Errorf("skiplock: worker.Config.Periodic[%d]: schedule ID %q used twice", i, s.ID)
 		}
 		ids[s.ID] = true
-		if _, err := queue.EncodePayload(p.Payload); err != nil {
+		if _, err := schema.EncodePayload(p.Payload); err != nil {
 			return nil, fmt.Errorf("skiplock: worker.Config.Periodic[%d] (%s): %w", i, p.Name, err)
 		}
 		out = append(out, s)

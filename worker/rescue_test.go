@@ -5,7 +5,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/skiplock/skiplock/queue"
+	"github.com/skiplock/skiplock/internal/schema"
 )
 
 type rescueCounter struct {
@@ -22,7 +22,7 @@ func TestRescuerReturnsExpiredLeases(t *testing.T) {
 	rows := b.claim(t, g, "w1", 2)
 	b.exec(t, "UPDATE skiplock_tasks SET locked_until = now() - interval '1 second' WHERE id = $1", rows[0].ID)
 	obs := &rescueCounter{}
-	work, _ := queue.Channels(b.schema.Name)
+	work, _ := schema.Channels(b.schema.Name)
 	r := &rescuer{
 		queries: b.queries, pool: b.pool, classOID: b.schema.TableOID, channel: work,
 		beforeRescue: g.beforeRescue, observer: obs, log: b.log,

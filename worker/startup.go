@@ -8,7 +8,7 @@ import (
 
 	"github.com/skiplock/skiplock/db"
 	"github.com/skiplock/skiplock/internal/pgerr"
-	"github.com/skiplock/skiplock/queue"
+	"github.com/skiplock/skiplock/internal/schema"
 )
 
 // Start-up retries: the first attempt's backoff, its cap, and how long one
@@ -45,7 +45,7 @@ func (w *Worker) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	w.channel, w.control = queue.Channels(table.Schema)
+	w.channel, w.control = schema.Channels(table.Schema)
 	for _, q := range w.cfg.Queues {
 		w.wakes[q] = make(chan struct{}, 1)
 	}
@@ -73,14 +73,14 @@ func (w *Worker) checkDatabase(ctx context.Context) (db.SchemaTaskTableRow, erro
 	}
 	// The schema's own version (skiplock_schema_version()), so that a
 	// schema applied by any migration tool is accepted.
-	info, err := queue.ReadSchema(ctx, w.pool)
+	info, err := schema.Read(ctx, w.pool)
 	if err != nil {
 		if errors.Is(err, ErrNotMigrated) {
 			return table, err
 		}
 		return table, fmt.Errorf("skiplock: connecting to the database: %w", err)
 	}
-	if err := queue.CheckSchema(info); err != nil {
+	if err := schema.Check(info); err != nil {
 		return table, err
 	}
 	table = db.SchemaTaskTableRow{Oid: info.TableOID, Schema: info.Name}

@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/skiplock/skiplock/db"
+	"github.com/skiplock/skiplock/internal/schema"
 	"github.com/skiplock/skiplock/queue"
 	"github.com/skiplock/skiplock/worker"
 )
@@ -283,7 +284,7 @@ func mismatch(t TB, exec queue.Executor, task *queue.Task, want *Want) (diff str
 		if c.contained == nil {
 			continue
 		}
-		wantJSON, err := queue.EncodePayload(c.contained)
+		wantJSON, err := schema.EncodePayload(c.contained)
 		if err != nil {
 			t.Fatalf("skiplocktest: Want.%s: %v", strings.ToUpper(c.what[:1])+c.what[1:], err)
 			return "", false
@@ -309,11 +310,11 @@ func (w *Want) describe() string {
 	}
 	var parts []string
 	if w.Payload != nil {
-		b, _ := queue.EncodePayload(w.Payload)
+		b, _ := schema.EncodePayload(w.Payload)
 		parts = append(parts, "payload ⊇ "+string(b))
 	}
 	if w.Metadata != nil {
-		b, _ := queue.EncodePayload(w.Metadata)
+		b, _ := schema.EncodePayload(w.Metadata)
 		parts = append(parts, "metadata ⊇ "+string(b))
 	}
 	if w.Queue != "" {

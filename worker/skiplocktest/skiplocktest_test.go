@@ -394,7 +394,7 @@ func TestSchemaIsolatedAndDropped(t *testing.T) {
 	skiplocktest.RequireEnqueued(t, a, "only.in.a", nil)
 	skiplocktest.RequireNotEnqueued(t, b, "only.in.a", nil)
 
-	info, err := queue.ReadSchema(ctx, a)
+	info, err := queue.New(a).Schema(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

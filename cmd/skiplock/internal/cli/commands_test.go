@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/skiplock/skiplock/cmd/skiplock/internal/cli"
+	"github.com/skiplock/skiplock/internal/schema"
 	"github.com/skiplock/skiplock/internal/testinfra/pgtest"
 	"github.com/skiplock/skiplock/migrations"
 	"github.com/skiplock/skiplock/queue"
@@ -230,9 +231,9 @@ func TestMigrateSQL(t *testing.T) {
 	if got := headers(rest); len(got) != int(migrations.Latest)-4 || !strings.HasPrefix(got[0], "-- skiplock migration 5 ") {
 		t.Fatalf("migrate sql up --from 4 headers: %q", got)
 	}
-	info, err := queue.ReadSchema(ctx, b.pool)
-	if err != nil || info.Version != migrations.Latest || queue.CheckSchema(info) != nil {
-		t.Fatalf("after migrate sql: %+v, %v, %v", info, err, queue.CheckSchema(info))
+	info, err := schema.Read(ctx, b.pool)
+	if err != nil || info.Version != migrations.Latest || schema.Check(info) != nil {
+		t.Fatalf("after migrate sql: %+v, %v, %v", info, err, schema.Check(info))
 	}
 	// skiplock's own runner leaves a schema another tool applied to it.
 	if out := b.run(t, "migrate", "up").ok(t).stdout; !strings.Contains(out, "Nothing to do") {
@@ -342,7 +343,7 @@ func TestListAndShow(t *testing.T) {
 	if shown.ID != failed || len(shown.Attempts) != 1 || shown.Attempts[0].Host != "box" || shown.Attempts[0].PID != 7 || shown.Lock != nil {
 		t.Fatalf("show failed = %+v", shown)
 	}
-	info, err := b.client.Schema(ctx)
+	info, err := schema.Read(ctx, b.pool)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -632,7 +633,7 @@ func TestLocks(t *testing.T) {
 		t.Fatalf("locks on an idle schema:\n%s", out)
 	}
 	id := b.insert(t, "q", "held", queue.StatusRunning, 1, 3, "")
-	info, err := b.client.Schema(ctx)
+	info, err := schema.Read(ctx, b.pool)
 	if err != nil {
 		t.Fatal(err)
 	}
