@@ -19,13 +19,13 @@ func ExampleWithDelay() {
 
 	id, _ := q.Enqueue(ctx, "trial.reminder", map[string]string{"user": "ada"}, queue.WithDelay(72*time.Hour))
 	task, _ := q.Get(ctx, id)
-	fmt.Println(task.Status, task.State())
+	fmt.Println(task.Status, task.Phase())
 	fmt.Println("runs", task.RunAt.Sub(task.CreatedAt), "after it was enqueued")
 
 	// An operator can make it due now (skiplock run-now).
 	res, _ := q.RunNow(ctx, []int64{id})
 	task, _ = q.Get(ctx, id)
-	fmt.Println(len(res.IDs), "made due:", task.State())
+	fmt.Println(len(res.IDs), "made due:", task.Phase())
 	// Output:
 	// pending scheduled
 	// runs 72h0m0s after it was enqueued

@@ -24,11 +24,11 @@ type ListFilter struct {
 	Filter
 	// IDs keeps only these tasks.
 	IDs []int64
-	// States keeps tasks in any of these states, in addition to those in
-	// Filter.Statuses: StateRetrying and StateScheduled select pending tasks
-	// by why they wait, StateDue the pending tasks that are due. With
+	// Phases keeps tasks in any of these phases, in addition to those in
+	// Filter.Statuses: PhaseRetrying and PhaseScheduled select pending tasks
+	// by why they wait, PhaseDue the pending tasks that are due. With
 	// StatusPending in Statuses every pending task matches anyway.
-	States []State
+	Phases []Phase
 	// Limit bounds how many tasks List returns. Defaults to
 	// DefaultListLimit (50), at most MaxListLimit (10,000). Count ignores it.
 	Limit int
@@ -39,13 +39,13 @@ type ListFilter struct {
 	Sequence string
 }
 
-// selection turns the statuses and states of f into the statuses to read
+// selection turns the statuses and phases of f into the statuses to read
 // and the kinds of pending tasks to keep (none: every pending task).
 func (f ListFilter) selection(op string) (statuses, waits []string, err error) {
 	if len(f.Sequence) > MaxKeyLength {
 		return nil, nil, fmt.Errorf("%w: sequence key must be at most %d bytes, got %d", ErrInvalidRequest, MaxKeyLength, len(f.Sequence))
 	}
-	if len(f.States) == 0 {
+	if len(f.Phases) == 0 {
 		statuses, err = f.statuses(op, Statuses, Statuses)
 		return statuses, nil, err
 	}
@@ -55,16 +55,16 @@ func (f ListFilter) selection(op string) (statuses, waits []string, err error) {
 		}
 	}
 	allPending := slices.Contains(statuses, string(StatusPending))
-	for _, st := range f.States {
+	for _, st := range f.Phases {
 		status, wait := string(st), ""
 		switch st {
-		case StateDue:
+		case PhaseDue:
 			status, wait = string(StatusPending), "due"
-		case StateRetrying, StateScheduled:
+		case PhaseRetrying, PhaseScheduled:
 			status, wait = string(StatusPending), string(st)
-		case StateRunning, StateCompleted, StateFailed, StateCancelled:
+		case PhaseRunning, PhaseCompleted, PhaseFailed, PhaseCancelled:
 		default:
-			return nil, nil, fmt.Errorf("%w: unknown state %q", ErrInvalidRequest, st)
+			return nil, nil, fmt.Errorf("%w: unknown phase %q", ErrInvalidRequest, st)
 		}
 		if !slices.Contains(statuses, status) {
 			statuses = append(statuses, status)

@@ -5,46 +5,51 @@ import (
 	"time"
 )
 
-// State is what a task is doing, as operators see it: its Status, with a
-// pending task told apart by why it waits. It is derived from the stored
-// columns (status, run_at, attempt), never stored.
-type State string
+// Phase is what a task is doing, as operators see it: its Status, with a
+// pending task told apart by why it waits. Status is the stored column, the
+// one the operator methods' filters (Filter.Statuses) and a worker's claim
+// go by; Phase is derived from the stored columns (status, run_at, attempt)
+// at a given time, never stored: StatusPending splits into PhaseDue,
+// PhaseScheduled and PhaseRetrying, and every other status is a phase of
+// the same name. The skiplock command and the dashboard show it as the
+// task's "state".
+type Phase string
 
 const (
-	// StateDue tasks are pending and due: a worker may claim them now.
+	// PhaseDue tasks are pending and due: a worker may claim them now.
 	// Shown as "pending".
-	StateDue State = "pending"
-	// StateRetrying tasks are pending after a failed attempt, waiting out
+	PhaseDue Phase = "pending"
+	// PhaseRetrying tasks are pending after a failed attempt, waiting out
 	// the retry backoff: attempt > 0 and run_at ahead.
-	StateRetrying State = "retrying"
-	// StateScheduled tasks are pending and enqueued to run later: attempt 0
+	PhaseRetrying Phase = "retrying"
+	// PhaseScheduled tasks are pending and enqueued to run later: attempt 0
 	// and run_at ahead.
-	StateScheduled State = "scheduled"
-	StateRunning   State = State(StatusRunning)
-	StateCompleted State = State(StatusCompleted)
-	StateFailed    State = State(StatusFailed)
-	StateCancelled State = State(StatusCancelled)
+	PhaseScheduled Phase = "scheduled"
+	PhaseRunning   Phase = Phase(StatusRunning)
+	PhaseCompleted Phase = Phase(StatusCompleted)
+	PhaseFailed    Phase = Phase(StatusFailed)
+	PhaseCancelled Phase = Phase(StatusCancelled)
 )
 
-// States lists every state in life order.
-var States = []State{StateWaiting, StateScheduled, StateDue, StateRetrying, StateRunning, StateCompleted, StateFailed, StateCancelled}
+// Phases lists every phase in life order.
+var Phases = []Phase{PhaseWaiting, PhaseScheduled, PhaseDue, PhaseRetrying, PhaseRunning, PhaseCompleted, PhaseFailed, PhaseCancelled}
 
-// StateAt is the task's state at now (run_at is compared with it).
-func (t *Task) StateAt(now time.Time) State {
+// PhaseAt is the task's phase at now (run_at is compared with it).
+func (t *Task) PhaseAt(now time.Time) Phase {
 	if t.Status != StatusPending {
-		return State(t.Status)
+		return Phase(t.Status)
 	}
 	switch {
 	case !t.RunAt.After(now):
-		return StateDue
+		return PhaseDue
 	case t.Attempt > 0:
-		return StateRetrying
+		return PhaseRetrying
 	}
-	return StateScheduled
+	return PhaseScheduled
 }
 
-// State is the task's state now.
-func (t *Task) State() State { return t.StateAt(time.Now()) }
+// Phase is the task's phase now.
+func (t *Task) Phase() Phase { return t.PhaseAt(time.Now()) }
 
 // FailedPermanently reports whether a failed task failed for good before it
 // used all its attempts: its handler returned a worker.Permanent error, or
@@ -67,24 +72,24 @@ func (t *Task) FailedPermanently() bool {
 	return t.Attempt < t.MaxAttempts
 }
 
-// Why says in a few words why a task is in its state, for operators: why a
+// Why says in a few words why a task is in its phase, for operators: why a
 // failed task failed for good, when a waiting task is due. It is empty when
-// the state says it all.
+// the phase says it all.
 func (t *Task) Why(now time.Time) string {
-	switch t.StateAt(now) {
-	case StateWaiting:
+	switch t.PhaseAt(now) {
+	case PhaseWaiting:
 		if t.SequenceKey != "" {
 			return fmt.Sprintf("waiting for its turn in sequence %q", t.SequenceKey)
 		}
 		return fmt.Sprintf("waiting for %d of %d dependencies", t.WaitingFor, len(t.DependsOn))
-	case StateFailed:
+	case PhaseFailed:
 		if t.FailedPermanently() {
 			return fmt.Sprintf("permanent error on attempt %d of %d, not retried", t.Attempt, t.MaxAttempts)
 		}
 		return fmt.Sprintf("out of attempts (%d of %d)", t.Attempt, t.MaxAttempts)
-	case StateRetrying:
+	case PhaseRetrying:
 		return fmt.Sprintf("attempt %d of %d failed; retry in %s", t.Attempt, t.MaxAttempts, t.RunAt.Sub(now).Round(time.Second))
-	case StateScheduled:
+	case PhaseScheduled:
 		return fmt.Sprintf("runs in %s", t.RunAt.Sub(now).Round(time.Second))
 	}
 	return ""

@@ -9,7 +9,9 @@ import (
 	"github.com/skiplock/skiplock/db"
 )
 
-// Status is where a task is in its life.
+// Status is where a task is in its life, as stored in its status column:
+// what the operator methods' filters select and what a worker's claim
+// reads. Task.Phase tells pending tasks apart by why they wait.
 type Status string
 
 const (

@@ -23,8 +23,8 @@ import (
 // them in their sequence, makes them pending, in the same transaction.
 const StatusWaiting Status = "waiting"
 
-// StateWaiting is StatusWaiting as a State.
-const StateWaiting State = State(StatusWaiting)
+// PhaseWaiting is StatusWaiting as a Phase.
+const PhaseWaiting Phase = Phase(StatusWaiting)
 
 // DependencyFailure is what a task does when a task it depends on fails for
 // good or is cancelled.

@@ -199,18 +199,18 @@ func parseStatuses(values []string, allowed []queue.Status, why map[queue.Status
 }
 
 // parseListStatuses reads list's --status values: statuses, and the
-// states retrying and scheduled that select pending tasks by why they wait.
-func parseListStatuses(values []string) ([]queue.Status, []queue.State, error) {
+// phases retrying and scheduled that select pending tasks by why they wait.
+func parseListStatuses(values []string) ([]queue.Status, []queue.Phase, error) {
 	var (
-		states []queue.State
+		phases []queue.Phase
 		rest   []string
 	)
 	for _, v := range values {
 		for _, s := range strings.Split(v, ",") {
-			switch st := queue.State(strings.TrimSpace(strings.ToLower(s))); st {
-			case queue.StateRetrying, queue.StateScheduled:
-				if !slices.Contains(states, st) {
-					states = append(states, st)
+			switch st := queue.Phase(strings.TrimSpace(strings.ToLower(s))); st {
+			case queue.PhaseRetrying, queue.PhaseScheduled:
+				if !slices.Contains(phases, st) {
+					phases = append(phases, st)
 				}
 			default:
 				rest = append(rest, s)
@@ -221,7 +221,7 @@ func parseListStatuses(values []string) ([]queue.Status, []queue.State, error) {
 	if err != nil {
 		return nil, nil, usageErrorf("%v, retrying or scheduled", err)
 	}
-	return sts, states, nil
+	return sts, phases, nil
 }
 
 func joinStatuses(ss []queue.Status) string {

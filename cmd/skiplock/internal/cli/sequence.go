@@ -42,7 +42,7 @@ type sequenceTaskJSON struct {
 	Name   string       `json:"name"`
 	Queue  string       `json:"queue"`
 	Status queue.Status `json:"status"`
-	State  queue.State  `json:"state"`
+	Phase  queue.Phase  `json:"state"`
 	Head   bool         `json:"head,omitempty"`
 	// Hold: a failure for good holds the rest (queue.WithSequenceHold).
 	Hold      bool      `json:"hold,omitempty"`
@@ -97,7 +97,7 @@ func toSequenceJSON(seq *queue.SequenceInfo, now time.Time) sequenceJSON {
 			}
 		}
 		out.Tasks = append(out.Tasks, sequenceTaskJSON{
-			ID: t.ID, Name: t.Name, Queue: t.Queue, Status: t.Status, State: t.StateAt(now), Head: t.ID == seq.Head,
+			ID: t.ID, Name: t.Name, Queue: t.Queue, Status: t.Status, Phase: t.PhaseAt(now), Head: t.ID == seq.Head,
 			Hold: t.SequenceHold, Attempt: t.Attempt, CreatedAt: t.CreatedAt, Why: why,
 		})
 	}
@@ -114,7 +114,7 @@ func printSequence(w io.Writer, seq sequenceJSON, total int64, summary string) {
 	case head.Status == queue.StatusWaiting:
 		fmt.Fprintf(w, "  Head: task %d, waiting to be released (the rescuer's next pass).\n", head.ID)
 	default:
-		fmt.Fprintf(w, "  Head: task %d, %s.\n", head.ID, head.State)
+		fmt.Fprintf(w, "  Head: task %d, %s.\n", head.ID, head.Phase)
 	}
 	if shown := int64(len(seq.Tasks)); shown < total {
 		fmt.Fprintf(w, "  (showing %d: the unfinished ones, then the latest finished)\n", shown)
@@ -126,7 +126,7 @@ func printSequence(w io.Writer, seq sequenceJSON, total int64, summary string) {
 		if t.Head {
 			mark = ">"
 		}
-		state := string(t.State)
+		state := string(t.Phase)
 		if t.Hold {
 			state += " (hold)"
 		}

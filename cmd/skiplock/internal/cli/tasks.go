@@ -22,9 +22,9 @@ type taskJSON struct {
 	Queue  string       `json:"queue"`
 	Name   string       `json:"name"`
 	Status queue.Status `json:"status"`
-	// State is the status with pending tasks told apart: pending (due),
-	// retrying or scheduled.
-	State queue.State `json:"state"`
+	// Phase, shown as the task's state, is the status with pending tasks
+	// told apart: pending (due), retrying or scheduled.
+	Phase queue.Phase `json:"state"`
 	// Permanent is set on a failed task that failed for good before its
 	// attempts ran out.
 	Permanent   bool            `json:"permanent,omitempty"`
@@ -91,7 +91,7 @@ func attempts(t *queue.Task) []attemptJSON {
 
 func toJSON(t *queue.Task) taskJSON {
 	return taskJSON{
-		ID: t.ID, Queue: t.Queue, Name: t.Name, Status: t.Status, State: t.State(), Permanent: t.FailedPermanently(), Priority: t.Priority,
+		ID: t.ID, Queue: t.Queue, Name: t.Name, Status: t.Status, Phase: t.Phase(), Permanent: t.FailedPermanently(), Priority: t.Priority,
 		Attempt: t.Attempt, MaxAttempts: t.MaxAttempts, TimeoutMS: t.Timeout.Milliseconds(),
 		Payload: t.Payload, Metadata: t.Metadata, Output: t.Output, RunAt: t.RunAt, CreatedAt: t.CreatedAt,
 		WorkflowID: t.WorkflowID, DependsOn: t.DependsOn, WaitingFor: t.WaitingFor,
@@ -114,8 +114,8 @@ func printTasks(w io.Writer, tasks []*queue.Task) {
 // stateLabel is a task's state for a table: a failed task says whether it
 // failed for good or ran out of attempts.
 func stateLabel(t *queue.Task) string {
-	st := t.State()
-	if st != queue.StateFailed {
+	st := t.Phase()
+	if st != queue.PhaseFailed {
 		return string(st)
 	}
 	if t.FailedPermanently() {
@@ -241,7 +241,7 @@ kinds of pending task; retrying and scheduled select one.`,
   skiplock list --before 1000          # the page after task 1000`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			sts, states, err := parseListStatuses(statuses)
+			sts, phases, err := parseListStatuses(statuses)
 			if err != nil {
 				return err
 			}
@@ -255,7 +255,7 @@ kinds of pending task; retrying and scheduled select one.`,
 			if cmd.Flags().Changed("sequence") && sequence == "" {
 				return usageErrorf("--sequence needs a sequence key")
 			}
-			lf := queue.ListFilter{Filter: f, States: states, Limit: int(limit), BeforeID: beforeID, Sequence: sequence}
+			lf := queue.ListFilter{Filter: f, Phases: phases, Limit: int(limit), BeforeID: beforeID, Sequence: sequence}
 			if err := invalidInput(lf.Validate()); err != nil {
 				return err
 			}
@@ -342,7 +342,7 @@ func printTask(w io.Writer, t *queue.Task, holder *queue.TaskLock) {
 	fmt.Fprintf(w, "Task %d\n", t.ID)
 	tw := table(w, "  Name:", t.Name)
 	row(tw, "  Queue:", t.Queue)
-	status := string(t.State())
+	status := string(t.Phase())
 	if why := t.Why(time.Now()); why != "" {
 		status += ": " + why
 	}

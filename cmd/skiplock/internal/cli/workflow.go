@@ -43,7 +43,7 @@ type workflowTaskJSON struct {
 	Name       string       `json:"name"`
 	Queue      string       `json:"queue"`
 	Status     queue.Status `json:"status"`
-	State      queue.State  `json:"state"`
+	Phase      queue.Phase  `json:"state"`
 	Level      int          `json:"level"`
 	DependsOn  []int64      `json:"depends_on"`
 	WaitingFor int          `json:"waiting_for"`
@@ -92,7 +92,7 @@ func toWorkflowJSON(wf *queue.WorkflowInfo, now time.Time) workflowJSON {
 				why = t.Errors[len(t.Errors)-1].Error
 			}
 			out.Tasks = append(out.Tasks, workflowTaskJSON{
-				ID: t.ID, Step: wf.Steps[t.ID], Name: t.Name, Queue: t.Queue, Status: t.Status, State: t.StateAt(now),
+				ID: t.ID, Step: wf.Steps[t.ID], Name: t.Name, Queue: t.Queue, Status: t.Status, Phase: t.PhaseAt(now),
 				Level: level, DependsOn: orEmpty(t.DependsOn), WaitingFor: t.WaitingFor,
 				Dependents: orEmpty(t.Dependents), Why: why,
 			})
@@ -114,17 +114,17 @@ func printWorkflow(w io.Writer, wf workflowJSON) {
 		title += " " + wf.Name
 	}
 	fmt.Fprintf(w, "%s, created %s (%s ago)\n", title, stamp(wf.CreatedAt), ago(wf.CreatedAt))
-	counts := map[queue.State]int{}
+	counts := map[queue.Phase]int{}
 	label := map[int64]string{}
 	for _, t := range wf.Tasks {
-		counts[t.State]++
+		counts[t.Phase]++
 		label[t.ID] = t.Step
 		if t.Step == "" {
 			label[t.ID] = "#" + strconv.FormatInt(t.ID, 10)
 		}
 	}
 	var parts []string
-	for _, st := range queue.States {
+	for _, st := range queue.Phases {
 		if counts[st] > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", counts[st], st))
 		}
@@ -144,7 +144,7 @@ func printWorkflow(w io.Writer, wf workflowJSON) {
 		on := "-"
 		if len(deps) > 0 {
 			on = strings.Join(deps, ", ")
-			if t.State == queue.StateWaiting {
+			if t.Phase == queue.PhaseWaiting {
 				on += fmt.Sprintf(" (%d left)", t.WaitingFor)
 			}
 		}
@@ -152,13 +152,13 @@ func printWorkflow(w io.Writer, wf workflowJSON) {
 		if step == "" {
 			step = "-"
 		}
-		row(tw, fmt.Sprintf("  %d", t.Level), step, t.ID, t.Name, string(t.State), on)
+		row(tw, fmt.Sprintf("  %d", t.Level), step, t.ID, t.Name, string(t.Phase), on)
 	}
 	tw.Flush()
 	for _, t := range wf.Tasks {
-		if t.State == queue.StateCancelled || t.State == queue.StateFailed {
+		if t.Phase == queue.PhaseCancelled || t.Phase == queue.PhaseFailed {
 			if t.Why != "" {
-				fmt.Fprintf(w, "  %s %s: %s\n", label[t.ID], t.State, clip(t.Why, 200))
+				fmt.Fprintf(w, "  %s %s: %s\n", label[t.ID], t.Phase, clip(t.Why, 200))
 			}
 		}
 	}

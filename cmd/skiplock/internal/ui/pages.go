@@ -68,12 +68,12 @@ var funcs = template.FuncMap{
 		}
 		return "-"
 	},
-	"state":     func(t *queue.Task) string { return string(t.State()) },
+	"phase":     func(t *queue.Task) string { return string(t.Phase()) },
 	"why":       func(t *queue.Task) string { return t.Why(time.Now()) },
 	"permanent": func(t *queue.Task) bool { return t.FailedPermanently() },
 	"waiting": func(t *queue.Task) bool {
-		st := t.State()
-		return st == queue.StateRetrying || st == queue.StateScheduled
+		st := t.Phase()
+		return st == queue.PhaseRetrying || st == queue.PhaseScheduled
 	},
 	"chart": func(completed, failed []float64, since time.Time) template.HTML {
 		return barChart(completed, failed, since, smallChart, "tasks completed and failed per minute over the last hour")
@@ -275,10 +275,10 @@ func (s *Server) listTasks(r *http.Request, status string) (*listView, error) {
 		v.Status = q.Get("status")
 	}
 	f := queue.ListFilter{Limit: PageSize + 1}
-	switch st := queue.State(v.Status); st {
+	switch st := queue.Phase(v.Status); st {
 	case "":
-	case queue.StateRetrying, queue.StateScheduled:
-		f.States = []queue.State{st}
+	case queue.PhaseRetrying, queue.PhaseScheduled:
+		f.Phases = []queue.Phase{st}
 	default:
 		f.Statuses = []queue.Status{queue.Status(v.Status)}
 	}
@@ -424,7 +424,7 @@ func (s *Server) taskPage(w http.ResponseWriter, r *http.Request) {
 type workflowNode struct {
 	*queue.Task
 	Step  string
-	State queue.State
+	Phase queue.Phase
 	Why   string
 	After []string // the labels of the tasks it depends on
 }
@@ -445,25 +445,25 @@ func (s *Server) workflowPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := time.Now()
-	counts := map[queue.State]int{}
+	counts := map[queue.Phase]int{}
 	var levels [][]workflowNode
 	for _, tasks := range wf.Levels() {
 		var nodes []workflowNode
 		for _, t := range tasks {
-			n := workflowNode{Task: t, Step: wf.Steps[t.ID], State: t.StateAt(now), Why: t.Why(now)}
+			n := workflowNode{Task: t, Step: wf.Steps[t.ID], Phase: t.PhaseAt(now), Why: t.Why(now)}
 			if t.Status == queue.StatusCancelled && len(t.Errors) > 0 {
 				n.Why = t.Errors[len(t.Errors)-1].Error
 			}
 			for _, d := range t.DependsOn {
 				n.After = append(n.After, wf.Label(d))
 			}
-			counts[n.State]++
+			counts[n.Phase]++
 			nodes = append(nodes, n)
 		}
 		levels = append(levels, nodes)
 	}
 	var summary []string
-	for _, st := range queue.States {
+	for _, st := range queue.Phases {
 		if counts[st] > 0 {
 			summary = append(summary, fmt.Sprintf("%d %s", counts[st], st))
 		}
@@ -479,7 +479,7 @@ func (s *Server) workflowPage(w http.ResponseWriter, r *http.Request) {
 // sequenceRow is one task on a sequence's page.
 type sequenceRow struct {
 	*queue.Task
-	State queue.State
+	Phase queue.Phase
 	Why   string
 	Head  bool
 }
@@ -504,7 +504,7 @@ func (s *Server) sequencePage(w http.ResponseWriter, r *http.Request) {
 	var rows []sequenceRow
 	var head *queue.Task
 	for _, t := range seq.Tasks {
-		row := sequenceRow{Task: t, State: t.StateAt(now), Why: t.Why(now), Head: t.ID == seq.Head}
+		row := sequenceRow{Task: t, Phase: t.PhaseAt(now), Why: t.Why(now), Head: t.ID == seq.Head}
 		if (t.Status == queue.StatusFailed || t.Status == queue.StatusCancelled) && t.LastError() != "" {
 			row.Why = t.LastError()
 		}
