@@ -30,7 +30,7 @@ type execution struct {
 	task    *Task
 	slots   *semaphore.Weighted // the queue's own slots, if it has a cap
 	gen     uint64              // lock session generation holding the task's lock
-	limits  []int32             // limit slot locks held with the task's lock (limits_global.go)
+	limits  []int32             // limit slot locks held with the task's lock (clusterlimits.go)
 	timeout time.Duration
 	// abandonAt is when a handler still running is abandoned (zero: not
 	// watched by abandonOverdue; an attempt run by RunTask has a timer).

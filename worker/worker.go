@@ -56,8 +56,8 @@ type Worker struct {
 	// Set by Run.
 	handlers Handlers
 	slots    *slots
-	limits   claimLimits // per-queue slots and rate limits (limits.go)
-	// limitsSeen: whether any concurrency limit exists (limits_global.go).
+	limits   claimLimits // per-queue slots and rate limits (claimlimits.go)
+	// limitsSeen: whether any concurrency limit exists (clusterlimits.go).
 	limitsSeen limitsProbe
 	cursors    claimCursors // where each claim loop's claims start (cursor.go)
 	settled    sync.WaitGroup
@@ -65,7 +65,7 @@ type Worker struct {
 	comp       *completer
 	classOID   int64 // skiplock_tasks' OID: the advisory lock class
 	// limitClass is skiplock_limits' OID: the first key of limit slot
-	// locks (limits.go).
+	// locks (clusterlimits.go).
 	limitClass int32
 	channel    string // work notifications: queue names
 	control    string // commands to workers (internal/control)

@@ -11,8 +11,10 @@ import (
 	"github.com/skiplock/skiplock/db"
 )
 
-// Concurrency limits (queue.Limit, skiplock_limits) are enforced by the
-// claim statement (sql/tasks.sql, TaskClaim) in both modes:
+// Cluster-wide concurrency limits (queue.Limit, skiplock_limits: set in
+// the database, shared by every worker; claimlimits.go has the per-process
+// limits of Config) are enforced by the claim statement (sql/tasks.sql,
+// TaskClaim) in both modes:
 //
 //   - Advisory mode: a limited task takes one of Max slot locks per limit
 //     on the lock session and keeps it until its task lock is released

@@ -5,6 +5,9 @@ import "golang.org/x/sync/semaphore"
 // claimLimits bound a claim loop beyond the worker's free slots: queues
 // with slots of their own (Config.QueueConcurrency) and rate limits
 // (Config.RateLimits) by queue and by task name. claim.go obeys them.
+// They are this process's configuration; the cluster-wide concurrency
+// limits that operators set in the database (queue.Limit) are
+// clusterlimits.go's.
 type claimLimits struct {
 	queueSlots   map[string]*semaphore.Weighted // queues with their own cap
 	byQueue      map[string]RateLimit           // rate limits by queue
