@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +12,53 @@ import (
 
 // What an attempt came to (classify) and, from that and the task's
 // attempts and retry policy, where the task goes next (finishFor).
+
+// Outcome is how an attempt ended, as recorded in the task's error history
+// ("" for success).
+type Outcome string
+
+// Outcomes of an attempt.
+const (
+	OutcomeSuccess   Outcome = ""
+	OutcomeError     Outcome = "error"
+	OutcomePanic     Outcome = "panic"
+	OutcomeTimeout   Outcome = "timeout"
+	OutcomeAbandoned Outcome = "abandoned"
+	OutcomeNoHandler Outcome = "no_handler"
+	OutcomeShutdown  Outcome = "shutdown"
+	OutcomeLockLost  Outcome = "lock_lost"
+	OutcomeCancelled Outcome = "cancelled"
+	OutcomeSnoozed   Outcome = "snoozed"
+)
+
+// OutcomeOf classifies an attempt that returned err with the handler's
+// context ctx, as the worker records it; for middleware, which sees no
+// outcome from the worker. A panic is the worker's to see: OutcomeOf never
+// returns OutcomePanic.
+func OutcomeOf(ctx context.Context, err error) Outcome {
+	if err == nil {
+		return OutcomeSuccess
+	}
+	var snooze snoozeError
+	if errors.As(err, &snooze) {
+		return OutcomeSnoozed
+	}
+	var cancel cancelError
+	if errors.As(err, &cancel) {
+		return OutcomeCancelled
+	}
+	switch cause := context.Cause(ctx); {
+	case errors.Is(cause, errShutdown):
+		return OutcomeShutdown
+	case errors.Is(cause, ErrCancelled):
+		return OutcomeCancelled
+	case errors.Is(cause, errLockLost):
+		return OutcomeLockLost
+	case errors.Is(cause, errTimeout):
+		return OutcomeTimeout
+	}
+	return OutcomeError
+}
 
 // Outcomes recorded in a task's error history.
 const (

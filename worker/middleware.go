@@ -1,34 +1,19 @@
 package worker
 
 import (
-	"context"
-	"errors"
 	"time"
 
 	"github.com/skiplock/skiplock/queue"
 )
 
+// How logging, metrics and tracing plug into a worker: Middleware around
+// the handlers, an Observer of the worker's events. Package worker/observe
+// (a module of its own) provides both, for log/slog, Prometheus and
+// OpenTelemetry.
+
 // Middleware wraps a handler: logging, metrics, tracing and the like. The
 // first in Config.Middleware is the outermost.
 type Middleware func(Handler) Handler
-
-// Outcome is how an attempt ended, as recorded in the task's error history
-// ("" for success).
-type Outcome string
-
-// Outcomes of an attempt.
-const (
-	OutcomeSuccess   Outcome = ""
-	OutcomeError     Outcome = "error"
-	OutcomePanic     Outcome = "panic"
-	OutcomeTimeout   Outcome = "timeout"
-	OutcomeAbandoned Outcome = "abandoned"
-	OutcomeNoHandler Outcome = "no_handler"
-	OutcomeShutdown  Outcome = "shutdown"
-	OutcomeLockLost  Outcome = "lock_lost"
-	OutcomeCancelled Outcome = "cancelled"
-	OutcomeSnoozed   Outcome = "snoozed"
-)
 
 // Observer receives a worker's events, for metrics. Its methods are called
 // on the worker's hot paths: they must be fast, must not block, and must be
@@ -73,33 +58,4 @@ func wrap(handlers Handlers, mw []Middleware) Handlers {
 		out[name] = h
 	}
 	return out
-}
-
-// OutcomeOf classifies an attempt that returned err with the handler's
-// context ctx, as the worker records it; for middleware, which sees no
-// outcome from the worker. A panic is the worker's to see: OutcomeOf never
-// returns OutcomePanic.
-func OutcomeOf(ctx context.Context, err error) Outcome {
-	if err == nil {
-		return OutcomeSuccess
-	}
-	var snooze snoozeError
-	if errors.As(err, &snooze) {
-		return OutcomeSnoozed
-	}
-	var cancel cancelError
-	if errors.As(err, &cancel) {
-		return OutcomeCancelled
-	}
-	switch cause := context.Cause(ctx); {
-	case errors.Is(cause, errShutdown):
-		return OutcomeShutdown
-	case errors.Is(cause, ErrCancelled):
-		return OutcomeCancelled
-	case errors.Is(cause, errLockLost):
-		return OutcomeLockLost
-	case errors.Is(cause, errTimeout):
-		return OutcomeTimeout
-	}
-	return OutcomeError
 }
