@@ -21,12 +21,12 @@ import (
 	"github.com/skiplock/skiplock/worker"
 )
 
-// gooseVersion is the goose the README's recipe is tested with. Built
+// gooseVersion is the goose docs/SQL.md's recipe is tested with. Built
 // without its other databases' drivers: about 40 s on a busy 2-core machine
 // with an empty build cache, 2 s with a warm one.
 const gooseVersion = "v3.29.0"
 
-// The README's recipes for applying the schema with another tool, run as
+// docs/SQL.md's recipes for applying the schema with another tool, run as
 // written by bash with the real tools, then a worker on the schema.
 
 func TestRecipePsql(t *testing.T) {
@@ -119,23 +119,23 @@ func recipeSetup(t *testing.T, tools ...string) (schema, bin string) {
 }
 
 // recipe is the shell block that follows <!-- recipe: name --> in the
-// README.
+// docs/SQL.md.
 func recipe(t *testing.T, name string) string {
 	t.Helper()
-	readme, err := os.ReadFile("../README.md")
+	readme, err := os.ReadFile("../docs/SQL.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := regexp.MustCompile("(?s)<!-- recipe: " + regexp.QuoteMeta(name) + " -->\n```sh\n(.*?)```").FindSubmatch(readme)
 	if m == nil {
-		t.Fatalf("README.md has no recipe %q", name)
+		t.Fatalf("docs/SQL.md has no recipe %q", name)
 	}
 	return string(m[1])
 }
 
-// runRecipe runs the README's recipe with bash in a fresh directory, which
+// runRecipe runs docs/SQL.md's recipe with bash in a fresh directory, which
 // it returns, with the tools of bin first in PATH, DATABASE_URL the test
-// server and PGOPTIONS naming schema, as the README says. The directory is
+// server and PGOPTIONS naming schema, as docs/SQL.md says. The directory is
 // a user's project: a Go module that requires skiplock (this checkout).
 func runRecipe(t *testing.T, name, bin, schema string) string {
 	t.Helper()

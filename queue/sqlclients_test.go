@@ -23,7 +23,7 @@ import (
 // PATH may not).
 const python = "/usr/bin/python3"
 
-// TestEnqueueFromSQLClients: the README's enqueue snippets, run by psql and
+// TestEnqueueFromSQLClients: docs/SQL.md's enqueue snippets, run by psql and
 // by Python's psycopg 3, enqueue tasks that a Go worker runs with their
 // payloads; its poll interval is an hour, so only the NOTIFY of the SQL
 // functions can wake it. Bad calls from both clients fail with SQLSTATE
@@ -103,7 +103,7 @@ func TestEnqueueFromSQLClients(t *testing.T) {
 		return n
 	}
 
-	// psql: the README's SQL. The delayed email stays pending.
+	// psql: docs/SQL.md's SQL. The delayed email stays pending.
 	psql := exec.Command("psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-f", "-", url)
 	psql.Env, psql.Stdin = env, strings.NewReader(readmeRecipe(t, "enqueue-sql"))
 	if out, err := psql.CombinedOutput(); err != nil {
@@ -117,7 +117,7 @@ func TestEnqueueFromSQLClients(t *testing.T) {
 		t.Fatalf("psql's delayed email.send: %q, %v", delayed, err)
 	}
 
-	// Python: the README's snippet.
+	// Python: docs/SQL.md's snippet.
 	dir := t.TempDir()
 	script := filepath.Join(dir, "enqueue.py")
 	if err := os.WriteFile(script, []byte(readmeRecipe(t, "enqueue-python")), 0o644); err != nil {
@@ -227,16 +227,16 @@ func (o *idleObserver) Claimed(queue string, _, got int) {
 }
 
 // readmeRecipe is the code block that follows <!-- recipe: name --> in the
-// README.
+// docs/SQL.md.
 func readmeRecipe(t *testing.T, name string) string {
 	t.Helper()
-	readme, err := os.ReadFile("../README.md")
+	readme, err := os.ReadFile("../docs/SQL.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := regexp.MustCompile("(?s)<!-- recipe: " + regexp.QuoteMeta(name) + " -->\n```[a-z]*\n(.*?)```").FindSubmatch(readme)
 	if m == nil {
-		t.Fatalf("README.md has no recipe %q", name)
+		t.Fatalf("docs/SQL.md has no recipe %q", name)
 	}
 	return string(m[1])
 }
