@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/skiplock/skiplock/internal/testinfra/devpg"
+	"github.com/skiplock/skiplock/internal/testschema"
 	"github.com/skiplock/skiplock/migrations"
 )
 
@@ -55,13 +55,13 @@ func Schema(t TB, url string) *pgxpool.Pool {
 	defer cancel()
 
 	if _, done := swept.LoadOrStore(url, struct{}{}); !done {
-		if err := devpg.DropStaleSchemas(ctx, url, SchemaPrefix, StaleSchemaAge); err != nil {
+		if err := testschema.DropStale(ctx, url, SchemaPrefix, StaleSchemaAge); err != nil {
 			t.Errorf("skiplocktest: dropping leftover schemas: %v", err)
 		}
 	}
 	var b [6]byte
 	_, _ = rand.Read(b[:])
-	name := devpg.SchemaName(SchemaPrefix, hex.EncodeToString(b[:]))
+	name := testschema.Name(SchemaPrefix, hex.EncodeToString(b[:]))
 	quoted := pgx.Identifier{name}.Sanitize()
 
 	conn, err := pgx.Connect(ctx, url)

@@ -27,6 +27,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/skiplock/skiplock/internal/testinfra/devpg"
+	"github.com/skiplock/skiplock/internal/testschema"
 	"github.com/skiplock/skiplock/migrations"
 )
 
@@ -61,7 +62,7 @@ func Server(tb testing.TB) *devpg.Server {
 			Log:     os.Stderr,
 		})
 		if server.err == nil {
-			server.err = devpg.DropStaleSchemas(ctx, server.srv.URL, schemaPrefix, time.Hour)
+			server.err = testschema.DropStale(ctx, server.srv.URL, schemaPrefix, time.Hour)
 		}
 	})
 	if server.err != nil {
@@ -78,7 +79,7 @@ func Schema(tb testing.TB, migrate bool) string {
 	ctx := context.Background()
 	var b [6]byte
 	_, _ = rand.Read(b[:])
-	name := devpg.SchemaName(schemaPrefix, hex.EncodeToString(b[:]))
+	name := testschema.Name(schemaPrefix, hex.EncodeToString(b[:]))
 
 	conn, err := pgx.Connect(ctx, srv.URL)
 	if err != nil {

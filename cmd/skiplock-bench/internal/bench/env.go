@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/skiplock/skiplock/internal/testinfra/devpg"
+	"github.com/skiplock/skiplock/internal/testschema"
 	"github.com/skiplock/skiplock/migrations"
 )
 
@@ -86,7 +87,7 @@ func (w progressWriter) Write(b []byte) (int, error) {
 
 // sweep drops bench schemas older than an hour.
 func (e *env) sweep(ctx context.Context) error {
-	return devpg.DropStaleSchemas(ctx, e.url, schemaPrefix, time.Hour)
+	return testschema.DropStale(ctx, e.url, schemaPrefix, time.Hour)
 }
 
 // schema is one run's fresh, migrated schema and a pool on it.
@@ -102,7 +103,7 @@ type schema struct {
 func (e *env) newSchema(ctx context.Context, poolConns int) (*schema, error) {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
-	name := devpg.SchemaName(schemaPrefix, hex.EncodeToString(b[:]))
+	name := testschema.Name(schemaPrefix, hex.EncodeToString(b[:]))
 	conn, err := pgx.Connect(ctx, e.url)
 	if err != nil {
 		return nil, fmt.Errorf("connecting: %w", err)

@@ -1,4 +1,10 @@
-package devpg
+// Package testschema names the throwaway schemas that tests create (a
+// prefix, the creation time and a random part) and drops the ones that a
+// killed run left behind. The project's test infrastructure
+// (internal/testinfra/pgtest), the bench and worker/skiplocktest share it.
+// Unlike internal/testinfra, which finds or boots PostgreSQL servers, it
+// needs nothing but pgx: users' tests import it through skiplocktest.
+package testschema
 
 import (
 	"context"
@@ -10,16 +16,16 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// SchemaName returns a fresh schema name: prefix, the creation time, and a
-// random part, so that DropStaleSchemas can tell how old it is.
-func SchemaName(prefix, random string) string {
+// Name returns a fresh schema name: prefix, the creation time, and a
+// random part, so that DropStale can tell how old it is.
+func Name(prefix, random string) string {
 	return fmt.Sprintf("%s%d_%s", prefix, time.Now().Unix(), random)
 }
 
-// DropStaleSchemas drops the schemas named by SchemaName with prefix that
+// DropStale drops the schemas named by Name with prefix that
 // are older than olderThan: the leftovers of runs that were killed before
 // their cleanup ran.
-func DropStaleSchemas(ctx context.Context, url, prefix string, olderThan time.Duration) error {
+func DropStale(ctx context.Context, url, prefix string, olderThan time.Duration) error {
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
 		return err
