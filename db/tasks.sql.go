@@ -453,7 +453,7 @@ type TaskClaimPlainRow struct {
 // nothing (planning the full claim measured 1.5 ms, this one 0.9 ms; and
 // per row it skips the sort that picks one task per exclusive key, which
 // here is a look-up only for rows that have a key). The worker uses it
-// while no limit row exists (worker/limits_global.go); should one appear
+// while no limit row exists (worker/clusterlimits.go); should one appear
 // in between, "open" is false and the claim takes nothing, which sends the
 // worker to look again and claim with TaskClaim. Everything else is
 // TaskClaim's: see it for the lock keys, the cursor, flow control and the

@@ -1,5 +1,5 @@
 // Package control is the format of the commands a producer sends to the
-// workers on the schema's control channel (queue.Channels): the queue
+// workers on the schema's control channel (internal/schema.Channels): the queue
 // package writes them, the worker package reads them.
 package control
 
