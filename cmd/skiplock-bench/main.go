@@ -1,6 +1,8 @@
 // Command skiplock-bench measures skiplock against a PostgreSQL server: work
-// throughput, enqueue, latency, scaling and a sustained load. See
-// docs/PERFORMANCE.md for the method and the numbers, and --help for flags.
+// throughput, enqueue, latency, scaling and a sustained load; and, as
+// `skiplock-bench compare`, side by side with River, Graphile Worker and the
+// bare SQL cycle. See docs/PERFORMANCE.md for the method and the numbers,
+// and --help (or compare -help) for flags.
 package main
 
 import (
@@ -10,11 +12,17 @@ import (
 	"syscall"
 
 	"github.com/skiplock/skiplock/cmd/skiplock-bench/internal/bench"
+	"github.com/skiplock/skiplock/cmd/skiplock-bench/internal/compare"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := bench.Command(ctx, nil, os.Args[1:], os.Stdout, os.Stderr)
+	var code int
+	if args := os.Args[1:]; len(args) > 0 && args[0] == "compare" {
+		code = compare.Command(ctx, args[1:], os.Stdout, os.Stderr)
+	} else {
+		code = bench.Command(ctx, nil, args, os.Stdout, os.Stderr)
+	}
 	stop()
 	os.Exit(code)
 }

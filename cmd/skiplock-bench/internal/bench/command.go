@@ -21,7 +21,8 @@ created, migrated and dropped. Progress goes to stderr, the report to
 stdout.
 
 Examples:
-  PEER_N=50000 PEER_DSN=... skiplock-bench --peer-line   # the comparison tool's line
+  skiplock-bench compare -help                     # side by side with River, Graphile Worker, the bare SQL cycle
+  PEER_N=50000 PEER_DSN=... skiplock-bench --peer-line   # skiplock's line of skiplock-bench compare
   skiplock-bench                                   # default workloads, once
   skiplock-bench --runs 3 --workload throughput --tasks 100000,1000000
   skiplock-bench --runs 3 --workload throughput --tasks 100000 --limit 0,1000000   # without and with a limit
@@ -91,7 +92,7 @@ func Command(ctx context.Context, self, args []string, stdout, stderr io.Writer)
 	fs.DurationVar(&o.WaitQuiet, "wait-quiet", 0, "before each run, wait up to this long for an idle machine (for shared machines)")
 	fs.BoolVar(&o.JSON, "json", false, "print the report as JSON")
 	fs.StringVar(&o.SVGDir, "svg", "", "write charts of the results as SVG files into `dir`")
-	peerLine := fs.Bool("peer-line", false, "run as the comparison tool's command (../shared/peers/compare): PEER_N tasks into the fresh database PEER_DSN, worked by one worker; prints work_per_s=N")
+	peerLine := fs.Bool("peer-line", false, "skiplock's line of skiplock-bench compare (and of its -also commands): PEER_N tasks into the fresh database PEER_DSN, worked by one worker; prints work_per_s=N")
 	peerEnqueue := fs.String("peer-enqueue", PeerEnqueueMany, "with --peer-line: how the backlog is enqueued, `many` (EnqueueMany) or single (16 producers calling Enqueue)")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write the CPU profile of the first throughput worker process to `file`")
 	if err := fs.Parse(args); err != nil {

@@ -19,12 +19,14 @@ import (
 	"github.com/skiplock/skiplock/worker"
 )
 
-// The peer line is skiplock's side of the comparison tool
-// (../shared/peers/compare), which runs River and Graphile Worker on fresh
-// databases of the same server, interleaved with this command, and reads
-// its rate from the last work_per_s=NUMBER line:
+// The peer line is skiplock's side of `skiplock-bench compare` (package
+// internal/compare), which runs River, Graphile Worker and the bare SQL
+// cycle on fresh databases of the same server, interleaved with it, and
+// reads its rate from the last work_per_s=NUMBER line. The compare runs it
+// in a process of its own; an older build's peer line runs beside it with
+// -also 'before=/path/to/old-bench --peer-line':
 //
-//	PEER_N=50000 PEER_DSN=postgres://.../peer_yours skiplock-bench --peer-line [--peer-enqueue single]
+//	PEER_N=50000 PEER_DSN=postgres://.../compare_skiplock skiplock-bench --peer-line [--peer-enqueue single]
 //
 // It migrates the (fresh) database, enqueues PEER_N no-op tasks before any
 // worker starts, by EnqueueMany or by 16 producers calling Enqueue, and
