@@ -23,7 +23,8 @@ WHERE t.id = $3::bigint
   AND t.status = 'pending'
 RETURNING t.id, t.queue, t.name, t.payload, t.metadata, t.priority, t.attempt,
           t.max_attempts, t.timeout_ms, t.run_at, t.created_at, t.started_at,
-          '{}'::integer[] AS limit_locks
+          '{}'::integer[] AS limit_locks, -- run outside any concurrency limit
+          (t.exclusive_key IS NOT NULL)::boolean AS exclusive
 `
 
 type TaskClaimByIDParams struct {
@@ -46,6 +47,7 @@ type TaskClaimByIDRow struct {
 	CreatedAt   time.Time
 	StartedAt   *time.Time
 	LimitLocks  []int32
+	Exclusive   bool
 }
 
 // Claims one named pending task for Worker.RunTask, whatever its run time,
@@ -71,6 +73,7 @@ func (q *Queries) TaskClaimByID(ctx context.Context, db DBTX, arg TaskClaimByIDP
 		&i.CreatedAt,
 		&i.StartedAt,
 		&i.LimitLocks,
+		&i.Exclusive,
 	)
 	return i, err
 }

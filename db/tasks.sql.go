@@ -221,7 +221,8 @@ FROM locked
 WHERE t.id = locked.id
   AND (SELECT n FROM surplus) >= 0
 RETURNING t.id, t.queue, t.name, t.payload, t.metadata, t.priority, t.attempt,
-          t.max_attempts, t.timeout_ms, t.run_at, t.created_at, t.started_at, locked.limit_locks
+          t.max_attempts, t.timeout_ms, t.run_at, t.created_at, t.started_at, locked.limit_locks,
+          (t.exclusive_key IS NOT NULL)::boolean AS exclusive
 `
 
 type TaskClaimParams struct {
@@ -258,6 +259,7 @@ type TaskClaimRow struct {
 	CreatedAt   time.Time
 	StartedAt   *time.Time
 	LimitLocks  []int32
+	Exclusive   bool
 }
 
 // Advisory lock keys use the two-int form (lock_class, low 32 bits of the
@@ -351,6 +353,7 @@ func (q *Queries) TaskClaim(ctx context.Context, db DBTX, arg TaskClaimParams) (
 			&i.CreatedAt,
 			&i.StartedAt,
 			&i.LimitLocks,
+			&i.Exclusive,
 		); err != nil {
 			return nil, err
 		}
@@ -411,7 +414,8 @@ SET status = 'running',
 FROM locked
 WHERE t.id = locked.id
 RETURNING t.id, t.queue, t.name, t.payload, t.metadata, t.priority, t.attempt,
-          t.max_attempts, t.timeout_ms, t.run_at, t.created_at, t.started_at, NULL::integer[] AS limit_locks
+          t.max_attempts, t.timeout_ms, t.run_at, t.created_at, t.started_at, NULL::integer[] AS limit_locks,
+          (t.exclusive_key IS NOT NULL)::boolean AS exclusive
 `
 
 type TaskClaimPlainParams struct {
@@ -446,6 +450,7 @@ type TaskClaimPlainRow struct {
 	CreatedAt   time.Time
 	StartedAt   *time.Time
 	LimitLocks  []int32
+	Exclusive   bool
 }
 
 // The claim of a schema without concurrency limits: TaskClaim less its
@@ -497,6 +502,7 @@ func (q *Queries) TaskClaimPlain(ctx context.Context, db DBTX, arg TaskClaimPlai
 			&i.CreatedAt,
 			&i.StartedAt,
 			&i.LimitLocks,
+			&i.Exclusive,
 		); err != nil {
 			return nil, err
 		}

@@ -16,4 +16,5 @@ WHERE t.id = @id::bigint
   AND t.status = 'pending'
 RETURNING t.id, t.queue, t.name, t.payload, t.metadata, t.priority, t.attempt,
           t.max_attempts, t.timeout_ms, t.run_at, t.created_at, t.started_at,
-          '{}'::integer[] AS limit_locks; -- run outside any concurrency limit
+          '{}'::integer[] AS limit_locks, -- run outside any concurrency limit
+          (t.exclusive_key IS NOT NULL)::boolean AS exclusive;

@@ -239,7 +239,8 @@ FROM locked
 WHERE t.id = locked.id
   AND (SELECT n FROM surplus) >= 0
 RETURNING t.id, t.queue, t.name, t.payload, t.metadata, t.priority, t.attempt,
-          t.max_attempts, t.timeout_ms, t.run_at, t.created_at, t.started_at, locked.limit_locks;
+          t.max_attempts, t.timeout_ms, t.run_at, t.created_at, t.started_at, locked.limit_locks,
+          (t.exclusive_key IS NOT NULL)::boolean AS exclusive;
 
 -- name: TaskClaimPlain :many
 -- The claim of a schema without concurrency limits: TaskClaim less its
@@ -300,7 +301,8 @@ SET status = 'running',
 FROM locked
 WHERE t.id = locked.id
 RETURNING t.id, t.queue, t.name, t.payload, t.metadata, t.priority, t.attempt,
-          t.max_attempts, t.timeout_ms, t.run_at, t.created_at, t.started_at, NULL::integer[] AS limit_locks;
+          t.max_attempts, t.timeout_ms, t.run_at, t.created_at, t.started_at, NULL::integer[] AS limit_locks,
+          (t.exclusive_key IS NOT NULL)::boolean AS exclusive;
 
 -- name: TaskUnlockMany :one
 -- Releases the advisory locks of finished tasks and their limit slots;

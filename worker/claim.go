@@ -155,7 +155,7 @@ func (w *Worker) claimAndStart(queueName string, max int, only, skip []string, q
 	cur.claimed(head, started, time.Since(started), rows)
 	w.cfg.Observer.Claimed(queueName, max, len(rows))
 	for _, r := range rows {
-		w.launch(r, gen, qslots)
+		w.launch(r, gen, qslots, limited)
 	}
 	return len(rows), nil
 }

@@ -383,3 +383,62 @@ func TestClaimsWhilePoolIsBusy(t *testing.T) {
 		return b.count(t, "status = 'completed'") == 12
 	})
 }
+
+// TestFreedPlacesWakeClaims: with the poll all but off, a task that ends
+// wakes the claim loops waiting for its place, in this worker and in the
+// others: a concurrency limit's slot, an exclusive key, and a limit spanning
+// two workers of different queues, where only the other worker has tasks
+// left. Before this, each freed place waited for the poll (a second by
+// default; here an hour, so every task would never finish).
+func TestFreedPlacesWakeClaims(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []worker.Mode{worker.ModeAdvisory, worker.ModeLease} {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			ctx := context.Background()
+			for _, l := range []queue.Limit{{Queue: "limited", Max: 2}, {Name: "shared", Max: 1}} {
+				if err := b.client.SetLimit(ctx, l); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var tasks []queue.NewTask
+			for range 10 {
+				tasks = append(tasks,
+					queue.NewTask{Name: "job", Options: []queue.Option{queue.WithQueue("limited")}},
+					queue.NewTask{Name: "job", Options: []queue.Option{queue.WithQueue("one"), queue.WithExclusiveKey("k")}})
+			}
+			for range 3 {
+				tasks = append(tasks,
+					queue.NewTask{Name: "shared", Options: []queue.Option{queue.WithQueue("a")}},
+					queue.NewTask{Name: "shared", Options: []queue.Option{queue.WithQueue("b")}})
+			}
+			if _, err := b.client.EnqueueMany(ctx, tasks); err != nil {
+				t.Fatal(err)
+			}
+			var running, peak atomic.Int32
+			work := func(ctx context.Context, task *worker.Task) error {
+				if task.Name == "shared" {
+					if n := running.Add(1); n > peak.Load() {
+						peak.Store(n)
+					}
+					defer running.Add(-1)
+				}
+				time.Sleep(5 * time.Millisecond)
+				return nil
+			}
+			handlers := worker.Handlers{"job": work, "shared": work}
+			cfg := worker.Config{Mode: mode, Concurrency: 10, PollInterval: time.Hour}
+			cfg.Queues = []string{"limited", "one", "a"}
+			start(t, pgtest.NewPool(t, b.schema), cfg, handlers)
+			cfg.Queues = []string{"b"}
+			start(t, pgtest.NewPool(t, b.schema), cfg, handlers)
+			pgtest.Eventually(t, 5*time.Second, "every task to complete without a poll", func() bool {
+				return b.count(t, "status = 'completed'") == len(tasks)
+			})
+			if p := peak.Load(); p > 1 {
+				t.Errorf("%d tasks of a limit of 1 ran at once", p)
+			}
+		})
+	}
+}

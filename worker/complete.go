@@ -26,6 +26,8 @@ type finish struct {
 	attempt int
 	gen     uint64
 	limits  []int32 // limit slot locks to release with the task's
+	gated   bool    // its end may let a waiting task run (execution.gated)
+	queue   string
 	status  queue.Status
 	delayMs int64 // retry delay; -1 keeps run_at
 	refund  int   // 1 gives the attempt back
@@ -46,10 +48,11 @@ type completer struct {
 	// the ids it wrote; the completer retries it.
 	write func(ctx context.Context, p db.TaskFinishManyParams) ([]int64, error)
 	// release lets go of the batch's guards (guard.release); free gives
-	// back its slots (slots.free); wake wakes every claim loop.
+	// back its slots (slots.free); wake wakes the claim loop of a queue
+	// ("": every claim loop).
 	release func(batch []finish)
 	free    func(batch []finish)
-	wake    func()
+	wake    func(queue string)
 	log     *slog.Logger
 
 	mu      sync.Mutex
@@ -60,7 +63,7 @@ type completer struct {
 	outage  *outage // retries of outcome writes, logged once per outage
 }
 
-func newCompleter(write func(context.Context, db.TaskFinishManyParams) ([]int64, error), release, free func([]finish), wake func(), log *slog.Logger) *completer {
+func newCompleter(write func(context.Context, db.TaskFinishManyParams) ([]int64, error), release, free func([]finish), wake func(string), log *slog.Logger) *completer {
 	return &completer{
 		write: write, release: release, free: free, wake: wake, log: log,
 		outage:  &outage{log: log, what: "recording task outcomes"},
@@ -158,7 +161,7 @@ func (c *completer) flush(batch []finish) {
 
 	c.release(batch)
 	c.free(batch)
-	c.notifyRetries(batch)
+	c.wakeClaims(batch)
 }
 
 // writeFinishes records a batch of this worker's outcomes once, and returns
@@ -214,14 +217,23 @@ func finishParams(batch []finish) db.TaskFinishManyParams {
 	return p
 }
 
-// notifyRetries wakes this worker's claim loops for tasks that are due again
-// at once (a retry without delay, a task handed back at shutdown): their
-// insert notification is long gone.
-func (c *completer) notifyRetries(batch []finish) {
+// wakeClaims wakes this worker's claim loops that the batch may have given
+// work: every loop when a gated task ended (a limit may span queues, and a
+// claim loop that took fewer tasks than it asked waits for no one else to
+// free a place; the guard tells the other workers), and the loop of a task
+// that is due again at once (a retry without delay, a task handed back at
+// shutdown), whose insert notification is long gone. Waking a busy loop
+// costs nothing: it claims again anyway.
+func (c *completer) wakeClaims(batch []finish) {
+	woken := map[string]bool{}
 	for _, f := range batch {
-		if f.status == queue.StatusPending && f.delayMs <= 0 {
-			c.wake()
+		switch {
+		case f.gated:
+			c.wake("")
 			return
+		case f.status == queue.StatusPending && f.delayMs <= 0 && !woken[f.queue]:
+			woken[f.queue] = true
+			c.wake(f.queue)
 		}
 	}
 }

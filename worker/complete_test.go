@@ -32,7 +32,7 @@ func TestCompleterOrder(t *testing.T) {
 		},
 		func([]finish) { step("release") },
 		func([]finish) { step("free") },
-		func() { step("wake") },
+		func(string) { step("wake") },
 		slog.New(slog.NewTextHandler(io.Discard, nil)),
 	)
 	// Both wait before the completer starts: one batch.

@@ -27,10 +27,14 @@ var (
 
 // execution is one attempt of one claimed task in this process.
 type execution struct {
-	task    *Task
-	slots   *semaphore.Weighted // the queue's own slots, if it has a cap
-	gen     uint64              // lock session generation holding the task's lock
-	limits  []int32             // limit slot locks held with the task's lock (clusterlimits.go)
+	task   *Task
+	slots  *semaphore.Weighted // the queue's own slots, if it has a cap
+	gen    uint64              // lock session generation holding the task's lock
+	limits []int32             // limit slot locks held with the task's lock (clusterlimits.go)
+	// gated: the task held a place that another task may be waiting for
+	// (a concurrency limit's slot, its exclusive key), so its end wakes
+	// the claim loops here and in every other worker (completer.flush).
+	gated   bool
 	timeout time.Duration
 	// abandonAt is when a handler still running is abandoned (zero: not
 	// watched by abandonOverdue; an attempt run by RunTask has a timer).
@@ -49,8 +53,11 @@ type execution struct {
 	onSettle func(finish, result)
 }
 
-func (w *Worker) launch(r db.TaskClaimRow, gen uint64, queueSlots *semaphore.Weighted) {
+func (w *Worker) launch(r db.TaskClaimRow, gen uint64, queueSlots *semaphore.Weighted, limited bool) {
 	e := w.newExecution(r, gen, queueSlots)
+	// Lease mode keeps no slot locks: a limit counts running rows, so any
+	// task claimed while limits exist may hold a place.
+	e.gated = e.gated || limited && w.cfg.Mode == ModeLease
 	if e.timeout > 0 {
 		// abandonOverdue watches it (executors.go).
 		e.abandonAt = time.Now().Add(e.timeout + w.cfg.AbandonAfter)
@@ -77,7 +84,8 @@ func (w *Worker) newExecution(r db.TaskClaimRow, gen uint64, queueSlots *semapho
 	if timeout > 0 {
 		ctx, stop = context.WithTimeoutCause(base, timeout, errTimeout)
 	}
-	return &execution{task: queueTask(r), slots: queueSlots, gen: gen, limits: r.LimitLocks, timeout: timeout, ctx: ctx, scope: sc, cancel: cancel, stopCtx: stop}
+	return &execution{task: queueTask(r), slots: queueSlots, gen: gen, limits: r.LimitLocks, gated: len(r.LimitLocks) > 0 || r.Exclusive,
+		timeout: timeout, ctx: ctx, scope: sc, cancel: cancel, stopCtx: stop}
 }
 
 // armAbandon abandons a timed execution whose handler is still running

@@ -47,7 +47,8 @@ type guard interface {
 	// reconcile tidies up after a claim that failed part way.
 	reconcile() error
 	// release lets go of the tasks of a batch whose outcomes are written
-	// (or could not be: the rescuer then takes them).
+	// (or could not be: the rescuer then takes them), and announces the
+	// places of gated ones once they are free.
 	release(batch []finish)
 
 	// lead keeps or tries to take the leadership l of a maintenance job
@@ -79,6 +80,10 @@ type guardDeps struct {
 	running func() []*execution
 	cancel  func(e *execution, cause error)
 	wakeAll func()
+	// announce tells every worker's claim loops, through the work
+	// channel, that a place a task may be waiting for (a concurrency
+	// limit's slot, an exclusive key) is free; called once it is.
+	announce func()
 }
 
 // newGuard returns the guard of cfg.Mode.

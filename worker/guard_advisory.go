@@ -45,6 +45,7 @@ func (g *advisoryGuard) open(ctx context.Context, classOID int64, o *outage) err
 	g.ls = newLockSession(g.pool.Config().ConnConfig, int32(uint32(classOID)), classOID, g.cfg.sessionTuning(), g.log)
 	g.ls.onLost = g.sessionLost
 	g.ls.onUp = g.sessionUp
+	g.ls.onFreed = g.announce
 	g.ls.register = g.row.registerSession
 	return untilAvailable(ctx, o, func(ctx context.Context) error {
 		if err := g.ls.connect(ctx); err != nil {
@@ -90,12 +91,16 @@ func (g *advisoryGuard) reconcile() error { return g.ls.reconcile() }
 func (g *advisoryGuard) release(batch []finish) {
 	byGen := map[uint64][]int64{}
 	limits := map[uint64][]int32{}
+	gated := false
 	for _, f := range batch {
 		byGen[f.gen] = append(byGen[f.gen], f.id)
 		limits[f.gen] = append(limits[f.gen], f.limits...)
+		gated = gated || f.gated
 	}
 	for gen, ids := range byGen {
-		g.ls.release(ids, limits[gen], gen)
+		// A slot lock is free once the statement that carries its unlock
+		// has run: the session announces it then.
+		g.ls.release(ids, limits[gen], gen, gated)
 	}
 }
 

@@ -58,7 +58,16 @@ func (g *leaseGuard) up() <-chan struct{} { return alwaysUp }
 func (g *leaseGuard) reconcile() error { return nil }
 
 // release: a lease ends with the status change that the outcome wrote.
-func (g *leaseGuard) release([]finish) {}
+// release announces the places of gated tasks: a lease-mode limit counts
+// running rows, so a place is free once the outcome is written.
+func (g *leaseGuard) release(batch []finish) {
+	for _, f := range batch {
+		if f.gated {
+			g.announce()
+			return
+		}
+	}
+}
 
 // lead takes or renews the job's row in skiplock_leaders, which another
 // worker may take once it expires.

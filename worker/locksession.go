@@ -45,6 +45,8 @@ type lockSession struct {
 	log      *slog.Logger
 	onLost   func(gen uint64) // called without mu held, once per lost generation
 	onUp     func(gen uint64, backendPID uint32)
+	// onFreed announces that unlocks of gated tasks (release) have run.
+	onFreed func()
 	// register records the session in skiplock_workers, on the session
 	// itself, before it is used.
 	register func(ctx context.Context, conn *pgx.Conn, backendPID int32) error
@@ -75,6 +77,7 @@ type lockSession struct {
 	umu        sync.Mutex
 	unlocks    []int64
 	unlockLims []int32 // limit slot locks released with them
+	unlockFree bool    // some are gated: announce once they have run
 	unlocksGen uint64
 	flushTimer *time.Timer
 }

@@ -23,10 +23,16 @@ const unlockDelay = 2 * time.Millisecond
 // unlocks with it.
 func (s *lockSession) claim(p db.TaskClaimParams, limited bool) (rows []db.TaskClaimRow, gen uint64, err error) {
 	p.LockClass = s.class
+	freed := false
+	defer func() {
+		if err == nil && freed {
+			s.announceFreed()
+		}
+	}()
 	err = s.do(func(ctx context.Context, conn *pgx.Conn, g uint64) error {
 		gen = g
 		s.limitClass = p.LimitClass
-		p.UnlockIds, p.UnlockLimitLocks = s.takeUnlocks(g)
+		p.UnlockIds, p.UnlockLimitLocks, freed = s.takeUnlocks(g)
 		if limited {
 			p.HeldLimitLocks = make([]int32, 0, len(s.heldLimits))
 			for k := range s.heldLimits {
@@ -51,17 +57,23 @@ func (s *lockSession) claim(p db.TaskClaimParams, limited bool) (rows []db.TaskC
 }
 
 // release queues the locks of tasks claimed in generation gen, whose
-// outcomes are written, for release. Locks of an earlier generation died
-// with their session and are dropped: releasing them by key could release
-// a lock the new session took for a new claim of the same task.
-func (s *lockSession) release(ids []int64, limits []int32, gen uint64) {
+// outcomes are written, for release; gated asks for an announcement once
+// they are released. Locks of an earlier generation died with their
+// session and are dropped: releasing them by key could release a lock the
+// new session took for a new claim of the same task (the places they held
+// are free already, and announced as such).
+func (s *lockSession) release(ids []int64, limits []int32, gen uint64, gated bool) {
 	s.umu.Lock()
 	defer s.umu.Unlock()
 	if gen != s.unlocksGen {
+		if gated {
+			go s.announceFreed()
+		}
 		return
 	}
 	s.unlocks = append(s.unlocks, ids...)
 	s.unlockLims = append(s.unlockLims, limits...)
+	s.unlockFree = s.unlockFree || gated
 	if s.flushTimer == nil {
 		s.flushTimer = time.AfterFunc(unlockDelay, s.flushUnlocks)
 	}
@@ -69,18 +81,20 @@ func (s *lockSession) release(ids []int64, limits []int32, gen uint64) {
 
 // takeUnlocks hands the pending unlocks of generation g to a statement
 // about to run on the session (mu held), and forgets them as held: should
-// the statement fail, reconcile releases whatever is still held.
-func (s *lockSession) takeUnlocks(g uint64) ([]int64, []int32) {
+// the statement fail, reconcile releases whatever is still held. freed
+// reports that some were gated: the caller announces it once its
+// statement has run.
+func (s *lockSession) takeUnlocks(g uint64) (ids []int64, limits []int32, freed bool) {
 	s.umu.Lock()
-	ids, limits := s.unlocks, s.unlockLims
-	s.unlocks, s.unlockLims = nil, nil
+	ids, limits, freed = s.unlocks, s.unlockLims, s.unlockFree
+	s.unlocks, s.unlockLims, s.unlockFree = nil, nil, false
 	if s.flushTimer != nil {
 		s.flushTimer.Stop()
 		s.flushTimer = nil
 	}
 	s.umu.Unlock()
 	if s.unlocksGen != g || (ids == nil && limits == nil) {
-		return []int64{}, []int32{}
+		return []int64{}, []int32{}, freed
 	}
 	for _, id := range ids {
 		if s.held[id] <= 1 {
@@ -96,7 +110,15 @@ func (s *lockSession) takeUnlocks(g uint64) ([]int64, []int32) {
 			s.heldLimits[k]--
 		}
 	}
-	return nonNilIDs(ids), nonNilKeys(limits)
+	return nonNilIDs(ids), nonNilKeys(limits), freed
+}
+
+// announceFreed announces, if the worker asked for it, that places held by
+// gated tasks are free.
+func (s *lockSession) announceFreed() {
+	if s.onFreed != nil {
+		s.onFreed()
+	}
 }
 
 func nonNilIDs(s []int64) []int64 {
@@ -129,8 +151,11 @@ func (s *lockSession) flushUnlocks() {
 		s.umu.Unlock()
 		return
 	}
+	freed := false
 	err := s.do(func(ctx context.Context, conn *pgx.Conn, g uint64) error {
-		ids, limits := s.takeUnlocks(g)
+		var ids []int64
+		var limits []int32
+		ids, limits, freed = s.takeUnlocks(g)
 		if len(ids) == 0 && len(limits) == 0 {
 			return nil
 		}
@@ -145,6 +170,10 @@ func (s *lockSession) flushUnlocks() {
 	})
 	if err != nil && !errors.Is(err, errSessionDown) {
 		s.log.Warn("skiplock: releasing task locks", "error", err)
+	}
+	if freed {
+		// Released, or gone with a lost session: free either way.
+		s.announceFreed()
 	}
 }
 

@@ -45,6 +45,7 @@ type Worker struct {
 	started  bool
 	inflight map[*execution]struct{}
 	wakes    map[string]chan struct{}
+	freed    freedAnnouncer // tells other workers that a place is free (freed.go)
 
 	stops stopRequests // Stop and StopAndCancel (shutdown.go)
 
@@ -92,10 +93,12 @@ func New(pool *pgxpool.Pool, cfg Config) *Worker {
 		wakes:     map[string]chan struct{}{},
 		stops:     newStopRequests(),
 	}
+	w.freed.send = w.sendFreed
 	w.guard = newGuard(guardDeps{
 		pool: pool, queries: w.queries, cfg: cfg, log: w.log,
 		row:     workerRow{queries: w.queries, id: cfg.WorkerID, host: host, pid: int32(w.pid), queues: cfg.Queues},
 		running: w.inflightSnapshot, cancel: w.cancelExecution, wakeAll: w.wakeAll,
+		announce: w.freed.announce,
 	})
 	return w
 }
@@ -231,7 +234,14 @@ func (w *Worker) inflightSnapshot() []*execution {
 	return out
 }
 
+// wake wakes the claim loop of a queue; "" wakes every claim loop (a
+// notification of the work channel with an empty payload says a place of
+// a concurrency limit or an exclusive key is free).
 func (w *Worker) wake(queueName string) {
+	if queueName == "" {
+		w.wakeAll()
+		return
+	}
 	if ch, ok := w.wakes[queueName]; ok {
 		select {
 		case ch <- struct{}{}:
