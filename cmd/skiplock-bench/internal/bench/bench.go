@@ -40,10 +40,11 @@ const (
 	WorkloadScaling       = "scaling"
 	WorkloadSustained     = "sustained"
 	WorkloadPinned        = "pinned"
+	WorkloadGated         = "gated"
 )
 
 // Workloads lists every workload in run order.
-var Workloads = []string{WorkloadThroughput, WorkloadWorkflow, WorkloadBurst, WorkloadEnqueueCopy, WorkloadEnqueueSingle, WorkloadLatency, WorkloadScaling, WorkloadSustained, WorkloadPinned}
+var Workloads = []string{WorkloadThroughput, WorkloadWorkflow, WorkloadBurst, WorkloadEnqueueCopy, WorkloadEnqueueSingle, WorkloadLatency, WorkloadScaling, WorkloadGated, WorkloadSustained, WorkloadPinned}
 
 // DefaultWorkloads are the workloads run when none are named: all but
 // sustained and pinned, which take minutes, and workflow, which measures a
@@ -391,6 +392,7 @@ func Run(ctx context.Context, opts Options, w io.Writer) error {
 		WorkloadScaling:       b.scaling,
 		WorkloadSustained:     b.sustained,
 		WorkloadPinned:        b.pinned,
+		WorkloadGated:         b.gated,
 	}
 	for _, name := range Workloads {
 		if !slices.Contains(opts.Workloads, name) {
