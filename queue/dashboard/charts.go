@@ -1,4 +1,4 @@
-package ui
+package dashboard
 
 import (
 	"context"
@@ -28,11 +28,11 @@ type throughput struct {
 	failed    map[string][]float64
 }
 
-func (s *Server) readThroughput(ctx context.Context) (throughput, error) {
-	return s.throughput.get(func() (throughput, error) {
+func (h *handler) readThroughput(ctx context.Context) (throughput, error) {
+	return h.through.get(func() (throughput, error) {
 		// Aligned buckets, so that a refresh does not shift every bar.
 		since := time.Now().Truncate(chartBucket).Add(chartBucket - chartWindow)
-		rows, err := s.client.Throughput(ctx, since, chartBucket)
+		rows, err := h.client.Throughput(ctx, since, chartBucket)
 		if err != nil {
 			return throughput{}, err
 		}

@@ -1,4 +1,4 @@
-package ui_test
+package dashboardtest
 
 import (
 	"context"
@@ -18,9 +18,9 @@ import (
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
-	"github.com/skiplock/skiplock/cmd/skiplock/internal/ui"
 	"github.com/skiplock/skiplock/internal/testinfra/pgtest"
 	"github.com/skiplock/skiplock/queue"
+	"github.com/skiplock/skiplock/queue/dashboard"
 	"github.com/skiplock/skiplock/worker"
 )
 
@@ -288,7 +288,7 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 func TestBrowserRequeue(t *testing.T) {
 	t.Parallel()
 	ctx := browser(t)
-	b := setup(t, "", ui.Config{Refresh: -1})
+	b := setup(t, dashboard.Options{Refresh: -1})
 	var broken atomic.Bool
 	broken.Store(true)
 	b.runWorker(t, worker.Config{Queues: []string{"mail"}}, worker.Handlers{
@@ -363,7 +363,7 @@ func (b *bundle) workerHost(t *testing.T) string {
 func TestBrowserHostilePayload(t *testing.T) {
 	t.Parallel()
 	ctx := browser(t)
-	b := setup(t, "", ui.Config{Refresh: -1})
+	b := setup(t, dashboard.Options{Refresh: -1})
 	id := b.insert(t, "mail", "email.send", queue.StatusFailed, hostile, failure(`<img src=x onerror=window.__pwned=3>`), time.Minute)
 	literal := `<script>window.__pwned=1</script><img src=x onerror=window.__pwned=2>`
 
@@ -397,7 +397,7 @@ var zoned = `/\d\d:\d\d:\d\d [A-Z][A-Za-z0-9+-]*/`
 func TestBrowserPages(t *testing.T) {
 	t.Parallel()
 	ctx := browser(t)
-	b := setup(t, "", ui.Config{Refresh: time.Second})
+	b := setup(t, dashboard.Options{Refresh: time.Second})
 	failedID := b.seed(t)
 
 	// 1400 px: the width at which a paused queue's row used to overflow
@@ -475,8 +475,8 @@ func TestBrowserPages(t *testing.T) {
 	if !eval[bool](t, ctx, zoned+`.test(document.querySelector("table.tasks tbody td[title]").title)`) {
 		t.Error("a task's time has no zone")
 	}
-	if n := eval[int](t, ctx, `document.querySelectorAll("table.tasks tbody tr").length`); n != ui.PageSize {
-		t.Errorf("tasks page lists %d rows, want %d", n, ui.PageSize)
+	if n := eval[int](t, ctx, `document.querySelectorAll("table.tasks tbody tr").length`); n != dashboard.PageSize {
+		t.Errorf("tasks page lists %d rows, want %d", n, dashboard.PageSize)
 	}
 	if !eval[bool](t, ctx, `!!document.querySelector('a[rel="next"]')`) {
 		t.Error("tasks page has no link to older tasks")
@@ -571,7 +571,7 @@ func (b *bundle) paused(t *testing.T) map[string]bool {
 func TestBrowserActions(t *testing.T) {
 	t.Parallel()
 	ctx := browser(t)
-	b := setup(t, "", ui.Config{Refresh: -1})
+	b := setup(t, dashboard.Options{Refresh: -1})
 	bg := context.Background()
 	b.runWorker(t, worker.Config{Queues: []string{"images"}}, worker.Handlers{
 		"image.resize": func(context.Context, *worker.Task) error {

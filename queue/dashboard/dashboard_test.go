@@ -1,13 +1,13 @@
-package ui_test
+package dashboard_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/cookiejar"
+	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"strings"
@@ -16,9 +16,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/skiplock/skiplock/cmd/skiplock/internal/ui"
 	"github.com/skiplock/skiplock/internal/testinfra/pgtest"
 	"github.com/skiplock/skiplock/queue"
+	"github.com/skiplock/skiplock/queue/dashboard"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -30,36 +30,24 @@ type bundle struct {
 	url    string // the dashboard, without the trailing slash
 }
 
-// setup serves the dashboard of a fresh schema on listen (127.0.0.1:0 when
-// empty) until the test ends, as `skiplock ui` does.
-func setup(t *testing.T, listen string, cfg ui.Config) *bundle {
+// setup serves the dashboard of a fresh schema until the test ends:
+// mounted under opts.Prefix with http.StripPrefix, as the package doc says.
+func setup(t *testing.T, opts dashboard.Options) *bundle {
 	t.Helper()
 	pool := pgtest.Pool(t)
 	b := &bundle{pool: pool, client: queue.New(pool)}
-	if listen == "" {
-		listen = "127.0.0.1:0"
+	if opts.Logger == nil {
+		opts.Logger = discard()
 	}
-	cfg.Client = b.client
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
+	h, err := dashboard.New(b.client, opts)
+	if err != nil {
+		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() { done <- ui.Serve(ctx, listen, cfg, func(u string) { ready <- u }) }()
-	select {
-	case u := <-ready:
-		b.url = strings.TrimSuffix(u, "/")
-	case err := <-done:
-		cancel()
-		t.Fatalf("ui.Serve: %v", err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("ui.Serve: %v", err)
-		}
-	})
+	mux := http.NewServeMux()
+	mux.Handle(opts.Prefix+"/", http.StripPrefix(opts.Prefix, h))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	b.url = srv.URL + opts.Prefix
 	return b
 }
 
@@ -129,108 +117,9 @@ func browserless(t *testing.T) *http.Client {
 
 var csrfField = regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`)
 
-func TestCheckListen(t *testing.T) {
-	t.Parallel()
-	for _, c := range []struct {
-		addr, token string
-		ok          bool
-	}{
-		{"127.0.0.1:8080", "", true},
-		{"localhost:0", "", true},
-		{"[::1]:8080", "", true},
-		{"127.0.0.2:8080", "", true},
-		{"0.0.0.0:8080", "", false},
-		{":8080", "", false},
-		{"[::]:8080", "", false},
-		{"10.0.0.5:8080", "", false},
-		{"dashboard.internal:8080", "", false},
-		{"0.0.0.0:8080", "s3cret", true},
-		{":8080", "s3cret", true},
-	} {
-		err := ui.CheckListen(c.addr, c.token)
-		if (err == nil) != c.ok || (err != nil && !errors.Is(err, ui.ErrNoCredentials)) {
-			t.Errorf("CheckListen(%q, %q) = %v, want ok=%v", c.addr, c.token, err, c.ok)
-		}
-	}
-	if err := ui.CheckListen("8080", ""); err == nil || errors.Is(err, ui.ErrNoCredentials) {
-		t.Errorf("CheckListen(\"8080\") = %v, want an invalid address", err)
-	}
-}
-
-func TestServeRefusesNonLoopbackWithoutCredentials(t *testing.T) {
-	t.Parallel()
-	client := queue.New(pgtest.Pool(t))
-	err := ui.Serve(context.Background(), "0.0.0.0:0", ui.Config{Client: client}, func(string) {
-		t.Error("Serve listened on 0.0.0.0 without a token")
-	})
-	if !errors.Is(err, ui.ErrNoCredentials) || !strings.Contains(err.Error(), ui.TokenEnv) {
-		t.Fatalf("Serve = %v, want ErrNoCredentials naming %s", err, ui.TokenEnv)
-	}
-}
-
-func TestAuth(t *testing.T) {
-	t.Parallel()
-	b := setup(t, "0.0.0.0:0", ui.Config{Token: "s3cret"})
-	cases := []struct {
-		name string
-		auth func(*http.Request)
-		want int
-	}{
-		{"no credentials", func(*http.Request) {}, http.StatusUnauthorized},
-		{"wrong password", func(r *http.Request) { r.SetBasicAuth("admin", "nope") }, http.StatusUnauthorized},
-		{"wrong bearer", func(r *http.Request) { r.Header.Set("Authorization", "Bearer nope") }, http.StatusUnauthorized},
-		{"basic auth", func(r *http.Request) { r.SetBasicAuth("anyone", "s3cret") }, http.StatusOK},
-		{"bearer", func(r *http.Request) { r.Header.Set("Authorization", "Bearer s3cret") }, http.StatusOK},
-	}
-	for _, path := range []string{"/", "/tasks", "/static/style.css"} {
-		for _, c := range cases {
-			req, _ := http.NewRequest(http.MethodGet, b.url+path, nil)
-			c.auth(req)
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			resp.Body.Close()
-			if resp.StatusCode != c.want {
-				t.Errorf("GET %s with %s: %s, want %d", path, c.name, resp.Status, c.want)
-			}
-			if c.want == http.StatusUnauthorized && !strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Basic ") {
-				t.Errorf("GET %s with %s: no basic auth challenge", path, c.name)
-			}
-		}
-	}
-}
-
-func TestLoopbackOnlyAnswersLocalHosts(t *testing.T) {
-	t.Parallel()
-	b := setup(t, "", ui.Config{})
-	for host, want := range map[string]int{
-		"":                     http.StatusOK, // the URL's own, 127.0.0.1:port
-		"localhost:8080":       http.StatusOK,
-		"[::1]:8080":           http.StatusOK,
-		"attacker.example":     http.StatusForbidden, // DNS rebinding
-		"attacker.example:80":  http.StatusForbidden,
-		"192.168.1.20:8080":    http.StatusForbidden,
-		"localhost.evil.test:": http.StatusForbidden,
-	} {
-		req, _ := http.NewRequest(http.MethodGet, b.url+"/", nil)
-		if host != "" {
-			req.Host = host
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != want {
-			t.Errorf("Host %q: %s, want %d", host, resp.Status, want)
-		}
-	}
-}
-
 func TestCSRF(t *testing.T) {
 	t.Parallel()
-	b := setup(t, "", ui.Config{})
+	b := setup(t, dashboard.Options{})
 	b.insert(t, "mail", "a", queue.StatusPending, "", "", 0)
 	c := browserless(t)
 	code, body := get(t, c, b.url+"/")
@@ -292,7 +181,7 @@ func TestCSRF(t *testing.T) {
 
 func TestRedirectStaysOnSite(t *testing.T) {
 	t.Parallel()
-	b := setup(t, "", ui.Config{})
+	b := setup(t, dashboard.Options{})
 	b.insert(t, "q", "a", queue.StatusPending, "", "", 0)
 	c := browserless(t)
 	_, body := get(t, c, b.url+"/")
@@ -316,7 +205,7 @@ func TestRedirectStaysOnSite(t *testing.T) {
 
 func TestHeaders(t *testing.T) {
 	t.Parallel()
-	b := setup(t, "", ui.Config{})
+	b := setup(t, dashboard.Options{})
 	id := b.insert(t, "default", "a", queue.StatusPending, "", "", 0)
 	for _, path := range []string{"/", "/tasks", fmt.Sprintf("/tasks/%d", id), "/failed", "/locks", "/tasks/999999"} {
 		resp, err := http.Get(b.url + path)
@@ -344,7 +233,7 @@ func TestHeaders(t *testing.T) {
 
 func TestPagination(t *testing.T) {
 	t.Parallel()
-	b := setup(t, "", ui.Config{})
+	b := setup(t, dashboard.Options{})
 	_, err := b.pool.Exec(context.Background(),
 		`INSERT INTO skiplock_tasks (queue, name, status) SELECT 'q', 'n' || (i % 3), 'pending' FROM generate_series(1, 120) AS i`)
 	if err != nil {
@@ -399,7 +288,7 @@ func TestPagination(t *testing.T) {
 		"/tasks?status=pending&q=%23" + "1": 1,
 	} {
 		code, body := get(t, http.DefaultClient, b.url+q)
-		if n := len(row.FindAllString(body, -1)); code != http.StatusOK || n != min(want, ui.PageSize) {
+		if n := len(row.FindAllString(body, -1)); code != http.StatusOK || n != min(want, dashboard.PageSize) {
 			t.Errorf("GET %s: %d with %d rows, want %d", q, code, n, want)
 		}
 	}
@@ -416,7 +305,7 @@ const hostile = `{"x": "<script>window.__pwned=1</script><img src=x onerror=wind
 
 func TestEscaping(t *testing.T) {
 	t.Parallel()
-	b := setup(t, "", ui.Config{})
+	b := setup(t, dashboard.Options{})
 	id := b.insert(t, "<b>q</b>", "<i>name</i>", queue.StatusFailed, hostile, failure(`<script>alert("err")</script>`), time.Minute)
 	for _, path := range []string{fmt.Sprintf("/tasks/%d", id), "/tasks", "/failed", "/"} {
 		code, body := get(t, http.DefaultClient, b.url+path)
@@ -441,7 +330,7 @@ func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
 // CSRF token they change nothing; with it, they work.
 func TestNewActionsNeedCSRF(t *testing.T) {
 	t.Parallel()
-	b := setup(t, "", ui.Config{})
+	b := setup(t, dashboard.Options{})
 	waiting := b.insert(t, "mail", "a", queue.StatusPending, "", "", 0)
 	if _, err := b.pool.Exec(context.Background(), `UPDATE skiplock_tasks SET run_at = now() + interval '1 hour' WHERE id = $1`, waiting); err != nil {
 		t.Fatal(err)
@@ -506,4 +395,17 @@ func TestNewActionsNeedCSRF(t *testing.T) {
 	if paused := b.paused(t); paused["phantom"] {
 		t.Fatal("the dashboard paused a queue that has no tasks")
 	}
+}
+
+func (b *bundle) paused(t *testing.T) map[string]bool {
+	t.Helper()
+	ps, err := b.client.PausedQueues(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	for _, p := range ps {
+		out[p.Name] = true
+	}
+	return out
 }

@@ -1,17 +1,16 @@
-package ui_test
+package dashboardtest
 
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/skiplock/skiplock/cmd/skiplock/internal/ui"
 	"github.com/skiplock/skiplock/queue"
+	"github.com/skiplock/skiplock/queue/dashboard"
 )
 
 // seedWorkflow enqueues a fan-out, fan-in workflow and moves it on as
@@ -40,40 +39,12 @@ func seedWorkflow(t *testing.T, b *bundle) queue.EnqueuedWorkflow {
 	return enq
 }
 
-func TestWorkflowPage(t *testing.T) {
-	t.Parallel()
-	b := setup(t, "", ui.Config{})
-	enq := seedWorkflow(t, b)
-	code, body := get(t, http.DefaultClient, fmt.Sprintf("%s/workflows/%d", b.url, enq.ID))
-	if code != http.StatusOK {
-		t.Fatalf("GET /workflows/%d: %d", enq.ID, code)
-	}
-	for _, want := range []string{
-		`<span class="name">thumbnails</span>`,
-		"4 tasks: 1 pending, 1 completed, 1 failed, 1 cancelled",
-		fmt.Sprintf(`<a class="node cancelled" href="/tasks/%d"`, enq.Tasks["publish"]),
-		"after small, large",
-		fmt.Sprintf("dependency %d (resize) failed for good", enq.Tasks["small"]),
-	} {
-		if !strings.Contains(body, want) {
-			t.Errorf("workflow page lacks %q", want)
-		}
-	}
-	if code, _ := get(t, http.DefaultClient, b.url+"/workflows/999999"); code != http.StatusNotFound {
-		t.Errorf("unknown workflow: %d", code)
-	}
-	_, body = get(t, http.DefaultClient, fmt.Sprintf("%s/tasks/%d", b.url, enq.Tasks["publish"]))
-	if !strings.Contains(body, fmt.Sprintf(`<a href="/workflows/%d" id="workflow">`, enq.ID)) {
-		t.Errorf("a workflow task's page does not link its workflow")
-	}
-}
-
 // TestBrowserWorkflow looks at a workflow's page in a real browser: the DAG
 // in columns by level, each task with its state; a task's page leads to it.
 func TestBrowserWorkflow(t *testing.T) {
 	t.Parallel()
 	ctx := browser(t)
-	b := setup(t, "", ui.Config{Refresh: time.Second})
+	b := setup(t, dashboard.Options{Refresh: time.Second})
 	enq := seedWorkflow(t, b)
 	do(t, ctx, chromedp.EmulateViewport(1400, 800))
 

@@ -1,4 +1,4 @@
-package ui_test
+package dashboard_test
 
 import (
 	"context"
@@ -8,15 +8,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/skiplock/skiplock/cmd/skiplock/internal/ui"
 	"github.com/skiplock/skiplock/queue"
+	"github.com/skiplock/skiplock/queue/dashboard"
 )
 
 // A task's page shows its output, escaped, and no Output heading when
 // there is none.
 func TestTaskPageOutput(t *testing.T) {
 	t.Parallel()
-	b := setup(t, "", ui.Config{})
+	b := setup(t, dashboard.Options{})
 	id := b.insert(t, "images", "resize", queue.StatusCompleted, "", "", time.Minute)
 	if _, err := b.pool.Exec(context.Background(), `UPDATE skiplock_tasks SET output = '{"url": "<b>s3</b>"}' WHERE id = $1`, id); err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package ui
+package dashboard
 
 import (
 	"bytes"
@@ -10,6 +10,7 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,13 +22,14 @@ import (
 // page is what every template gets: the shell's fields and the page's own
 // Data.
 type page struct {
-	Title   string
-	Nav     string
-	CSRF    string
-	Refresh int // seconds; 0 for none
-	Flash   string
-	Path    string // the request's path and query, to come back to after a POST
-	Data    any
+	Title    string
+	Nav      string
+	CSRF     string
+	Refresh  int // seconds; 0 for none
+	Flash    string
+	Path     string // the request's path and query under the prefix, to come back to after a POST
+	ReadOnly bool   // no action is shown
+	Data     any
 }
 
 var funcs = template.FuncMap{
@@ -149,14 +151,16 @@ const timeLayout = "2006-01-02 15:04:05 MST"
 // and the kinds of pending task.
 var listStatuses = []string{"waiting", "pending", "retrying", "scheduled", "running", "completed", "failed", "cancelled"}
 
-var pageNames = []string{"queues", "tasks", "task", "workflow", "sequence", "failed", "locks", "enqueue", "periodic", "ratelimits", "error"}
+var pageNames = []string{"queues", "tasks", "task", "workflow", "sequence", "failed", "locks", "enqueue", "periodic", "ratelimits", "audit", "error"}
 
-func parsePages() (map[string]*template.Template, error) {
+// parsePages parses every page, whose links begin with {{base}}: prefix.
+func parsePages(prefix string) (map[string]*template.Template, error) {
+	fm := template.FuncMap{"base": func() string { return prefix }}
 	out := map[string]*template.Template{}
 	for _, name := range pageNames {
-		t, err := template.New("layout.html").Funcs(funcs).ParseFS(assets, "templates/layout.html", "templates/"+name+".html")
+		t, err := template.New("layout.html").Funcs(funcs).Funcs(fm).ParseFS(assets, "templates/layout.html", "templates/"+name+".html")
 		if err != nil {
-			return nil, fmt.Errorf("ui: parsing template %s: %w", name, err)
+			return nil, fmt.Errorf("dashboard: parsing template %s: %w", name, err)
 		}
 		out[name] = t
 	}
@@ -165,36 +169,54 @@ func parsePages() (map[string]*template.Template, error) {
 
 const flashCookie = "skiplock_flash"
 
-func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, name, title, nav string, data any) {
-	p := page{Title: title, Nav: nav, CSRF: s.csrf, Data: data, Path: r.URL.RequestURI()}
-	if s.cfg.Refresh > 0 && name != "error" {
-		p.Refresh = max(int(s.cfg.Refresh.Seconds()), 1)
+func (h *handler) render(w http.ResponseWriter, r *http.Request, status int, name, title, nav string, data any) {
+	p := page{Title: title, Nav: nav, CSRF: h.csrf, Data: data, Path: r.URL.RequestURI(), ReadOnly: h.opts.ReadOnly}
+	if h.opts.Refresh > 0 && name != "error" {
+		p.Refresh = max(int(h.opts.Refresh.Seconds()), 1)
 	}
 	if c, err := r.Cookie(flashCookie); err == nil {
 		p.Flash, _ = url.QueryUnescape(c.Value)
-		http.SetCookie(w, &http.Cookie{Name: flashCookie, Path: "/", MaxAge: -1})
+		http.SetCookie(w, &http.Cookie{Name: flashCookie, Path: h.cookiePath(), MaxAge: -1})
 	}
 	var buf bytes.Buffer
-	if err := s.pages[name].Execute(&buf, p); err != nil {
-		s.cfg.Logger.Error("skiplock ui: rendering", "page", name, "error", err)
+	if err := h.pages[name].Execute(&buf, p); err != nil {
+		h.opts.Logger.Error("skiplock dashboard: rendering", "page", name, "error", err)
 		http.Error(w, "500 internal error rendering the page", http.StatusInternalServerError)
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: csrfCookie, Value: s.csrf, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
+	if !h.opts.ReadOnly {
+		http.SetCookie(w, &http.Cookie{Name: csrfCookie, Value: h.csrf, Path: h.cookiePath(), HttpOnly: true, SameSite: http.SameSiteStrictMode})
+	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(status)
 	_, _ = w.Write(buf.Bytes())
 }
 
-// fail renders an error page; err's text is shown as it is (escaped).
-func (s *Server) fail(w http.ResponseWriter, r *http.Request, status int, err error) {
+// fail renders an error page; err's text is shown as it is (escaped),
+// with any database password masked.
+func (h *handler) fail(w http.ResponseWriter, r *http.Request, status int, err error) {
+	msg := redactPasswords(err.Error())
 	if status >= 500 {
-		s.cfg.Logger.Error("skiplock ui", "path", r.URL.Path, "error", err)
+		h.opts.Logger.Error("skiplock dashboard", "path", r.URL.Path, "error", msg)
 	}
-	s.render(w, r, status, "error", http.StatusText(status), "", struct {
+	h.render(w, r, status, "error", http.StatusText(status), "", struct {
 		Status  int
 		Message string
-	}{status, strings.ReplaceAll(err.Error(), "skiplock: ", "")})
+	}{status, strings.ReplaceAll(msg, "skiplock: ", "")})
+}
+
+// Passwords as connection strings hold them: postgres://user:PASSWORD@host,
+// password=PASSWORD, password='PASS WORD'.
+var (
+	urlPassword = regexp.MustCompile(`(?i)([a-z][a-z0-9+.-]*://[^:/?#@\s]*:)[^@\s]*@`)
+	kvPassword  = regexp.MustCompile(`(?i)(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s'"&]+)`)
+)
+
+// redactPasswords masks the passwords of the connection strings in s: a
+// driver's or an application's error may quote one, and a page must not.
+func redactPasswords(s string) string {
+	s = urlPassword.ReplaceAllString(s, "${1}xxxxx@")
+	return kvPassword.ReplaceAllString(s, "${1}xxxxx")
 }
 
 // queueView is one row of the queues page.
@@ -206,16 +228,16 @@ type queueView struct {
 	FailedSeries []float64
 }
 
-func (s *Server) queuesPage(w http.ResponseWriter, r *http.Request) {
+func (h *handler) queuesPage(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	queues, err := s.client.Queues(ctx)
+	queues, err := h.client.Queues(ctx)
 	if err != nil {
-		s.fail(w, r, http.StatusInternalServerError, err)
+		h.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
-	tp, err := s.readThroughput(ctx)
+	tp, err := h.readThroughput(ctx)
 	if err != nil {
-		s.fail(w, r, http.StatusInternalServerError, err)
+		h.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
 	totalDone, totalFailed := make([]float64, chartBuckets), make([]float64, chartBuckets)
@@ -243,7 +265,7 @@ func (s *Server) queuesPage(w http.ResponseWriter, r *http.Request) {
 		}
 		views = append(views, v)
 	}
-	s.render(w, r, http.StatusOK, "queues", "Queues", "queues", struct {
+	h.render(w, r, http.StatusOK, "queues", "Queues", "queues", struct {
 		Queues []queueView
 		Since  time.Time
 		Chart  template.HTML
@@ -265,9 +287,25 @@ type listView struct {
 	FirstURL string
 }
 
+// pageURL is the URL of r's page, under the prefix, with the query
+// parameter key set to value (removed when value is empty).
+func (h *handler) pageURL(r *http.Request, key, value string) string {
+	q := r.URL.Query()
+	if value == "" {
+		q.Del(key)
+	} else {
+		q.Set(key, value)
+	}
+	u := h.opts.Prefix + r.URL.Path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	return u
+}
+
 // listTasks reads one page of tasks for the filter in r's query; status,
 // when not empty, is fixed.
-func (s *Server) listTasks(r *http.Request, status string) (*listView, error) {
+func (h *handler) listTasks(r *http.Request, status string) (*listView, error) {
 	q := r.URL.Query()
 	v := &listView{Status: status, Queue: strings.TrimSpace(q.Get("queue")), Name: strings.TrimSpace(q.Get("name")),
 		Search: strings.TrimSpace(q.Get("q"))}
@@ -302,26 +340,19 @@ func (s *Server) listTasks(r *http.Request, status string) (*listView, error) {
 		}
 		f.BeforeID, v.Before = id, id
 	}
-	tasks, err := s.client.List(r.Context(), f)
+	tasks, err := h.client.List(r.Context(), f)
 	if err != nil {
 		return nil, err
 	}
 	if len(tasks) > PageSize {
 		tasks = tasks[:PageSize]
-		next := r.URL.Query()
-		next.Set("before", strconv.FormatInt(tasks[len(tasks)-1].ID, 10))
-		v.NextURL = r.URL.Path + "?" + next.Encode()
+		v.NextURL = h.pageURL(r, "before", strconv.FormatInt(tasks[len(tasks)-1].ID, 10))
 	}
 	if v.Before != 0 {
-		first := r.URL.Query()
-		first.Del("before")
-		v.FirstURL = r.URL.Path
-		if len(first) > 0 {
-			v.FirstURL += "?" + first.Encode()
-		}
+		v.FirstURL = h.pageURL(r, "before", "")
 	}
 	v.Tasks = tasks
-	if v.Queues, v.Names, err = s.choices(r.Context(), v.Queue, v.Name); err != nil {
+	if v.Queues, v.Names, err = h.choices(r.Context(), v.Queue, v.Name); err != nil {
 		return nil, err
 	}
 	return v, nil
@@ -329,15 +360,15 @@ func (s *Server) listTasks(r *http.Request, status string) (*listView, error) {
 
 // choices are the queue and name filters' options: the known queues and
 // the names of recent tasks, with the current ones kept in.
-func (s *Server) choices(ctx context.Context, curQueue, curName string) (queues, names []string, err error) {
-	qs, err := s.client.Queues(ctx)
+func (h *handler) choices(ctx context.Context, curQueue, curName string) (queues, names []string, err error) {
+	qs, err := h.client.Queues(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
 	for _, q := range qs {
 		queues = append(queues, q.Name)
 	}
-	if names, err = s.client.TaskNames(ctx); err != nil {
+	if names, err = h.client.TaskNames(ctx); err != nil {
 		return nil, nil, err
 	}
 	if curQueue != "" && !slices.Contains(queues, curQueue) {
@@ -349,26 +380,26 @@ func (s *Server) choices(ctx context.Context, curQueue, curName string) (queues,
 	return queues, names, nil
 }
 
-func (s *Server) tasksPage(w http.ResponseWriter, r *http.Request) {
-	v, err := s.listTasks(r, "")
+func (h *handler) tasksPage(w http.ResponseWriter, r *http.Request) {
+	v, err := h.listTasks(r, "")
 	if err != nil {
-		s.failList(w, r, err)
+		h.failList(w, r, err)
 		return
 	}
-	s.render(w, r, http.StatusOK, "tasks", "Tasks", "tasks", v)
+	h.render(w, r, http.StatusOK, "tasks", "Tasks", "tasks", v)
 }
 
-func (s *Server) failedPage(w http.ResponseWriter, r *http.Request) {
-	v, err := s.listTasks(r, string(queue.StatusFailed))
+func (h *handler) failedPage(w http.ResponseWriter, r *http.Request) {
+	v, err := h.listTasks(r, string(queue.StatusFailed))
 	if err != nil {
-		s.failList(w, r, err)
+		h.failList(w, r, err)
 		return
 	}
-	v.Select = true
-	s.render(w, r, http.StatusOK, "failed", "Failed tasks", "failed", v)
+	v.Select = !h.opts.ReadOnly
+	h.render(w, r, http.StatusOK, "failed", "Failed tasks", "failed", v)
 }
 
-func (s *Server) failList(w http.ResponseWriter, r *http.Request, err error) {
+func (h *handler) failList(w http.ResponseWriter, r *http.Request, err error) {
 	status := http.StatusInternalServerError
 	switch {
 	case errors.Is(err, queue.ErrInvalidRequest), errors.Is(err, queue.ErrInvalidTask):
@@ -376,7 +407,7 @@ func (s *Server) failList(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.Is(err, queue.ErrDuplicate):
 		status = http.StatusConflict
 	}
-	s.fail(w, r, status, err)
+	h.fail(w, r, status, err)
 }
 
 // attemptRow is one attempt on a task's page.
@@ -385,25 +416,25 @@ type attemptRow struct {
 	Current bool
 }
 
-func (s *Server) taskPage(w http.ResponseWriter, r *http.Request) {
+func (h *handler) taskPage(w http.ResponseWriter, r *http.Request) {
 	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
 	if err != nil || id <= 0 {
-		s.fail(w, r, http.StatusNotFound, fmt.Errorf("%q is not a task ID", r.PathValue("id")))
+		h.fail(w, r, http.StatusNotFound, fmt.Errorf("%q is not a task ID", r.PathValue("id")))
 		return
 	}
-	t, err := s.client.Get(r.Context(), id)
+	t, err := h.client.Get(r.Context(), id)
 	if errors.Is(err, queue.ErrNotFound) {
-		s.fail(w, r, http.StatusNotFound, fmt.Errorf("no task %d (purged, or never enqueued)", id))
+		h.fail(w, r, http.StatusNotFound, fmt.Errorf("no task %d (purged, or never enqueued)", id))
 		return
 	}
 	if err != nil {
-		s.fail(w, r, http.StatusInternalServerError, err)
+		h.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
 	var holder *queue.TaskLock
 	if t.Status == queue.StatusRunning {
-		if holder, err = s.client.LockHolder(r.Context(), id); err != nil {
-			s.fail(w, r, http.StatusInternalServerError, err)
+		if holder, err = h.client.LockHolder(r.Context(), id); err != nil {
+			h.fail(w, r, http.StatusInternalServerError, err)
 			return
 		}
 	}
@@ -413,7 +444,7 @@ func (s *Server) taskPage(w http.ResponseWriter, r *http.Request) {
 		attempts[i] = attemptRow{AttemptError: a, Current: i >= len(t.Errors)}
 	}
 	slices.Reverse(attempts) // latest first
-	s.render(w, r, http.StatusOK, "task", fmt.Sprintf("Task %d", id), "tasks", struct {
+	h.render(w, r, http.StatusOK, "task", fmt.Sprintf("Task %d", id), "tasks", struct {
 		Task     *queue.Task
 		Holder   *queue.TaskLock
 		Attempts []attemptRow
@@ -429,19 +460,19 @@ type workflowNode struct {
 	After []string // the labels of the tasks it depends on
 }
 
-func (s *Server) workflowPage(w http.ResponseWriter, r *http.Request) {
+func (h *handler) workflowPage(w http.ResponseWriter, r *http.Request) {
 	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
 	if err != nil || id <= 0 {
-		s.fail(w, r, http.StatusNotFound, fmt.Errorf("%q is not a workflow ID", r.PathValue("id")))
+		h.fail(w, r, http.StatusNotFound, fmt.Errorf("%q is not a workflow ID", r.PathValue("id")))
 		return
 	}
-	wf, err := s.client.GetWorkflow(r.Context(), id)
+	wf, err := h.client.GetWorkflow(r.Context(), id)
 	if errors.Is(err, queue.ErrWorkflowNotFound) {
-		s.fail(w, r, http.StatusNotFound, fmt.Errorf("no workflow %d", id))
+		h.fail(w, r, http.StatusNotFound, fmt.Errorf("no workflow %d", id))
 		return
 	}
 	if err != nil {
-		s.fail(w, r, http.StatusInternalServerError, err)
+		h.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
 	now := time.Now()
@@ -469,7 +500,7 @@ func (s *Server) workflowPage(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	title := fmt.Sprintf("Workflow %d", id)
-	s.render(w, r, http.StatusOK, "workflow", title, "tasks", struct {
+	h.render(w, r, http.StatusOK, "workflow", title, "tasks", struct {
 		Workflow *queue.WorkflowInfo
 		Levels   [][]workflowNode
 		Summary  string
@@ -486,18 +517,18 @@ type sequenceRow struct {
 
 // sequencePage shows the tasks of the sequence ?key= in order. The key is a
 // query parameter, not a path segment: keys hold slashes and colons.
-func (s *Server) sequencePage(w http.ResponseWriter, r *http.Request) {
+func (h *handler) sequencePage(w http.ResponseWriter, r *http.Request) {
 	key := r.URL.Query().Get("key")
-	seq, err := s.client.GetSequence(r.Context(), key)
+	seq, err := h.client.GetSequence(r.Context(), key)
 	switch {
 	case errors.Is(err, queue.ErrSequenceNotFound):
-		s.fail(w, r, http.StatusNotFound, fmt.Errorf("no task has sequence key %q (finished and purged, or never enqueued)", key))
+		h.fail(w, r, http.StatusNotFound, fmt.Errorf("no task has sequence key %q (finished and purged, or never enqueued)", key))
 		return
 	case errors.Is(err, queue.ErrInvalidRequest):
-		s.fail(w, r, http.StatusBadRequest, err)
+		h.fail(w, r, http.StatusBadRequest, err)
 		return
 	case err != nil:
-		s.fail(w, r, http.StatusInternalServerError, err)
+		h.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
 	now := time.Now()
@@ -514,7 +545,7 @@ func (s *Server) sequencePage(w http.ResponseWriter, r *http.Request) {
 		rows = append(rows, row)
 	}
 	total, summary := seq.Summary()
-	s.render(w, r, http.StatusOK, "sequence", "Sequence "+key, "tasks", struct {
+	h.render(w, r, http.StatusOK, "sequence", "Sequence "+key, "tasks", struct {
 		Sequence *queue.SequenceInfo
 		Rows     []sequenceRow
 		Head     *queue.Task
@@ -523,24 +554,24 @@ func (s *Server) sequencePage(w http.ResponseWriter, r *http.Request) {
 	}{seq, rows, head, total, summary})
 }
 
-func (s *Server) locksPage(w http.ResponseWriter, r *http.Request) {
+func (h *handler) locksPage(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	workers, forgotten, err := s.client.Workers(ctx)
+	workers, forgotten, err := h.client.Workers(ctx)
 	if err != nil {
-		s.fail(w, r, http.StatusInternalServerError, err)
+		h.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
-	locks, err := s.client.Locks(ctx)
+	locks, err := h.client.Locks(ctx)
 	if err != nil {
-		s.fail(w, r, http.StatusInternalServerError, err)
+		h.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
-	waits, err := s.client.LockWaits(ctx)
+	waits, err := h.client.LockWaits(ctx)
 	if err != nil {
-		s.fail(w, r, http.StatusInternalServerError, err)
+		h.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
-	s.render(w, r, http.StatusOK, "locks", "Locks and workers", "locks", struct {
+	h.render(w, r, http.StatusOK, "locks", "Locks and workers", "locks", struct {
 		Workers     []queue.WorkerInfo
 		Forgotten   int
 		GoneAfter   time.Duration
@@ -550,43 +581,100 @@ func (s *Server) locksPage(w http.ResponseWriter, r *http.Request) {
 	}{workers, forgotten, queue.WorkerGoneAfter, queue.WorkerForgetAfter, locks, waits})
 }
 
-func (s *Server) enqueuePage(w http.ResponseWriter, r *http.Request) {
-	queues, names, err := s.choices(r.Context(), "", "")
-	if err != nil {
-		s.fail(w, r, http.StatusInternalServerError, err)
+func (h *handler) enqueuePage(w http.ResponseWriter, r *http.Request) {
+	if h.opts.ReadOnly {
+		h.fail(w, r, http.StatusForbidden, errReadOnly)
 		return
 	}
-	s.render(w, r, http.StatusOK, "enqueue", "Enqueue a task", "enqueue", struct {
+	queues, names, err := h.choices(r.Context(), "", "")
+	if err != nil {
+		h.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
+	h.render(w, r, http.StatusOK, "enqueue", "Enqueue a task", "enqueue", struct {
 		Queues      []string
 		Names       []string
 		MaxAttempts int
 	}{queues, names, queue.DefaultMaxAttempts})
 }
 
-func (s *Server) periodicPage(w http.ResponseWriter, r *http.Request) {
-	schedules, err := s.client.PeriodicSchedules(r.Context())
+func (h *handler) periodicPage(w http.ResponseWriter, r *http.Request) {
+	schedules, err := h.client.PeriodicSchedules(r.Context())
 	if err != nil {
-		s.fail(w, r, http.StatusInternalServerError, err)
+		h.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
-	s.render(w, r, http.StatusOK, "periodic", "Periodic schedules", "periodic", struct {
+	h.render(w, r, http.StatusOK, "periodic", "Periodic schedules", "periodic", struct {
 		Schedules []queue.PeriodicSchedule
 	}{schedules})
 }
 
-func (s *Server) rateLimitsPage(w http.ResponseWriter, r *http.Request) {
-	limits, err := s.client.RateLimits(r.Context())
+func (h *handler) rateLimitsPage(w http.ResponseWriter, r *http.Request) {
+	limits, err := h.client.RateLimits(r.Context())
 	if err != nil {
-		s.fail(w, r, http.StatusInternalServerError, err)
+		h.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
-	concurrency, err := s.client.Limits(r.Context())
+	concurrency, err := h.client.Limits(r.Context())
 	if err != nil {
-		s.fail(w, r, http.StatusInternalServerError, err)
+		h.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
-	s.render(w, r, http.StatusOK, "ratelimits", "Limits", "ratelimits", struct {
+	h.render(w, r, http.StatusOK, "ratelimits", "Limits", "ratelimits", struct {
 		Limits      []queue.RateLimitUsage
 		Concurrency []queue.Limit
 	}{limits, concurrency})
+}
+
+// errReadOnly is the error of an action in read-only mode.
+var errReadOnly = errors.New("this dashboard is read-only")
+
+// auditRow is one record on the audit page.
+type auditRow struct {
+	queue.AuditEntry
+	Request string // compact, for a table cell
+}
+
+// auditPage lists the audit trail's records, the newest first, filtered by
+// action and actor, paged by ID.
+func (h *handler) auditPage(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	f := queue.AuditFilter{Action: queue.AuditAction(q.Get("action")), Actor: strings.TrimSpace(q.Get("actor")), Limit: PageSize + 1}
+	if b := q.Get("before"); b != "" {
+		id, err := strconv.ParseInt(b, 10, 64)
+		if err != nil || id <= 0 {
+			h.fail(w, r, http.StatusBadRequest, fmt.Errorf("before must be a record ID, got %q", b))
+			return
+		}
+		f.BeforeID = id
+	}
+	entries, err := h.client.AuditLog(r.Context(), f)
+	if err != nil {
+		h.failList(w, r, err)
+		return
+	}
+	v := struct {
+		Action   string
+		Actor    string
+		Actions  []queue.AuditAction
+		Rows     []auditRow
+		NextURL  string
+		FirstURL string
+	}{Action: string(f.Action), Actor: f.Actor, Actions: queue.AuditActions}
+	if len(entries) > PageSize {
+		entries = entries[:PageSize]
+		v.NextURL = h.pageURL(r, "before", strconv.FormatInt(entries[len(entries)-1].ID, 10))
+	}
+	if f.BeforeID != 0 {
+		v.FirstURL = h.pageURL(r, "before", "")
+	}
+	for _, e := range entries {
+		var b bytes.Buffer
+		if json.Compact(&b, e.Request) != nil {
+			b.Reset()
+			b.Write(e.Request)
+		}
+		v.Rows = append(v.Rows, auditRow{AuditEntry: e, Request: redactPasswords(b.String())})
+	}
+	h.render(w, r, http.StatusOK, "audit", "Audit trail", "audit", v)
 }

@@ -1,4 +1,4 @@
-package ui_test
+package dashboard_test
 
 import (
 	"context"
@@ -6,15 +6,15 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/skiplock/skiplock/cmd/skiplock/internal/ui"
 	"github.com/skiplock/skiplock/queue"
+	"github.com/skiplock/skiplock/queue/dashboard"
 )
 
 // TestLimitsPage: the limits page lists the concurrency limits, with their
 // max and running counts, above the rate limits.
 func TestLimitsPage(t *testing.T) {
 	t.Parallel()
-	b := setup(t, "", ui.Config{})
+	b := setup(t, dashboard.Options{})
 	if code, body := get(t, http.DefaultClient, b.url+"/ratelimits"); code != http.StatusOK || !strings.Contains(body, "No concurrency limits") {
 		t.Fatalf("no limits: %d\n%s", code, body)
 	}
