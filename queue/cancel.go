@@ -165,6 +165,9 @@ func (c *Client) cancel(ctx context.Context, tx pgerr.Executor, req CancelReques
 // the IDs that were running; others are not touched (see Cancel for pending
 // and failed tasks). The request and its audit record are one transaction.
 func (c *Client) CancelRunning(ctx context.Context, ids []int64) ([]int64, error) {
+	if len(ids) == 0 {
+		return []int64{}, nil // nothing asked, nothing recorded
+	}
 	a, err := c.newAudit(ctx, nil, AuditCancelRunning, idsRequest(ids))
 	if err != nil {
 		return nil, err
