@@ -9,6 +9,19 @@ import (
 	"time"
 )
 
+type SkiplockAudit struct {
+	ID         int64
+	At         time.Time
+	Actor      string
+	DbRole     string
+	Source     string
+	Action     string
+	Request    json.RawMessage
+	Affected   int64
+	FinishedAt *time.Time
+	Error      *string
+}
+
 type SkiplockLeader struct {
 	Job       string
 	Holder    string

@@ -29,7 +29,7 @@ func TestUpDownUp(t *testing.T) {
 	tables := func() int {
 		var n int
 		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_tables
-			WHERE schemaname = current_schema() AND tablename IN ('skiplock_tasks', 'skiplock_workers')`).Scan(&n)
+			WHERE schemaname = current_schema() AND tablename IN ('skiplock_tasks', 'skiplock_workers', 'skiplock_audit')`).Scan(&n)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -53,7 +53,7 @@ func TestUpDownUp(t *testing.T) {
 		if v, dirty := version(); v != migrations.Latest || dirty {
 			t.Fatalf("after up: version %d dirty %v, want %d", v, dirty, migrations.Latest)
 		}
-		if n := tables(); n != 2 {
+		if n := tables(); n != 3 {
 			t.Fatalf("after up: %d tables", n)
 		}
 		if err := migrations.Up(ctx, pool); err != nil { // idempotent

@@ -3,7 +3,6 @@ package queue
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	"github.com/skiplock/skiplock/db"
 	"github.com/skiplock/skiplock/internal/control"
@@ -50,14 +49,15 @@ type CancelResult struct {
 // finished_at set, and are never claimed again unless requeued. Running
 // tasks are not changed. It works in batches like Requeue, with the same
 // safety while workers run: a pending task that a worker claims first is
-// running by the time its batch re-checks it, and is left alone.
+// running by the time its batch re-checks it, and is left alone. It is
+// recorded in the audit trail like Requeue.
 func (c *Client) Cancel(ctx context.Context, req CancelRequest) (CancelResult, error) {
-	return c.cancel(ctx, c.exec, req)
+	return c.cancel(ctx, nil, req)
 }
 
 // CancelTx is Cancel within tx: every batch runs in it. Rolled back, it is
 // a dry run: it reports what Cancel would do, decided by the same
-// statements.
+// statements, and leaves no audit record.
 func (c *Client) CancelTx(ctx context.Context, tx Executor, req CancelRequest) (CancelResult, error) {
 	return c.cancel(ctx, pgerr.Interpreting(tx), req)
 }
@@ -82,9 +82,20 @@ func (r CancelRequest) check() (statuses []string, batch int, ids []int64, err e
 	return statuses, batch, ids, err
 }
 
-func (c *Client) cancel(ctx context.Context, x pgerr.Executor, req CancelRequest) (CancelResult, error) {
+// cancel is Cancel through tx, the caller's transaction, or through
+// transactions of its own when tx is nil.
+func (c *Client) cancel(ctx context.Context, tx pgerr.Executor, req CancelRequest) (CancelResult, error) {
 	var res CancelResult
 	statuses, batch, ids, err := req.check()
+	if err != nil {
+		return res, err
+	}
+	request := filterRequest(req.Filter)
+	if len(ids) > 0 {
+		request = idsRequest(ids)
+	}
+	request["statuses"] = statuses
+	a, err := c.newAudit(ctx, tx, AuditCancel, request)
 	if err != nil {
 		return res, err
 	}
@@ -95,43 +106,53 @@ func (c *Client) cancel(ctx context.Context, x pgerr.Executor, req CancelRequest
 	}
 
 	if len(ids) > 0 {
-		res.IDs = []int64{}
-		for chunk := range slices.Chunk(ids, batch) {
+		cr := ChangeResult{IDs: []int64{}}
+		err := c.changeIDs(ctx, a, ids, batch, &cr, func(done int64) {
+			res.Cancelled = done
+			progress()
+		}, func(x pgerr.Executor, chunk []int64) ([]int64, error) {
 			done, err := c.queries.TaskCancelMany(ctx, x, db.TaskCancelManyParams{Ids: chunk, Statuses: statuses})
 			if err != nil {
-				return res, fmt.Errorf("cancelling tasks: %w", err)
+				return nil, fmt.Errorf("cancelling tasks: %w", err)
 			}
-			res.IDs = append(res.IDs, done...)
-			res.Cancelled += int64(len(done))
-			progress()
-		}
-		slices.Sort(res.IDs)
-		res.Skipped, err = c.skipped(ctx, x, ids, res.IDs)
-		return res, err
+			return done, nil
+		})
+		return CancelResult{Cancelled: int64(len(cr.IDs)), IDs: cr.IDs, Skipped: cr.Skipped}, err
 	}
 
+	if err := a.begin(ctx); err != nil {
+		return res, err
+	}
 	f := req.Filter
 	var after int64
 	for {
-		row, err := c.queries.TaskCancelBatch(ctx, x, db.TaskCancelBatchParams{
-			Statuses:       statuses,
-			AfterID:        after,
-			Queues:         nonNil(f.Queues),
-			Names:          nonNil(f.Names),
-			Since:          optTime(f.Since),
-			FinishedBefore: optTime(f.FinishedBefore),
-			ErrorContains:  optString(f.ErrorContains),
-			BatchSize:      int32(batch),
+		var row db.TaskCancelBatchRow
+		err := a.batch(ctx, func(x pgerr.Executor) (int64, error) {
+			var err error
+			row, err = c.queries.TaskCancelBatch(ctx, x, db.TaskCancelBatchParams{
+				Statuses:       statuses,
+				AfterID:        after,
+				Queues:         nonNil(f.Queues),
+				Names:          nonNil(f.Names),
+				Since:          optTime(f.Since),
+				FinishedBefore: optTime(f.FinishedBefore),
+				ErrorContains:  optString(f.ErrorContains),
+				BatchSize:      int32(batch),
+			})
+			if err != nil {
+				return 0, fmt.Errorf("cancelling tasks: %w", err)
+			}
+			return row.Cancelled, nil
 		})
 		if err != nil {
-			return res, fmt.Errorf("cancelling tasks: %w", err)
+			return res, a.finish(ctx, err)
 		}
 		res.Cancelled += row.Cancelled
 		if row.Picked > 0 {
 			progress()
 		}
 		if row.Picked < int64(batch) {
-			return res, nil
+			return res, a.finish(ctx, nil)
 		}
 		after = row.LastID
 	}
@@ -142,23 +163,20 @@ func (c *Client) cancel(ctx context.Context, x pgerr.Executor, req CancelRequest
 // (NOTIFY, with a poll as fallback). A handler that then returns an error
 // leaves its task cancelled; one that returns nil completes it. It returns
 // the IDs that were running; others are not touched (see Cancel for pending
-// and failed tasks).
+// and failed tasks). The request and its audit record are one transaction.
 func (c *Client) CancelRunning(ctx context.Context, ids []int64) ([]int64, error) {
-	_, ctlChannel, err := c.channels(ctx)
+	if len(ids) == 0 {
+		return []int64{}, nil // nothing asked, nothing recorded
+	}
+	a, err := c.newAudit(ctx, nil, AuditCancelRunning, idsRequest(ids))
 	if err != nil {
-		return nil, fmt.Errorf("cancelling running tasks: %w", err)
+		return nil, err
 	}
 	var running []int64
-	err = c.inTx(ctx, func(tx pgerr.Executor) error {
-		running, err = c.queries.TaskRequestCancel(ctx, tx, ids)
-		if err != nil || len(running) == 0 {
-			return err
-		}
-		msgs := make([]string, len(running))
-		for i, id := range running {
-			msgs[i] = control.Cancel(id)
-		}
-		return c.queries.QueueNotify(ctx, tx, db.QueueNotifyParams{Channel: ctlChannel, Queues: msgs})
+	err = a.once(ctx, func(x pgerr.Executor) (int64, error) {
+		var err error
+		running, err = c.cancelRunning(ctx, x, ids)
+		return int64(len(running)), err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cancelling running tasks: %w", err)
@@ -166,33 +184,64 @@ func (c *Client) CancelRunning(ctx context.Context, ids []int64) ([]int64, error
 	return running, nil
 }
 
+// cancelRunning asks, within tx, the workers running the given tasks to
+// cancel them, and returns the IDs that were running.
+func (c *Client) cancelRunning(ctx context.Context, tx pgerr.Executor, ids []int64) ([]int64, error) {
+	_, ctlChannel, err := c.channels(ctx)
+	if err != nil {
+		return nil, err
+	}
+	running, err := c.queries.TaskRequestCancel(ctx, tx, ids)
+	if err != nil || len(running) == 0 {
+		return running, err
+	}
+	msgs := make([]string, len(running))
+	for i, id := range running {
+		msgs[i] = control.Cancel(id)
+	}
+	return running, c.queries.QueueNotify(ctx, tx, db.QueueNotifyParams{Channel: ctlChannel, Queues: msgs})
+}
+
 // CancelRunningMatching asks the workers running the tasks f selects to
 // cancel them, as CancelRunning does for named tasks, and returns how many
 // it asked. f.Statuses may be empty or StatusRunning. Running tasks are few
 // (each holds a worker's slot), so it reads them in pages of MaxListLimit;
 // a task that finishes meanwhile gets no request. On error, the count is of
-// the pages asked before it.
+// the pages asked before it. It is recorded in the audit trail page by
+// page, like a batched Requeue.
 func (c *Client) CancelRunningMatching(ctx context.Context, f Filter) (int64, error) {
 	running := []Status{StatusRunning}
 	if _, err := f.statuses("cancel running", running, running); err != nil {
 		return 0, err
 	}
 	f.Statuses = running
+	a, err := c.newAudit(ctx, nil, AuditCancelRunning, filterRequest(f))
+	if err != nil {
+		return 0, err
+	}
+	if err := a.begin(ctx); err != nil {
+		return 0, err
+	}
 	var requested, before int64
 	for {
 		tasks, err := c.List(ctx, ListFilter{Filter: f, Limit: MaxListLimit, BeforeID: before})
 		if err != nil || len(tasks) == 0 {
-			return requested, err
+			return requested, a.finish(ctx, err)
 		}
 		ids := make([]int64, len(tasks))
 		for i, t := range tasks {
 			ids[i] = t.ID
 		}
-		got, err := c.CancelRunning(ctx, ids)
-		requested += int64(len(got))
+		var got []int64
+		err = a.batch(ctx, func(x pgerr.Executor) (int64, error) {
+			var err error
+			got, err = c.cancelRunning(ctx, x, ids)
+			return int64(len(got)), err
+		})
 		if err != nil {
-			return requested, err
+			return requested, a.finish(ctx, fmt.Errorf("cancelling running tasks: %w", err))
 		}
+		requested += int64(len(got))
 		before = ids[len(ids)-1]
 	}
 }

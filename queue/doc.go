@@ -15,4 +15,13 @@
 //
 // Workers (package worker) claim and run the tasks. The schema must be
 // migrated first (package migrations, or `skiplock migrate up`).
+//
+// Operators inspect and change tasks through the same Client (List,
+// Requeue, Cancel, Purge, PauseQueue, SetLimit, ...), as the skiplock
+// command and the dashboard (package queue/dashboard) do. Every such change
+// is recorded in the audit trail with the actor of its context:
+//
+//	ctx = queue.WithActor(ctx, queue.Actor{Name: "alice@example.com"})
+//	res, err := q.Requeue(ctx, queue.RequeueRequest{IDs: ids})
+//	log, err := q.AuditLog(ctx, queue.AuditFilter{Since: time.Now().Add(-24 * time.Hour)})
 package queue

@@ -82,7 +82,8 @@ func (l Limit) String() string {
 
 // SetLimit sets a concurrency limit, or changes its Max. Workers apply it
 // from their next claim; a raised queue limit wakes them at once, others
-// within their PollInterval.
+// within their PollInterval. The change and its audit record are one
+// transaction.
 func (c *Client) SetLimit(ctx context.Context, l Limit) error {
 	kind, target, err := l.kind()
 	if err != nil {
@@ -91,18 +92,22 @@ func (c *Client) SetLimit(ctx context.Context, l Limit) error {
 	if l.Max < 1 || l.Max > 1<<30 {
 		return fmt.Errorf("%w: %s: max must be 1 to %d, got %d", ErrInvalidLimit, l, 1<<30, l.Max)
 	}
+	a, err := c.newAudit(ctx, nil, AuditLimitSet, map[string]any{"limit": l.String(), "max": l.Max})
+	if err != nil {
+		return err
+	}
 	work, _, err := c.channels(ctx)
 	if err != nil {
 		return fmt.Errorf("setting limit %s: %w", l, err)
 	}
-	err = c.inTx(ctx, func(tx pgerr.Executor) error {
+	err = a.once(ctx, func(tx pgerr.Executor) (int64, error) {
 		if err := c.queries.LimitSet(ctx, tx, db.LimitSetParams{Kind: kind, Target: target, MaxRunning: int32(l.Max)}); err != nil {
-			return err
+			return 0, err
 		}
 		if kind != "queue" {
-			return nil
+			return 1, nil
 		}
-		return c.queries.QueueNotify(ctx, tx, db.QueueNotifyParams{Channel: work, Queues: []string{target}})
+		return 1, c.queries.QueueNotify(ctx, tx, db.QueueNotifyParams{Channel: work, Queues: []string{target}})
 	})
 	if err != nil {
 		return fmt.Errorf("setting limit %s: %w", l, err)
@@ -111,23 +116,33 @@ func (c *Client) SetLimit(ctx context.Context, l Limit) error {
 }
 
 // RemoveLimit removes the limit with l's scope (Max is ignored) and reports
-// whether there was one.
+// whether there was one. The change and its audit record are one
+// transaction.
 func (c *Client) RemoveLimit(ctx context.Context, l Limit) (bool, error) {
 	kind, target, err := l.kind()
 	if err != nil {
 		return false, err
 	}
-	n, err := c.queries.LimitDelete(ctx, c.exec, db.LimitDeleteParams{Kind: kind, Target: target})
+	a, err := c.newAudit(ctx, nil, AuditLimitRemove, map[string]any{"limit": l.String()})
+	if err != nil {
+		return false, err
+	}
+	var removed int64
+	err = a.once(ctx, func(tx pgerr.Executor) (int64, error) {
+		var err error
+		removed, err = c.queries.LimitDelete(ctx, tx, db.LimitDeleteParams{Kind: kind, Target: target})
+		return removed, err
+	})
 	if err != nil {
 		return false, fmt.Errorf("removing limit %s: %w", l, err)
 	}
-	if n > 0 && kind == "queue" {
+	if removed > 0 && kind == "queue" {
 		// Tasks held back by it may run now.
 		if work, _, err := c.channels(ctx); err == nil {
 			_ = c.queries.QueueNotify(ctx, c.exec, db.QueueNotifyParams{Channel: work, Queues: []string{target}})
 		}
 	}
-	return n > 0, nil
+	return removed > 0, nil
 }
 
 // Limits lists every concurrency limit with how many of its tasks run now.

@@ -3,7 +3,6 @@ package queue
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/skiplock/skiplock/db"
@@ -37,31 +36,48 @@ type PurgeRequest struct {
 
 // Purge deletes finished tasks, with their history, in batches like
 // Requeue. It returns how many it deleted; on error, how many the batches
-// committed before it deleted.
+// committed before it deleted. It is recorded in the audit trail batch by
+// batch.
 func (c *Client) Purge(ctx context.Context, req PurgeRequest) (int64, error) {
 	statuses, batch, err := req.check()
 	if err != nil {
 		return 0, err
 	}
+	request := filterRequest(Filter{Statuses: req.Statuses, Queues: req.Queues, Names: req.Names, FinishedBefore: req.FinishedBefore})
+	a, err := c.newAudit(ctx, nil, AuditPurge, request)
+	if err != nil {
+		return 0, err
+	}
+	if err := a.begin(ctx); err != nil {
+		return 0, err
+	}
 	var purged, after int64
 	for {
-		row, err := c.queries.TaskPurgeBatch(ctx, c.exec, db.TaskPurgeBatchParams{
-			Statuses:       statuses,
-			FinishedBefore: req.FinishedBefore,
-			AfterID:        after,
-			Queues:         nonNil(req.Queues),
-			Names:          nonNil(req.Names),
-			BatchSize:      int32(batch),
+		var row db.TaskPurgeBatchRow
+		err := a.batch(ctx, func(x pgerr.Executor) (int64, error) {
+			var err error
+			row, err = c.queries.TaskPurgeBatch(ctx, x, db.TaskPurgeBatchParams{
+				Statuses:       statuses,
+				FinishedBefore: req.FinishedBefore,
+				AfterID:        after,
+				Queues:         nonNil(req.Queues),
+				Names:          nonNil(req.Names),
+				BatchSize:      int32(batch),
+			})
+			if err != nil {
+				return 0, fmt.Errorf("purging tasks: %w", err)
+			}
+			return row.Deleted, nil
 		})
 		if err != nil {
-			return purged, fmt.Errorf("purging tasks: %w", err)
+			return purged, a.finish(ctx, err)
 		}
 		purged += row.Deleted
 		if row.Picked > 0 && req.Progress != nil {
 			req.Progress(purged)
 		}
 		if row.Picked < int64(batch) {
-			return purged, nil
+			return purged, a.finish(ctx, nil)
 		}
 		after = row.LastID
 	}
@@ -90,31 +106,35 @@ func (r PurgeRequest) check() (statuses []string, batch int, err error) {
 // Delete deletes the named tasks, with their history, whatever their
 // status but running: a worker holds a running task (cancel it, then
 // delete it). A task a worker claims while Delete waits for its row is
-// running by then, and skipped.
+// running by then, and skipped. It is recorded in the audit trail, in the
+// transaction of the change for up to MaxBatch IDs.
 func (c *Client) Delete(ctx context.Context, ids []int64) (ChangeResult, error) {
-	return c.delete(ctx, c.exec, ids)
+	return c.delete(ctx, nil, ids)
 }
 
 // DeleteTx is Delete within tx. Rolled back, it is a dry run: it reports
-// what Delete would do, decided by the same statement.
+// what Delete would do, decided by the same statement, and leaves no audit
+// record.
 func (c *Client) DeleteTx(ctx context.Context, tx Executor, ids []int64) (ChangeResult, error) {
 	return c.delete(ctx, pgerr.Interpreting(tx), ids)
 }
 
-func (c *Client) delete(ctx context.Context, x pgerr.Executor, ids []int64) (ChangeResult, error) {
+func (c *Client) delete(ctx context.Context, tx pgerr.Executor, ids []int64) (ChangeResult, error) {
 	res := ChangeResult{IDs: []int64{}}
 	ids, err := namedIDs(ids)
 	if err != nil {
 		return res, err
 	}
-	for chunk := range slices.Chunk(ids, MaxBatch) {
+	a, err := c.newAudit(ctx, tx, AuditDelete, idsRequest(ids))
+	if err != nil {
+		return res, err
+	}
+	err = c.changeIDs(ctx, a, ids, MaxBatch, &res, nil, func(x pgerr.Executor, chunk []int64) ([]int64, error) {
 		done, err := c.queries.TaskDeleteMany(ctx, x, chunk)
 		if err != nil {
-			return res, fmt.Errorf("deleting tasks: %w", err)
+			return nil, fmt.Errorf("deleting tasks: %w", err)
 		}
-		res.IDs = append(res.IDs, done...)
-	}
-	slices.Sort(res.IDs)
-	res.Skipped, err = c.skipped(ctx, x, ids, res.IDs)
+		return done, nil
+	})
 	return res, err
 }

@@ -101,6 +101,9 @@ type NewTask struct {
 // one WAL flush, each. ctx can abandon a call only until its statement is
 // sent; after that Enqueue waits for the outcome, so that it never reports
 // a failure for a task that exists.
+//
+// With an Actor in ctx (WithActor), the enqueue is an operator's: the task
+// and its audit record are inserted in one transaction of their own.
 func (c *Client) Enqueue(ctx context.Context, name string, payload any, opts ...Option) (int64, error) {
 	r, err := prepare(NewTask{Name: name, Payload: payload, Options: opts})
 	if err != nil {
@@ -110,6 +113,37 @@ func (c *Client) Enqueue(ctx context.Context, name string, payload any, opts ...
 	hooked, err := c.beforeEnqueue(ctx, rows) // may amend rows[0]'s metadata
 	if err != nil {
 		return 0, err
+	}
+	a, err := c.enqueueAudit(ctx, nil)
+	if err != nil {
+		return 0, err
+	}
+	if a != nil {
+		// Enqueued by hand: the task and its audit record in one
+		// transaction, not group-committed with producers' tasks.
+		var ids []int64
+		var dups []*DuplicateError
+		err := a.once(ctx, func(tx pgerr.Executor) (int64, error) {
+			var err error
+			if len(rows[0].dependsOn) > 0 {
+				ids, dups, err = c.insertEach(ctx, tx, rows)
+			} else {
+				ids, dups, err = c.insertRows(ctx, tx, rows, nil)
+			}
+			if err != nil {
+				return 0, err
+			}
+			a.request = enqueueRequest(rows, ids)
+			return int64(len(rows) - len(dups)), nil
+		})
+		if err != nil {
+			return 0, err
+		}
+		if len(dups) > 0 {
+			return dups[0].ExistingID, errors.Join(dups[0])
+		}
+		c.afterEnqueue(ctx, hooked, ids)
+		return ids[0], nil
 	}
 	if rows[0].sequenceKey != "" || len(rows[0].dependsOn) > 0 {
 		// Not group-committed: a sequenced task waits for the lock of its
@@ -167,7 +201,7 @@ var (
 // and workers are woken at commit. For a task whose unique key is taken it
 // returns the existing task's ID and a *DuplicateError.
 func (c *Client) EnqueueTx(ctx context.Context, tx Executor, name string, payload any, opts ...Option) (int64, error) {
-	ids, err := c.insert(ctx, tx, []NewTask{{Name: name, Payload: payload, Options: opts}})
+	ids, err := c.EnqueueManyTx(ctx, tx, []NewTask{{Name: name, Payload: payload, Options: opts}})
 	if ids == nil {
 		return 0, err
 	}
@@ -198,6 +232,10 @@ func (c *Client) EnqueueMany(ctx context.Context, tasks []NewTask) ([]int64, err
 
 // EnqueueManyTx inserts tasks within tx and returns their IDs in order.
 func (c *Client) EnqueueManyTx(ctx context.Context, tx Executor, tasks []NewTask) ([]int64, error) {
+	a, err := c.enqueueAudit(ctx, pgerr.Interpreting(tx))
+	if err != nil {
+		return nil, err
+	}
 	ids := make([]int64, 0, len(tasks))
 	var dups []error
 	for start := 0; start < len(tasks); start += copyChunk {
@@ -215,7 +253,30 @@ func (c *Client) EnqueueManyTx(ctx context.Context, tx Executor, tasks []NewTask
 		}
 		ids = append(ids, chunk...)
 	}
+	if a != nil {
+		inserted := make([]int64, 0, len(ids))
+		for i, id := range ids {
+			if !isDuplicate(dups, i) {
+				inserted = append(inserted, id)
+			}
+		}
+		a.request = enqueueRequest(tasksRows(tasks), inserted)
+		if _, err := a.insert(ctx, a.tx, int64(len(inserted)), true); err != nil {
+			return nil, err
+		}
+	}
 	return ids, errors.Join(dups...)
+}
+
+// isDuplicate reports whether the task at index i of a batch is among the
+// duplicates dups.
+func isDuplicate(dups []error, i int) bool {
+	for _, e := range dups {
+		if d, ok := e.(*DuplicateError); ok && d.Index == i {
+			return true
+		}
+	}
+	return false
 }
 
 func unjoin(err error) []error {

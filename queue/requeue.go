@@ -3,7 +3,6 @@ package queue
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	"github.com/skiplock/skiplock/db"
 	"github.com/skiplock/skiplock/internal/pgerr"
@@ -74,13 +73,17 @@ type RequeueResult struct {
 // never touched. Rows another transaction holds are skipped by a filter
 // (they are being changed right now) and waited for when named by ID. On
 // error, the result counts the batches committed before it.
+//
+// It is recorded in the audit trail (see WithActor): in the transaction of
+// the change when it names at most BatchSize IDs, else batch by batch.
 func (c *Client) Requeue(ctx context.Context, req RequeueRequest) (RequeueResult, error) {
-	return c.requeue(ctx, c.exec, req)
+	return c.requeue(ctx, nil, req)
 }
 
 // RequeueTx is Requeue within tx: every batch runs in it, and workers are
 // woken when it commits. Rolled back, it is a dry run: it reports what
-// Requeue would do, decided by the same statements.
+// Requeue would do, decided by the same statements, and leaves no audit
+// record.
 func (c *Client) RequeueTx(ctx context.Context, tx Executor, req RequeueRequest) (RequeueResult, error) {
 	return c.requeue(ctx, pgerr.Interpreting(tx), req)
 }
@@ -105,7 +108,9 @@ func (r RequeueRequest) check() (statuses []string, batch int, ids []int64, err 
 	return statuses, batch, ids, err
 }
 
-func (c *Client) requeue(ctx context.Context, x pgerr.Executor, req RequeueRequest) (RequeueResult, error) {
+// requeue is Requeue through tx, the caller's transaction, or through
+// transactions of its own when tx is nil.
+func (c *Client) requeue(ctx context.Context, tx pgerr.Executor, req RequeueRequest) (RequeueResult, error) {
 	var res RequeueResult
 	statuses, batch, ids, err := req.check()
 	if err != nil {
@@ -114,6 +119,23 @@ func (c *Client) requeue(ctx context.Context, x pgerr.Executor, req RequeueReque
 	reason := req.Reason
 	if reason == "" {
 		reason = DefaultRequeueReason
+	}
+	request := filterRequest(req.Filter)
+	if len(ids) > 0 {
+		request = idsRequest(ids)
+		request["statuses"] = statuses
+	}
+	request["reason"] = reason
+	if req.ResetAttempts {
+		request["reset_attempts"] = true
+	}
+	a, err := c.newAudit(ctx, tx, AuditRequeue, request)
+	if err != nil {
+		return res, err
+	}
+	x := tx
+	if x == nil {
+		x = c.exec
 	}
 	info, err := schema.Read(ctx, x)
 	if err != nil {
@@ -125,49 +147,59 @@ func (c *Client) requeue(ctx context.Context, x pgerr.Executor, req RequeueReque
 			req.Progress(res.Requeued)
 		}
 	}
-
 	if len(ids) > 0 {
-		res.IDs = []int64{}
-		for chunk := range slices.Chunk(ids, batch) {
+		cr := ChangeResult{IDs: []int64{}}
+		err := c.changeIDs(ctx, a, ids, batch, &cr, func(done int64) {
+			res.Requeued = done
+			progress()
+		}, func(x pgerr.Executor, chunk []int64) ([]int64, error) {
 			row, err := c.queries.TaskRequeueMany(ctx, x, db.TaskRequeueManyParams{
 				Ids: chunk, Statuses: statuses, ResetAttempts: req.ResetAttempts, Reason: reason, Channel: channel,
 			})
 			if err != nil {
-				return res, fmt.Errorf("requeueing tasks: %w", err)
+				return nil, fmt.Errorf("requeueing tasks: %w", err)
 			}
-			res.IDs = append(res.IDs, row.Ids...)
-			res.Requeued += int64(len(row.Ids))
-			progress()
-		}
-		res.Skipped, err = c.skipped(ctx, x, ids, res.IDs)
-		return res, err
+			return row.Ids, nil
+		})
+		return RequeueResult{Requeued: int64(len(cr.IDs)), IDs: cr.IDs, Skipped: cr.Skipped}, err
 	}
 
+	if err := a.begin(ctx); err != nil {
+		return res, err
+	}
 	f := req.Filter
 	var after int64
 	for {
-		row, err := c.queries.TaskRequeueBatch(ctx, x, db.TaskRequeueBatchParams{
-			Statuses:       statuses,
-			AfterID:        after,
-			Queues:         nonNil(f.Queues),
-			Names:          nonNil(f.Names),
-			Since:          optTime(f.Since),
-			FinishedBefore: optTime(f.FinishedBefore),
-			ErrorContains:  optString(f.ErrorContains),
-			BatchSize:      int32(batch),
-			ResetAttempts:  req.ResetAttempts,
-			Reason:         reason,
-			Channel:        channel,
+		var row db.TaskRequeueBatchRow
+		err := a.batch(ctx, func(x pgerr.Executor) (int64, error) {
+			var err error
+			row, err = c.queries.TaskRequeueBatch(ctx, x, db.TaskRequeueBatchParams{
+				Statuses:       statuses,
+				AfterID:        after,
+				Queues:         nonNil(f.Queues),
+				Names:          nonNil(f.Names),
+				Since:          optTime(f.Since),
+				FinishedBefore: optTime(f.FinishedBefore),
+				ErrorContains:  optString(f.ErrorContains),
+				BatchSize:      int32(batch),
+				ResetAttempts:  req.ResetAttempts,
+				Reason:         reason,
+				Channel:        channel,
+			})
+			if err != nil {
+				return 0, fmt.Errorf("requeueing tasks: %w", err)
+			}
+			return row.Requeued, nil
 		})
 		if err != nil {
-			return res, fmt.Errorf("requeueing tasks: %w", err)
+			return res, a.finish(ctx, err)
 		}
 		res.Requeued += row.Requeued
 		if row.Picked > 0 {
 			progress()
 		}
 		if row.Picked < int64(batch) {
-			return res, nil
+			return res, a.finish(ctx, nil)
 		}
 		after = row.LastID
 	}
@@ -177,10 +209,15 @@ func (c *Client) requeue(ctx context.Context, x pgerr.Executor, req RequeueReque
 // (scheduled, or retrying after a backoff) due now, and wakes the workers
 // of their queues. Tasks in another state are skipped: a due task is
 // already as early as it gets; other statuses are not waiting. It keeps
-// the tasks' attempts, errors and everything else.
+// the tasks' attempts, errors and everything else. It is recorded in the
+// audit trail, in the transaction of the change for up to MaxBatch IDs.
 func (c *Client) RunNow(ctx context.Context, ids []int64) (ChangeResult, error) {
 	res := ChangeResult{IDs: []int64{}}
 	ids, err := namedIDs(ids)
+	if err != nil {
+		return res, err
+	}
+	a, err := c.newAudit(ctx, nil, AuditRunNow, idsRequest(ids))
 	if err != nil {
 		return res, err
 	}
@@ -188,13 +225,12 @@ func (c *Client) RunNow(ctx context.Context, ids []int64) (ChangeResult, error) 
 	if err != nil {
 		return res, fmt.Errorf("running tasks now: %w", err)
 	}
-	for chunk := range slices.Chunk(ids, MaxBatch) {
-		row, err := c.queries.TaskRunNowMany(ctx, c.exec, db.TaskRunNowManyParams{Ids: chunk, Channel: work})
+	err = c.changeIDs(ctx, a, ids, MaxBatch, &res, nil, func(x pgerr.Executor, chunk []int64) ([]int64, error) {
+		row, err := c.queries.TaskRunNowMany(ctx, x, db.TaskRunNowManyParams{Ids: chunk, Channel: work})
 		if err != nil {
-			return res, fmt.Errorf("running tasks now: %w", err)
+			return nil, fmt.Errorf("running tasks now: %w", err)
 		}
-		res.IDs = append(res.IDs, row.Ids...)
-	}
-	res.Skipped, err = c.skipped(ctx, c.exec, ids, res.IDs)
+		return row.Ids, nil
+	})
 	return res, err
 }

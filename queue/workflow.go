@@ -129,6 +129,10 @@ func (c *Client) EnqueueWorkflowTx(ctx context.Context, tx Executor, wf Workflow
 	if err != nil {
 		return EnqueuedWorkflow{}, err
 	}
+	a, err := c.enqueueAudit(ctx, pgerr.Interpreting(tx))
+	if err != nil {
+		return EnqueuedWorkflow{}, err
+	}
 	hooked, err := c.beforeEnqueue(ctx, rows)
 	if err != nil {
 		return EnqueuedWorkflow{}, err
@@ -176,6 +180,14 @@ func (c *Client) EnqueueWorkflowTx(ctx context.Context, tx Executor, wf Workflow
 	}
 	if err := c.queries.TaskInsertWorkflow(ctx, x, p); err != nil {
 		return EnqueuedWorkflow{}, fmt.Errorf("enqueueing workflow: %w", err)
+	}
+	if a != nil {
+		req := enqueueRequestMap(rows, ids)
+		req["workflow"] = out.ID
+		a.request, _ = json.Marshal(req)
+		if _, err := a.insert(ctx, x, int64(len(ids)), true); err != nil {
+			return EnqueuedWorkflow{}, err
+		}
 	}
 	c.afterEnqueue(ctx, hooked, ids)
 	return out, nil

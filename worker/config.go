@@ -27,6 +27,7 @@ const (
 	DefaultRetainCompleted = 24 * time.Hour
 	DefaultRetainFailed    = 7 * 24 * time.Hour
 	DefaultRetainCancelled = 7 * 24 * time.Hour
+	DefaultRetainAudit     = 90 * 24 * time.Hour
 	// Dead-peer detection on the lock session; see Config.TCPKeepaliveIdle.
 	DefaultTCPKeepaliveIdle     = 5 * time.Second
 	DefaultTCPKeepaliveInterval = 2 * time.Second
@@ -236,6 +237,13 @@ type Config struct {
 	RetainFailed    time.Duration
 	RetainCancelled time.Duration
 
+	// RetainAudit is how long the records of the audit trail (operator
+	// changes: queue.Client.AuditLog, `skiplock audit`) stay before the
+	// elected worker deletes them, in batches, with the finished tasks.
+	// Negative keeps them forever. Defaults to DefaultRetainAudit (90
+	// days).
+	RetainAudit time.Duration
+
 	// WorkerID names this process in the tasks it runs and in
 	// skiplock_workers. Defaults to host-pid-random.
 	WorkerID string
@@ -375,6 +383,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.RetainCancelled == 0 {
 		c.RetainCancelled = DefaultRetainCancelled
+	}
+	if c.RetainAudit == 0 {
+		c.RetainAudit = DefaultRetainAudit
 	}
 	if c.WorkerID == "" {
 		host, _ := os.Hostname()

@@ -19,19 +19,21 @@ const (
 )
 
 // retirer deletes finished tasks past their retention (RetainCompleted,
-// RetainFailed, RetainCancelled), workflows with no task left, and the rows
-// of workers stopped for workerRetention. It works only while leads says
+// RetainFailed, RetainCancelled), workflows with no task left, audit
+// records past RetainAudit, and the rows of workers stopped for
+// workerRetention. It works only while leads says
 // this worker leads (the rescuer's election), so that one worker does it.
 type retirer struct {
 	leads   func() bool
 	queries *db.Queries
 	pool    db.DBTX
 	retain  map[string]time.Duration // by status; < 0 keeps forever
+	audit   time.Duration            // the audit trail's; < 0 keeps it forever
 	log     *slog.Logger
 }
 
 func newRetirer(cfg Config, leads func() bool, queries *db.Queries, pool db.DBTX, log *slog.Logger) *retirer {
-	return &retirer{leads: leads, queries: queries, pool: pool, log: log, retain: map[string]time.Duration{
+	return &retirer{leads: leads, queries: queries, pool: pool, log: log, audit: cfg.RetainAudit, retain: map[string]time.Duration{
 		"completed": cfg.RetainCompleted, "failed": cfg.RetainFailed, "cancelled": cfg.RetainCancelled,
 	}}
 }
@@ -67,6 +69,9 @@ func (r *retirer) every() time.Duration {
 			d = min(d, max(keep/2, 100*time.Millisecond))
 		}
 	}
+	if r.audit > 0 {
+		d = min(d, max(r.audit/2, 100*time.Millisecond))
+	}
 	return d
 }
 
@@ -96,6 +101,32 @@ func (r *retirer) retire(ctx context.Context) {
 		}
 	}
 	r.retireWorkflows(ctx)
+	r.retireAudit(ctx)
+}
+
+// retireAudit deletes the audit records older than RetainAudit, a batch at
+// a time.
+func (r *retirer) retireAudit(ctx context.Context) {
+	if r.audit < 0 {
+		return
+	}
+	var total int64
+	for ctx.Err() == nil {
+		n, err := r.queries.AuditPurge(ctx, r.pool, db.AuditPurgeParams{OlderThanSeconds: r.audit.Seconds(), BatchSize: retireBatch})
+		if err != nil {
+			if ctx.Err() == nil {
+				r.log.Warn("skiplock: deleting audit records past their retention", "error", err)
+			}
+			return
+		}
+		total += n
+		if n < retireBatch {
+			break
+		}
+	}
+	if total > 0 {
+		r.log.Debug("skiplock: deleted audit records past their retention", "count", total)
+	}
 }
 
 // workflowGrace is how old an empty workflow must be before it is deleted.

@@ -54,3 +54,37 @@ func TestRetirerDeletesEmptyWorkflows(t *testing.T) {
 		t.Errorf("workflows left %v, want %d (has a task) and %d (new)", left, kept, young)
 	}
 }
+
+// The retirer deletes audit records older than RetainAudit and keeps the
+// newer ones; a negative RetainAudit keeps them all.
+func TestRetirerDeletesOldAuditRecords(t *testing.T) {
+	t.Parallel()
+	b := setupJobs(t)
+	for _, age := range []string{"100 days", "91 days", "89 days", "1 minute"} {
+		b.exec(t, "INSERT INTO skiplock_audit (at, source, action, request) VALUES (now() - $1::interval, 'cli', 'requeue', jsonb_build_object('age', $2::text))", age, age)
+	}
+	left := func() []string {
+		t.Helper()
+		var ages []string
+		if err := b.pool.QueryRow(context.Background(), "SELECT coalesce(array_agg(request->>'age' ORDER BY id), '{}') FROM skiplock_audit").Scan(&ages); err != nil {
+			t.Fatal(err)
+		}
+		return ages
+	}
+	keep := Config{RetainCompleted: -1, RetainFailed: -1, RetainCancelled: -1, RetainAudit: -1}
+	newRetirer(keep, func() bool { return true }, b.queries, b.pool, b.log).retire(context.Background())
+	if got := left(); len(got) != 4 {
+		t.Fatalf("RetainAudit -1 left %v, want all 4", got)
+	}
+	cfg, err := Config{RetainCompleted: -1, RetainFailed: -1, RetainCancelled: -1}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.RetainAudit != 90*24*time.Hour {
+		t.Fatalf("RetainAudit defaults to %s", cfg.RetainAudit)
+	}
+	newRetirer(cfg, func() bool { return true }, b.queries, b.pool, b.log).retire(context.Background())
+	if got := left(); len(got) != 2 || got[0] != "89 days" || got[1] != "1 minute" {
+		t.Fatalf("records left %v, want the ones of 89 days and 1 minute", got)
+	}
+}

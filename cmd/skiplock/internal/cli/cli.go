@@ -136,6 +136,9 @@ func Run(ctx context.Context, args []string, env Env) int {
 	root.SetOut(env.Stdout)
 	root.SetErr(env.Stderr)
 
+	// Every change a command makes is recorded in the audit trail as the
+	// OS user's, from the command.
+	ctx = queue.WithActor(ctx, queue.Actor{Name: osUser(), Source: queue.SourceCLI})
 	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
 		return ExitOK
@@ -225,6 +228,7 @@ be changed (the output lists them).`,
 		a.locksCommand(),
 		a.queueCommand(),
 		a.limitCommand(),
+		a.auditCommand(),
 		a.enqueueCommand(),
 		a.uiCommand(),
 		a.migrateCommand(),

@@ -727,7 +727,7 @@ func TestVersion(t *testing.T) {
 func TestHelp(t *testing.T) {
 	t.Parallel()
 	var b *bundle
-	for _, cmd := range []string{"requeue", "migrate", "enqueue", "list", "show", "cancel", "purge", "stats", "locks", "version"} {
+	for _, cmd := range []string{"requeue", "migrate", "enqueue", "list", "show", "cancel", "purge", "stats", "locks", "audit", "version"} {
 		r := b.run(t, cmd, "--help").ok(t)
 		if !strings.Contains(r.stdout, "Examples:") || !strings.Contains(r.stdout, "skiplock "+cmd) {
 			t.Errorf("%s --help lacks examples:\n%s", cmd, r.stdout)

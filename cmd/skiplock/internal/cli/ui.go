@@ -4,11 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/skiplock/skiplock/cmd/skiplock/internal/ui"
+	"github.com/skiplock/skiplock/queue/dashboard"
 )
 
 func (a *app) uiCommand() *cobra.Command {
@@ -24,24 +25,28 @@ pause and resume; tasks filtered by state, queue, name or error text, paged
 by ID; a task's payload and every attempt with its error and worker, with
 run now and delete; failed tasks to requeue or cancel, one at a time or in
 bulk; a form to enqueue a task; periodic schedules and rate limits; the task
-locks held now and the live workers. Pages refresh themselves every
---refresh.
+locks held now and the live workers; the audit trail of operator changes.
+Pages refresh themselves every --refresh. Changes made here are recorded in
+the audit trail as made by "skiplock ui", source dashboard.
+
+To serve the dashboard from your own application, behind its login, mount
+package github.com/skiplock/skiplock/queue/dashboard instead.
 
 It listens on 127.0.0.1:8080 by default, for this machine only. Any other
-address needs a token, from --token or ` + ui.TokenEnv + ` (preferred: flags
+address needs a token, from --token or ` + uiTokenEnv + ` (preferred: flags
 show in ps); browsers ask for it as the password of a login prompt, with any
 user name, and scripts send "Authorization: Bearer TOKEN". Without a token it
 refuses to listen beyond loopback.`,
 		Example: `  skiplock ui                                   # http://127.0.0.1:8080/
   skiplock ui --listen 127.0.0.1:9000 --refresh 2s
-  export ` + ui.TokenEnv + `=$(openssl rand -hex 16)
+  export ` + uiTokenEnv + `=$(openssl rand -hex 16)
   skiplock ui --listen 0.0.0.0:8080              # basic auth, password = the token`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if token == "" {
-				token = a.env.Getenv(ui.TokenEnv)
+				token = a.env.Getenv(uiTokenEnv)
 			}
-			if err := ui.CheckListen(listen, token); err != nil {
+			if err := checkListen(listen, token); err != nil {
 				return usageErrorf("%v", err)
 			}
 			client, done, err := a.open(cmd.Context())
@@ -54,22 +59,27 @@ refuses to listen beyond loopback.`,
 				return err
 			}
 			if refresh <= 0 {
-				refresh = -1 // off; ui.Config takes zero for its default
+				refresh = -1 // off; dashboard.Options takes zero for its default
 			}
-			cfg := ui.Config{
-				Client:  client,
-				Token:   token,
+			log := slog.New(slog.NewTextHandler(a.env.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+			dash, err := dashboard.New(client, dashboard.Options{
 				Refresh: refresh,
-				Logger:  slog.New(slog.NewTextHandler(a.env.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+				Logger:  log,
+				Authorize: func(*http.Request, dashboard.Action) (string, error) {
+					return uiActor, nil
+				},
+			})
+			if err != nil {
+				return err
 			}
-			err = ui.Serve(cmd.Context(), listen, cfg, func(url string) {
+			err = serveUI(cmd.Context(), listen, &uiServer{token: token, dashboard: dash}, log, func(url string) {
 				auth := ""
 				if token != "" {
 					auth = " (token required)"
 				}
 				fmt.Fprintf(a.env.Stdout, "skiplock ui: schema %s at %s%s\n", info.Name, url, auth)
 			})
-			if errors.Is(err, ui.ErrNoCredentials) {
+			if errors.Is(err, errNoCredentials) {
 				return usageErrorf("%v", err)
 			}
 			return err
@@ -77,7 +87,7 @@ refuses to listen beyond loopback.`,
 	})
 	f := cmd.Flags()
 	f.StringVar(&listen, "listen", "127.0.0.1:8080", "address to listen on, HOST:PORT; beyond loopback it needs a token")
-	f.StringVar(&token, "token", "", "require this token (as the basic auth password, or a bearer token); default $"+ui.TokenEnv)
-	f.DurationVar(&refresh, "refresh", ui.DefaultRefresh, "how often pages refresh themselves; 0 turns it off")
+	f.StringVar(&token, "token", "", "require this token (as the basic auth password, or a bearer token); default $"+uiTokenEnv)
+	f.DurationVar(&refresh, "refresh", dashboard.DefaultRefresh, "how often pages refresh themselves; 0 turns it off")
 	return cmd
 }

@@ -1,0 +1,4 @@
+DROP TABLE IF EXISTS skiplock_audit;
+
+CREATE OR REPLACE FUNCTION skiplock_schema_version() RETURNS integer
+LANGUAGE sql IMMUTABLE AS 'SELECT 11';
