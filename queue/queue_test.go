@@ -96,12 +96,12 @@ func TestEnqueueInvalid(t *testing.T) {
 		opts    []queue.Option
 		want    string
 	}{
-		{"", nil, nil, "name must be 1 to 255 bytes"},
-		{strings.Repeat("x", 256), nil, nil, "name must be 1 to 255 bytes"},
+		{"", nil, nil, "task name is empty"},
+		{strings.Repeat("x", 256), nil, nil, `task name is 256 bytes, over the 255-byte limit (queue.MaxNameLength): "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"...`},
 		{"bad.json", []byte(`{"a":`), nil, "payload is not valid JSON"},
 		{"bad.raw", json.RawMessage(`nope`), nil, "payload is not valid JSON"},
 		{"bad.value", make(chan int), nil, "payload cannot be encoded as JSON"},
-		{"bad.queue", nil, []queue.Option{queue.WithQueue("")}, "queue name must be"},
+		{"bad.queue", nil, []queue.Option{queue.WithQueue("")}, "queue name is empty"},
 		{"bad.priority", nil, []queue.Option{queue.WithPriority(40000)}, "priority 40000 is outside"},
 		{"bad.attempts", nil, []queue.Option{queue.WithMaxAttempts(0)}, "max attempts must be at least 1"},
 		{"bad.delay", nil, []queue.Option{queue.WithDelay(-time.Second)}, "delay must not be negative"},
