@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/skiplock/skiplock/db"
+	"github.com/skiplock/skiplock/internal/connstr"
 	"github.com/skiplock/skiplock/internal/pgerr"
 	"github.com/skiplock/skiplock/queue"
 )
@@ -75,6 +76,13 @@ type Worker struct {
 // the schema skiplock was migrated into. An invalid cfg is reported by Run.
 func New(pool *pgxpool.Pool, cfg Config) *Worker {
 	cfg, err := cfg.withDefaults()
+	// No log line names a password: pgx leaves them out of its errors,
+	// and this catches what it cannot.
+	secrets := connstr.Passwords(cfg.ListenURL)
+	if pool != nil {
+		secrets = append(secrets, pool.Config().ConnConfig.Password)
+	}
+	cfg.Logger = connstr.Logger(cfg.Logger, secrets...)
 	schedules, serr := parseSchedules(cfg.Periodic)
 	host, _ := os.Hostname()
 	w := &Worker{
@@ -266,7 +274,7 @@ func Run(handlers Handlers) error {
 	defer signal.Stop(signals)
 	pool, err := pgxpool.New(context.Background(), url)
 	if err != nil {
-		return fmt.Errorf("skiplock: DATABASE_URL: %w", err)
+		return connstr.Error(fmt.Errorf("skiplock: DATABASE_URL: %w", err), connstr.Passwords(url)...)
 	}
 	defer pool.Close()
 	w := New(pool, Config{})

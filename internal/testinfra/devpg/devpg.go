@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/skiplock/skiplock/internal/connstr"
 	"github.com/skiplock/skiplock/internal/pgerr"
 )
 
@@ -84,7 +85,7 @@ func Find(ctx context.Context, opts Options) (*Server, error) {
 			continue
 		}
 		if err := ping(ctx, v, envProbeTimeout); err != nil {
-			return nil, fmt.Errorf("devpg: %s is set but its server does not answer: %s", name, pgerr.ConnectCause(err))
+			return nil, fmt.Errorf("devpg: %s is set but its server does not answer: %s", name, connstr.Redact(pgerr.ConnectCause(err), v))
 		}
 		logf(opts.Log, "devpg: using server from %s", name)
 		return &Server{URL: v, Source: "env:" + name}, nil
