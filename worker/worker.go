@@ -219,7 +219,7 @@ func (w *Worker) backgroundJobs(listening chan struct{}) []func(context.Context)
 	r := &rescuer{
 		elector: rescuerElection, queries: w.queries, pool: w.pool, classOID: w.classOID, channel: w.channel,
 		interval: w.cfg.RescueInterval, beforeRescue: w.guard.beforeRescue, observer: w.cfg.Observer, log: w.log,
-		passed: w.cfg.rescuePassed,
+		passed: w.cfg.rescuePassed, self: w.cfg.WorkerID, mode: w.cfg.Mode,
 	}
 	ret := newRetirer(w.cfg, rescuerElection.isLeader, w.queries, w.pool, w.log)
 	cp := &cancelPoller{
