@@ -175,6 +175,17 @@ func IsExclusiveKeyTaken(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UniqueViolation && pgErr.ConstraintName == ExclusiveRunningIndex
 }
 
+// IsServerUnavailable reports whether the server refused or ended the
+// session because it is shutting down, crashed, or is starting up or
+// recovering: a database that is not available, as a refused connection is.
+func IsServerUnavailable(err error) bool {
+	switch Code(err) {
+	case pgerrcode.AdminShutdown, pgerrcode.CrashShutdown, pgerrcode.CannotConnectNow:
+		return true
+	}
+	return false
+}
+
 // IsLoginRefused reports whether the server refused a connection for good:
 // wrong user or password, no pg_hba.conf entry, no such database. Waiting
 // does not fix these.

@@ -49,6 +49,19 @@ func TestInterpret(t *testing.T) {
 		t.Error("other errors are not returned unchanged")
 	}
 
+	for code, want := range map[string]bool{
+		pgerrcode.AdminShutdown: true, pgerrcode.CrashShutdown: true, pgerrcode.CannotConnectNow: true,
+		pgerrcode.QueryCanceled: false, pgerrcode.TooManyConnections: false, "": false,
+	} {
+		err := error(connection)
+		if code != "" {
+			err = server(code, "")
+		}
+		if IsServerUnavailable(err) != want {
+			t.Errorf("IsServerUnavailable(%q) = %v, want %v", code, !want, want)
+		}
+	}
+
 	// A task the server refused: skiplock's functions (22001 over a limit,
 	// 22023 other bad input, messages "skiplock: invalid task..."), the task
 	// table's checks (23514).
