@@ -8,6 +8,8 @@ import (
 	"sync"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/skiplock/skiplock/internal/connstr"
 )
 
 var defaultClient struct {
@@ -27,7 +29,7 @@ func Default() (*Client, error) {
 		}
 		pool, err := pgxpool.New(context.Background(), url)
 		if err != nil {
-			defaultClient.err = fmt.Errorf("skiplock: DATABASE_URL: %w", err)
+			defaultClient.err = connstr.Error(fmt.Errorf("skiplock: DATABASE_URL: %w", err), connstr.Passwords(url)...)
 			return
 		}
 		defaultClient.client = New(pool)

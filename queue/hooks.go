@@ -44,9 +44,10 @@ func WithEnqueueHooks(hooks ...EnqueueHook) ClientOption {
 // beforeEnqueue lets the hooks amend the tasks' metadata, with the context
 // of the call that enqueues them, and returns the tasks as they saw them
 // for afterEnqueue.
+// It then checks the size of each task's metadata, as it will be stored.
 func (c *Client) beforeEnqueue(ctx context.Context, rows []row) ([]*EnqueuedTask, error) {
 	if len(c.hooks) == 0 {
-		return nil, nil
+		return nil, c.checkMetadata(rows)
 	}
 	tasks := make([]*EnqueuedTask, len(rows))
 	for i, r := range rows {
@@ -67,7 +68,16 @@ func (c *Client) beforeEnqueue(ctx context.Context, rows []row) ([]*EnqueuedTask
 		}
 		rows[i].metadata = m
 	}
-	return tasks, nil
+	return tasks, c.checkMetadata(rows)
+}
+
+func (c *Client) checkMetadata(rows []row) error {
+	for _, r := range rows {
+		if err := checkSize(r.name, "metadata", len(r.metadata), c.limits.metadata, "queue.WithMaxMetadataSize"); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // afterEnqueue tells the hooks which tasks were inserted: ids holds 0 in

@@ -13,10 +13,15 @@ const (
 	DefaultQueue = "default"
 	// DefaultMaxAttempts is how many times a task runs before it stays failed.
 	DefaultMaxAttempts = 25
-	// MaxNameLength bounds task and queue names.
+	// MaxNameLength bounds task and queue names (and workflow step names),
+	// in bytes: 255, as the task table's checks do. A name is read on
+	// every claim and log line, and a queue name is the payload of the
+	// NOTIFY that wakes workers; names longer than a line are mistakes.
+	// The SQL enqueue functions refuse longer ones too; it is not
+	// configurable.
 	MaxNameLength = 255
 	// MaxKeyLength bounds unique, exclusive, limit and sequence keys, in
-	// bytes.
+	// bytes: 1024, room for a few IDs and a digest. Not configurable.
 	MaxKeyLength = 1024
 )
 
@@ -104,9 +109,23 @@ func buildOptions(opts []Option) (options, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
+	for _, c := range []struct {
+		what, s  string
+		required bool
+		max      int
+		constant string
+	}{
+		{"queue name", o.queue, true, MaxNameLength, "queue.MaxNameLength"},
+		{"unique key", o.uniqueKey, false, MaxKeyLength, "queue.MaxKeyLength"},
+		{"exclusive key", o.exclusiveKey, false, MaxKeyLength, "queue.MaxKeyLength"},
+		{"limit key", o.limitKey, false, MaxKeyLength, "queue.MaxKeyLength"},
+		{"sequence key", o.sequenceKey, o.sequenceSet, MaxKeyLength, "queue.MaxKeyLength"},
+	} {
+		if err := checkLength(c.what, c.s, c.required, c.max, c.constant); err != nil {
+			return o, err
+		}
+	}
 	switch {
-	case o.queue == "" || len(o.queue) > MaxNameLength:
-		return o, fmt.Errorf("%w: queue name must be 1 to %d bytes, got %q", ErrInvalidTask, MaxNameLength, o.queue)
 	case o.priority < math.MinInt16 || o.priority > math.MaxInt16:
 		return o, fmt.Errorf("%w: priority %d is outside %d..%d", ErrInvalidTask, o.priority, math.MinInt16, math.MaxInt16)
 	case o.maxAttempts < 1 || o.maxAttempts > math.MaxInt32:
@@ -119,12 +138,6 @@ func buildOptions(opts []Option) (options, error) {
 		return o, fmt.Errorf("%w: unique window must be at least 1s, got %s", ErrInvalidTask, o.uniqueWindow)
 	case o.uniqueWindow > 0 && o.uniqueKey == "" && !o.uniqueDerive:
 		return o, fmt.Errorf("%w: WithUniqueWindow needs WithUniqueKey or WithUnique", ErrInvalidTask)
-	case len(o.uniqueKey) > 1024 || len(o.exclusiveKey) > 1024:
-		return o, fmt.Errorf("%w: unique and exclusive keys must be at most 1024 bytes", ErrInvalidTask)
-	case len(o.limitKey) > 1024:
-		return o, fmt.Errorf("%w: limit key must be at most 1024 bytes", ErrInvalidTask)
-	case o.sequenceSet && (o.sequenceKey == "" || len(o.sequenceKey) > MaxKeyLength):
-		return o, fmt.Errorf("%w: WithSequence: sequence key must be 1 to %d bytes, got %d", ErrInvalidTask, MaxKeyLength, len(o.sequenceKey))
 	case o.sequenceHold && !o.sequenceSet:
 		return o, fmt.Errorf("%w: WithSequenceHold needs WithSequence", ErrInvalidTask)
 	case o.sequenceSet && len(o.dependsOn) > 0:

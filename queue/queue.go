@@ -21,9 +21,11 @@ import (
 
 var (
 	// ErrInvalidTask wraps every validation error of Enqueue: empty or long
-	// name, payload that is not JSON, option out of range. Nothing was
-	// inserted.
-	ErrInvalidTask = errors.New("skiplock: invalid task")
+	// name, payload that is not JSON or over its limit (see
+	// DefaultMaxPayloadSize), option out of range. Nothing was inserted. A
+	// task refused by the SQL enqueue functions, or by the task table's
+	// checks, wraps it too.
+	ErrInvalidTask = pgerr.ErrInvalidTask
 	// ErrNotFound is returned for a task ID that does not exist.
 	ErrNotFound = errors.New("skiplock: task not found")
 	// ErrNotMigrated is returned when skiplock's tables are missing: run
@@ -70,12 +72,13 @@ type Client struct {
 	schema  schemaCache
 	hooks   []EnqueueHook
 	group   groupCommit
+	limits  inputLimits
 }
 
 // New returns a Client on pool. The pool's search_path must reach the schema
 // skiplock was migrated into.
 func New(pool *pgxpool.Pool, opts ...ClientOption) *Client {
-	c := &Client{pool: pool, exec: pgerr.Interpreting(pool), queries: db.New()}
+	c := &Client{pool: pool, exec: pgerr.Interpreting(pool), queries: db.New(), limits: defaultInputLimits}
 	c.group.client = c
 	for _, o := range opts {
 		o(c)
@@ -105,7 +108,7 @@ type NewTask struct {
 // With an Actor in ctx (WithActor), the enqueue is an operator's: the task
 // and its audit record are inserted in one transaction of their own.
 func (c *Client) Enqueue(ctx context.Context, name string, payload any, opts ...Option) (int64, error) {
-	r, err := prepare(NewTask{Name: name, Payload: payload, Options: opts})
+	r, err := prepare(NewTask{Name: name, Payload: payload, Options: opts}, c.limits)
 	if err != nil {
 		return 0, err
 	}
@@ -293,7 +296,7 @@ func (c *Client) insert(ctx context.Context, tx Executor, tasks []NewTask) ([]in
 	rows := make([]row, len(tasks))
 	for i, t := range tasks {
 		var err error
-		if rows[i], err = prepare(t); err != nil {
+		if rows[i], err = prepare(t, c.limits); err != nil {
 			return nil, err
 		}
 	}
@@ -349,14 +352,18 @@ type row struct {
 	sequenceHold                             bool
 }
 
-// prepare validates a task and encodes it; nothing is sent.
-func prepare(t NewTask) (row, error) {
-	if t.Name == "" || len(t.Name) > MaxNameLength {
-		return row{}, fmt.Errorf("%w: name must be 1 to %d bytes, got %q", ErrInvalidTask, MaxNameLength, t.Name)
+// prepare validates a task and encodes it; nothing is sent. Its metadata's
+// size is checked once the hooks have added theirs (beforeEnqueue).
+func prepare(t NewTask, limits inputLimits) (row, error) {
+	if err := checkLength("task name", t.Name, true, MaxNameLength, "queue.MaxNameLength"); err != nil {
+		return row{}, err
 	}
 	payload, err := schema.EncodePayload(t.Payload)
 	if err != nil {
 		return row{}, fmt.Errorf("%w: task %q: %v", ErrInvalidTask, t.Name, err)
+	}
+	if err := checkSize(t.Name, "payload", len(payload), limits.payload, "queue.WithMaxPayloadSize"); err != nil {
+		return row{}, err
 	}
 	o, err := buildOptions(t.Options)
 	if err != nil {

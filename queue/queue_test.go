@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -96,12 +98,12 @@ func TestEnqueueInvalid(t *testing.T) {
 		opts    []queue.Option
 		want    string
 	}{
-		{"", nil, nil, "name must be 1 to 255 bytes"},
-		{strings.Repeat("x", 256), nil, nil, "name must be 1 to 255 bytes"},
+		{"", nil, nil, "task name is empty"},
+		{strings.Repeat("x", 256), nil, nil, `task name is 256 bytes, over the 255-byte limit (queue.MaxNameLength): "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"...`},
 		{"bad.json", []byte(`{"a":`), nil, "payload is not valid JSON"},
 		{"bad.raw", json.RawMessage(`nope`), nil, "payload is not valid JSON"},
 		{"bad.value", make(chan int), nil, "payload cannot be encoded as JSON"},
-		{"bad.queue", nil, []queue.Option{queue.WithQueue("")}, "queue name must be"},
+		{"bad.queue", nil, []queue.Option{queue.WithQueue("")}, "queue name is empty"},
 		{"bad.priority", nil, []queue.Option{queue.WithPriority(40000)}, "priority 40000 is outside"},
 		{"bad.attempts", nil, []queue.Option{queue.WithMaxAttempts(0)}, "max attempts must be at least 1"},
 		{"bad.delay", nil, []queue.Option{queue.WithDelay(-time.Second)}, "delay must not be negative"},
@@ -352,5 +354,28 @@ func TestEnqueueGroupCommit(t *testing.T) {
 	}
 	if n := count(t, pool, "name = 'cancelled'"); n != 0 {
 		t.Fatal("a cancelled call inserted its task")
+	}
+}
+
+// TestDefaultHidesPassword: the default client's error for a DATABASE_URL
+// it cannot use names no password. In a child process (this test binary),
+// as Default remembers its first outcome.
+func TestDefaultHidesPassword(t *testing.T) {
+	if os.Getenv("SKIPLOCK_DEFAULT_CHILD") != "" {
+		_, err := queue.Enqueue(context.Background(), "x", nil)
+		fmt.Println(err)
+		os.Exit(0)
+	}
+	t.Parallel()
+	for _, url := range []string{
+		"postgres://u:s3cret@db.internal:notaport/app",
+		"host=db.internal port=x user=u password = s3cret",
+	} {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestDefaultHidesPassword$")
+		cmd.Env = append(os.Environ(), "SKIPLOCK_DEFAULT_CHILD=1", "DATABASE_URL="+url)
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "skiplock: DATABASE_URL: cannot parse") || strings.Contains(string(out), "s3cret") {
+			t.Errorf("%s: %v, %q", url, err, out)
+		}
 	}
 }

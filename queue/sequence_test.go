@@ -180,8 +180,8 @@ func TestSequenceInvalid(t *testing.T) {
 		opts []queue.Option
 		want string
 	}{
-		{[]queue.Option{queue.WithSequence("")}, "sequence key must be 1 to 1024 bytes, got 0"},
-		{[]queue.Option{queue.WithSequence(strings.Repeat("k", 1025))}, "sequence key must be 1 to 1024 bytes, got 1025"},
+		{[]queue.Option{queue.WithSequence("")}, "sequence key is empty"},
+		{[]queue.Option{queue.WithSequence(strings.Repeat("k", 1025))}, "sequence key is 1,025 bytes, over the 1,024-byte limit (queue.MaxKeyLength)"},
 		{[]queue.Option{queue.WithSequenceHold()}, "WithSequenceHold needs WithSequence"},
 		{[]queue.Option{queue.WithSequence("k"), queue.WithDependsOn(1)}, "cannot be combined with WithDependsOn"},
 		{[]queue.Option{queue.WithSequence("k"), queue.WithUniqueKey("u")}, "cannot be combined with a unique key"},
@@ -360,7 +360,7 @@ func TestSequenceFromSQL(t *testing.T) {
 	for sql, want := range map[string]string{
 		`SELECT skiplock_enqueue('t', sequence_key => 'k', unique_key => 'u2')`:        "cannot be combined with unique_key",
 		`SELECT skiplock_enqueue('t', sequence_hold => true)`:                          "sequence_hold needs a sequence_key",
-		`SELECT skiplock_enqueue('t', sequence_key => repeat('k', 1025))`:              "sequence key must be at most 1024 bytes",
+		`SELECT skiplock_enqueue('t', sequence_key => repeat('k', 1025))`:              "sequence key is 1,025 bytes, over the 1,024-byte limit",
 		`SELECT * FROM skiplock_enqueue_many('[{"name": "t", "sequence_hold": "x"}]')`: "invalid task 1",
 	} {
 		if _, err := pool.Exec(ctx, sql); err == nil || !strings.Contains(err.Error(), want) {

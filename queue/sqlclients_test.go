@@ -27,7 +27,8 @@ const python = "/usr/bin/python3"
 // by Python's psycopg 3, enqueue tasks that a Go worker runs with their
 // payloads; its poll interval is an hour, so only the NOTIFY of the SQL
 // functions can wake it. Bad calls from both clients fail with SQLSTATE
-// 22023 and a message naming the field, and enqueue nothing.
+// 22023 (22001 over a limit) and a message naming the field, and enqueue
+// nothing.
 func TestEnqueueFromSQLClients(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -133,28 +134,37 @@ func TestEnqueueFromSQLClients(t *testing.T) {
 		ran{"report.build", "default", `{"day":"2026-01-02"}`},
 		ran{"email.send", "mail", `{"to":"bob@example.com"}`})
 
-	// Bad calls: SQLSTATE 22023 naming the field, and nothing enqueued.
-	bad := []struct{ sql, want string }{
-		{`SELECT skiplock_enqueue('', '{}')`, "skiplock: invalid task: name must be 1 to 255 bytes"},
-		{`SELECT skiplock_enqueue('x', '{}', queue => '')`, "skiplock: invalid task: queue name must be 1 to 255 bytes"},
-		{`SELECT skiplock_enqueue('x', '{}', priority => 40000)`, "skiplock: invalid task: priority 40000 is outside -32768..32767"},
-		{`SELECT skiplock_enqueue('x', '{}', max_attempts => 0)`, "skiplock: invalid task: max attempts must be at least 1"},
-		{`SELECT skiplock_enqueue('x', '{}', timeout => '0s')`, "skiplock: invalid task: timeout must be at least 1ms"},
-		{`SELECT skiplock_enqueue('x', '{}', metadata => '[1]')`, "skiplock: invalid task: metadata must be a JSON object"},
-		{`SELECT * FROM skiplock_enqueue_many('{"name": "x"}')`, "skiplock: invalid task: skiplock_enqueue_many takes a JSON array"},
-		{`SELECT * FROM skiplock_enqueue_many('[{"name": "ok"}, {"name": "x", "priority": 40000}]')`,
+	// Bad calls: SQLSTATE 22023 naming the field (22001 for a field over
+	// its limit), and nothing enqueued.
+	const invalid, tooLong = "22023", "22001"
+	bad := []struct{ sql, code, want string }{
+		{`SELECT skiplock_enqueue('', '{}')`, invalid, "skiplock: invalid task: name is empty"},
+		{`SELECT skiplock_enqueue('x', '{}', queue => '')`, invalid, "skiplock: invalid task: queue name is empty"},
+		{`SELECT skiplock_enqueue('x', '{}', priority => 40000)`, invalid, "skiplock: invalid task: priority 40000 is outside -32768..32767"},
+		{`SELECT skiplock_enqueue('x', '{}', max_attempts => 0)`, invalid, "skiplock: invalid task: max attempts must be at least 1"},
+		{`SELECT skiplock_enqueue('x', '{}', timeout => '0s')`, invalid, "skiplock: invalid task: timeout must be at least 1ms"},
+		{`SELECT skiplock_enqueue('x', '{}', metadata => '[1]')`, invalid, "skiplock: invalid task: metadata must be a JSON object"},
+		{`SELECT * FROM skiplock_enqueue_many('{"name": "x"}')`, invalid, "skiplock: invalid task: skiplock_enqueue_many takes a JSON array"},
+		{`SELECT * FROM skiplock_enqueue_many('[{"name": "ok"}, {"name": "x", "priority": 40000}]')`, invalid,
 			"skiplock: invalid task 2: priority 40000 is outside"},
-		{`SELECT * FROM skiplock_enqueue_many('[{"name": "ok"}, {"name": "x", "priority": "high"}]')`,
+		{`SELECT * FROM skiplock_enqueue_many('[{"name": "ok"}, {"name": "x", "priority": "high"}]')`, invalid,
 			`skiplock: invalid task 2: invalid input syntax for type integer: "high"`},
-		{`SELECT * FROM skiplock_enqueue_many('[{"name": "ok"}, {"name": "x", "prio": 1}]')`, "skiplock: invalid task 2: unknown key 'prio'"},
+		{`SELECT * FROM skiplock_enqueue_many('[{"name": "ok"}, {"name": "x", "prio": 1}]')`, invalid, "skiplock: invalid task 2: unknown key 'prio'"},
+		{`SELECT skiplock_enqueue(repeat('n', 256))`, tooLong,
+			"skiplock: invalid task: name is 256 bytes, over the 255-byte limit of names: 'nnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnn'..."},
+		{`SELECT skiplock_enqueue('x', to_jsonb(repeat('p', 1048575)))`, tooLong,
+			"skiplock: invalid task: payload is 1,048,577 bytes, over the 1,048,576-byte limit (skiplock.max_payload_bytes)"},
+		{`SELECT * FROM skiplock_enqueue_many(jsonb_build_array(jsonb_build_object('name', 'ok'),
+			jsonb_build_object('name', 'x', 'metadata', jsonb_build_object('k', repeat('m', 65536)))))`, tooLong,
+			"skiplock: invalid task 2: metadata is 65,545 bytes, over the 65,536-byte limit (skiplock.max_metadata_bytes)"},
 	}
 	before := tasks()
 	for _, c := range bad {
 		cmd := exec.Command("psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-v", "VERBOSITY=verbose", "-c", c.sql, url)
 		cmd.Env = env
 		out, err := cmd.CombinedOutput()
-		if err == nil || !strings.Contains(string(out), "ERROR:  22023: "+c.want) {
-			t.Errorf("psql %s: %v, %q; want ERROR 22023 %q", c.sql, err, out, c.want)
+		if err == nil || !strings.Contains(string(out), "ERROR:  "+c.code+": "+c.want) {
+			t.Errorf("psql %s: %v, %.300q; want ERROR %s %q", c.sql, err, out, c.code, c.want)
 		}
 	}
 	// From Python: each call in its own transaction; prints SQLSTATE and
@@ -189,8 +199,9 @@ with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as conn:
 		if err := json.Unmarshal([]byte(line), &r); err != nil {
 			t.Fatal(err)
 		}
-		if r.SQLState != "22023" || r.Class != "InvalidParameterValue" || !strings.Contains(r.Message, bad[i].want) {
-			t.Errorf("python %s: %+v; want 22023 InvalidParameterValue %q", bad[i].sql, r, bad[i].want)
+		class := map[string]string{invalid: "InvalidParameterValue", tooLong: "StringDataRightTruncation"}[bad[i].code]
+		if r.SQLState != bad[i].code || r.Class != class || !strings.Contains(r.Message, bad[i].want) {
+			t.Errorf("python %s: %+v; want %s %s %q", bad[i].sql, r, bad[i].code, class, bad[i].want)
 		}
 	}
 	// Text that is not JSON never reaches the functions: jsonb's input

@@ -125,7 +125,7 @@ func (c *Client) EnqueueWorkflow(ctx context.Context, wf Workflow) (EnqueuedWork
 // EnqueueWorkflowTx is EnqueueWorkflow within tx: the workflow exists if and
 // only if tx commits.
 func (c *Client) EnqueueWorkflowTx(ctx context.Context, tx Executor, wf Workflow) (EnqueuedWorkflow, error) {
-	rows, order, err := prepareWorkflow(wf)
+	rows, order, err := prepareWorkflow(wf, c.limits)
 	if err != nil {
 		return EnqueuedWorkflow{}, err
 	}
@@ -195,7 +195,7 @@ func (c *Client) EnqueueWorkflowTx(ctx context.Context, tx Executor, wf Workflow
 
 // prepareWorkflow validates a workflow and returns its steps' rows and, for
 // each step, the positions of the steps it depends on.
-func prepareWorkflow(wf Workflow) ([]row, [][]int, error) {
+func prepareWorkflow(wf Workflow, limits inputLimits) ([]row, [][]int, error) {
 	invalid := func(format string, args ...any) error {
 		return fmt.Errorf("%w: workflow %q: %s", ErrInvalidTask, wf.Name, fmt.Sprintf(format, args...))
 	}
@@ -204,8 +204,8 @@ func prepareWorkflow(wf Workflow) ([]row, [][]int, error) {
 	}
 	pos := make(map[string]int, len(wf.Steps))
 	for i, s := range wf.Steps {
-		if s.Name == "" || len(s.Name) > MaxNameLength {
-			return nil, nil, invalid("step %d: name must be 1 to %d bytes, got %q", i, MaxNameLength, s.Name)
+		if err := checkLength("step name", s.Name, true, MaxNameLength, "queue.MaxNameLength"); err != nil {
+			return nil, nil, fmt.Errorf("workflow %q: step %d: %w", wf.Name, i, err)
 		}
 		if _, dup := pos[s.Name]; dup {
 			return nil, nil, invalid("two steps are named %q", s.Name)
@@ -223,7 +223,7 @@ func prepareWorkflow(wf Workflow) ([]row, [][]int, error) {
 		if wf.DependencyFailure != "" {
 			opts = append([]Option{WithDependencyFailure(wf.DependencyFailure)}, opts...)
 		}
-		r, err := prepare(NewTask{Name: task, Payload: s.Payload, Options: opts})
+		r, err := prepare(NewTask{Name: task, Payload: s.Payload, Options: opts}, limits)
 		if err != nil {
 			return nil, nil, fmt.Errorf("workflow %q: step %q: %w", wf.Name, s.Name, err)
 		}

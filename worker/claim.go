@@ -18,7 +18,10 @@ func (w *Worker) claimLoop(ctx context.Context, queueName string) {
 	qslots := w.limits.queueSlots[queueName]
 	poll := time.NewTicker(w.cfg.PollInterval)
 	defer poll.Stop()
-	errBackoff := 50 * time.Millisecond
+	// After a failed claim: the next as soon as the server can be reached
+	// again (lease mode claims through the pool; in advisory mode a claim
+	// waits for the lock session instead).
+	retry := newRedial(&w.pool.Config().ConnConfig.Config)
 	o := &outage{log: w.log, what: "claiming tasks from queue " + queueName}
 	saturated := false // the last claim took all it asked for
 	for {
@@ -44,15 +47,13 @@ func (w *Worker) claimLoop(ctx context.Context, queueName string) {
 				}
 				continue
 			}
-			select {
-			case <-ctx.Done():
+			retry.failed(err)
+			if !retry.sleep(ctx) {
 				return
-			case <-time.After(errBackoff):
 			}
-			errBackoff = min(errBackoff*2, 5*time.Second)
 			continue
 		}
-		errBackoff = 50 * time.Millisecond
+		retry.succeeded()
 		o.ok()
 		saturated = claimed == n
 		if saturated {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"sync"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -39,7 +38,7 @@ func (l *listener) run(ctx context.Context) {
 		config.RuntimeParams = map[string]string{}
 	}
 	config.RuntimeParams["application_name"] = "skiplock listener"
-	backoff := 100 * time.Millisecond
+	r := newRedial(&config.Config)
 	o := &outage{log: l.log, what: "listener (polling until it is back)"}
 	for ctx.Err() == nil {
 		conn, err := pgx.ConnectConfig(ctx, config)
@@ -50,7 +49,7 @@ func (l *listener) run(ctx context.Context) {
 				_, err = conn.Exec(ctx, "LISTEN "+pgx.Identifier{l.control}.Sanitize())
 			}
 			if err == nil {
-				backoff = 100 * time.Millisecond
+				r.succeeded()
 				o.ok()
 				once.Do(func() { close(l.listening) })
 				l.onListen()
@@ -72,12 +71,10 @@ func (l *listener) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		o.failed(err, "retry_in", backoff)
-		select {
-		case <-ctx.Done():
+		r.failed(err)
+		o.failed(err, "retry_in", r.next())
+		if !r.sleep(ctx) {
 			return
-		case <-time.After(backoff):
 		}
-		backoff = min(backoff*2, 5*time.Second)
 	}
 }

@@ -207,19 +207,30 @@ func (s *lockSession) doWithin(timeout time.Duration, cause error, fn func(ctx c
 	return fmt.Errorf("%w: %w", errSessionDown, err)
 }
 
+// reconnect opens a new session, as soon as the server can be reached
+// again (redial), until it succeeds or the session is closed.
 func (s *lockSession) reconnect() {
-	backoff := 100 * time.Millisecond
-	// One line when reconnecting starts failing and when its error changes,
-	// not one per attempt: a failover or a long outage retries for minutes.
+	// The loss has been logged; the next line is the return, unless the
+	// error changes meanwhile (refused, then starting up, say): a failover
+	// or a long outage retries for minutes.
 	o := &outage{log: s.log, what: "lock session reconnecting"}
-	start := time.Now()
-	for {
+	o.began()
+	r := newRedial(&s.config.Config)
+	stopped, cancelStopped := context.WithCancel(context.Background())
+	defer cancelStopped()
+	go func() {
 		select {
 		case <-s.stop:
-			return
-		case <-time.After(backoff):
+			cancelStopped()
+		case <-stopped.Done():
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	}()
+	start := time.Now()
+	for {
+		if !r.sleep(stopped) {
+			return
+		}
+		ctx, cancel := context.WithTimeout(stopped, 10*time.Second)
 		conn, err := pgx.ConnectConfig(ctx, s.config)
 		if err == nil {
 			s.mu.Lock()
@@ -240,8 +251,11 @@ func (s *lockSession) reconnect() {
 			s.log.Info("skiplock: lock session reconnected", "after", time.Since(start).Round(time.Millisecond), "failed_attempts", failures)
 			return
 		}
+		if stopped.Err() != nil {
+			return
+		}
 		o.failed(err)
-		backoff = min(backoff*2, 5*time.Second)
+		r.failed(err)
 	}
 }
 

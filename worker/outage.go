@@ -43,6 +43,17 @@ func (o *outage) failed(err error, attrs ...any) {
 		"(logged again when the error changes, and when it is back)", attrs...)
 }
 
+// began records an outage that the caller has logged itself (a lost lock
+// session): failures to reach the server that follow are not logged again,
+// only a change to another kind of error.
+func (o *outage) began() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.since.IsZero() {
+		o.since, o.kind = time.Now(), "connection"
+	}
+}
+
 // ok ends an outage, logging how long it lasted.
 func (o *outage) ok() {
 	o.mu.Lock()
@@ -56,9 +67,12 @@ func (o *outage) ok() {
 
 // errorKind tells errors apart for outage: the server's SQLSTATE, a
 // read-only server, a timeout, else one kind for every failure to reach the
-// server (refused, reset, EOF: which one a dead peer gives is chance).
+// server (refused, reset, EOF: which one a dead peer gives is chance), which
+// takes in a server that is shutting down or still starting up.
 func errorKind(err error) string {
 	switch {
+	case pgerr.IsServerUnavailable(err):
+		return "connection"
 	case pgerr.Code(err) != "":
 		return pgerr.Code(err)
 	case errors.Is(err, errReadOnly):

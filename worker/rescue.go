@@ -20,6 +20,11 @@ type rescuer struct {
 	classOID int64  // the advisory lock class of task locks
 	channel  string // the work channel, to wake claimers of rescued tasks
 	interval time.Duration
+	// self is this worker's ID, and mode how it guards its tasks: the
+	// rescuer may find its own tasks orphaned, after it lost its lock
+	// session (or its leases expired) and came back, and says so.
+	self string
+	mode Mode
 	// beforeRescue runs before each pass (guard.beforeRescue).
 	beforeRescue func(ctx context.Context)
 	observer     Observer
@@ -92,6 +97,12 @@ func (r *rescuer) rescueOrphans(ctx context.Context) {
 		}
 	}
 	for lost, ids := range byWorker {
+		if lost == r.self && lost != "" {
+			// This worker lives: what it lost is what guarded its tasks.
+			r.log.Warn(r.selfMessage(), "worker_id", lost, "returned_to_queue", len(ids)-failed[lost],
+				"failed_out_of_attempts", failed[lost], "task_ids", firstIDs(ids))
+			continue
+		}
 		r.log.Warn("skiplock: rescued tasks whose worker is gone", "lost_worker", lost, "count", len(ids),
 			"failed_out_of_attempts", failed[lost], "task_ids", firstIDs(ids))
 	}
@@ -104,6 +115,17 @@ func (r *rescuer) rescueOrphans(ctx context.Context) {
 			r.log.Warn("skiplock: notifying rescued tasks", "error", err)
 		}
 	}
+}
+
+// selfMessage is the line for this worker's own rescued tasks: it is not
+// gone, it lost its guard of them and has since come back.
+func (r *rescuer) selfMessage() string {
+	if r.mode == ModeLease {
+		return "skiplock: this worker's leases expired before it could renew them (the database was out of reach); " +
+			"its running tasks were returned to the queue"
+	}
+	return "skiplock: this worker's lock session was lost (a server restart, a failover or a network cut); " +
+		"its running tasks were returned to the queue"
 }
 
 func deref(s *string) string {

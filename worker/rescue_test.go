@@ -1,7 +1,10 @@
 package worker
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -23,11 +26,17 @@ func TestRescuerReturnsExpiredLeases(t *testing.T) {
 	b.exec(t, "UPDATE skiplock_tasks SET locked_until = now() - interval '1 second' WHERE id = $1", rows[0].ID)
 	obs := &rescueCounter{}
 	work, _ := schema.Channels(b.schema.Name)
+	var logs bytes.Buffer
 	r := &rescuer{
 		queries: b.queries, pool: b.pool, classOID: b.schema.TableOID, channel: work,
-		beforeRescue: g.beforeRescue, observer: obs, log: b.log,
+		beforeRescue: g.beforeRescue, observer: obs, log: slog.New(slog.NewTextHandler(&logs, nil)),
+		self: "w1", mode: ModeLease,
 	}
 	r.rescue(context.Background())
+	if !strings.Contains(logs.String(), "this worker's leases expired before it could renew them") ||
+		!strings.Contains(logs.String(), "worker_id=w1 returned_to_queue=1") {
+		t.Errorf("log of the rescue of this worker's own task:\n%s", logs.String())
+	}
 	if s := b.status(t, rows[0].ID); s != "pending" {
 		t.Errorf("task with an expired lease is %s, want pending", s)
 	}
@@ -36,5 +45,51 @@ func TestRescuerReturnsExpiredLeases(t *testing.T) {
 	}
 	if n := obs.rescued.Load(); n != 1 {
 		t.Errorf("observer saw %d rescues, want 1", n)
+	}
+}
+
+// TestRescuerNamesWhatWasLost: tasks orphaned by another worker are logged
+// as that worker's, gone; tasks of the rescuer's own worker (its lock
+// session lost to a server restart or failover, and back) are logged as
+// this worker's lost session, with how many went back to the queue.
+func TestRescuerNamesWhatWasLost(t *testing.T) {
+	t.Parallel()
+	b := setupJobs(t)
+	// A guard's lock session ends when it is closed: its locks go, and
+	// the tasks it claimed are orphans.
+	self := newGuard(b.deps(t, "w-self", ModeAdvisory, nil, nil))
+	other := newGuard(b.deps(t, "w-other", ModeAdvisory, nil, nil))
+	for _, g := range []guard{self, other} {
+		if err := g.open(context.Background(), b.schema.TableOID, &outage{log: b.log, what: "test"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.claim(t, self, "w-self", 2)
+	b.claim(t, other, "w-other", 1)
+	self.close()
+	other.close()
+
+	var logs bytes.Buffer
+	work, _ := schema.Channels(b.schema.Name)
+	r := &rescuer{
+		queries: b.queries, pool: b.pool, classOID: b.schema.TableOID, channel: work,
+		beforeRescue: func(context.Context) {}, observer: NopObserver{}, self: "w-self", mode: ModeAdvisory,
+		log: slog.New(slog.NewTextHandler(&logs, nil)),
+	}
+	r.rescue(context.Background())
+	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("want two lines, one per worker:\n%s", logs.String())
+	}
+	for _, want := range []string{
+		`msg="skiplock: this worker's lock session was lost (a server restart, a failover or a network cut); its running tasks were returned to the queue" worker_id=w-self returned_to_queue=2 failed_out_of_attempts=0`,
+		`msg="skiplock: rescued tasks whose worker is gone" lost_worker=w-other count=1 failed_out_of_attempts=0`,
+	} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("no line with %s in:\n%s", want, logs.String())
+		}
+	}
+	if n := strings.Count(logs.String(), "whose worker is gone"); n != 1 {
+		t.Errorf("%d lines call a worker gone, want 1 (w-other's)", n)
 	}
 }

@@ -6,18 +6,16 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/skiplock/skiplock/db"
 	"github.com/skiplock/skiplock/internal/pgerr"
 	"github.com/skiplock/skiplock/internal/schema"
 )
 
-// Start-up retries: the first attempt's backoff, its cap, and how long one
-// attempt may take.
-const (
-	startBackoff        = 100 * time.Millisecond
-	maxStartBackoff     = 5 * time.Second
-	startAttemptTimeout = 30 * time.Second
-)
+// startAttemptTimeout bounds one attempt at start; between attempts, the
+// worker waits as redial says.
+const startAttemptTimeout = 30 * time.Second
 
 // errReadOnly is a start attempt's error on a server that refuses writes.
 var errReadOnly = errors.New("the server is read-only (a standby, or a primary not yet open for writes after a failover): " +
@@ -33,7 +31,7 @@ func (w *Worker) start(ctx context.Context) error {
 	var limitClass int64
 	// Every read of start is in the retried step: a connection lost
 	// between two of them is an outage like any other, not Run's error.
-	err := untilAvailable(ctx, o, func(ctx context.Context) (err error) {
+	err := untilAvailable(ctx, o, w.pool, func(ctx context.Context) (err error) {
 		if table, err = w.checkDatabase(ctx); err != nil {
 			return err
 		}
@@ -95,10 +93,11 @@ func (w *Worker) checkDatabase(ctx context.Context) (db.SchemaTaskTableRow, erro
 }
 
 // untilAvailable runs step until it succeeds, fails with a configuration
-// error, or ctx ends, with backoff between attempts. It logs through o
-// once per change of state, not per attempt.
-func untilAvailable(ctx context.Context, o *outage, step func(context.Context) error) error {
-	backoff := startBackoff
+// error, or ctx ends, with backoff between attempts that ends early when
+// pool's server can be reached again (redial). It logs through o once per
+// change of state, not per attempt.
+func untilAvailable(ctx context.Context, o *outage, pool *pgxpool.Pool, step func(context.Context) error) error {
+	r := newRedial(&pool.Config().ConnConfig.Config)
 	for {
 		actx, cancel := context.WithTimeout(ctx, startAttemptTimeout)
 		err := step(actx)
@@ -113,13 +112,11 @@ func untilAvailable(ctx context.Context, o *outage, step func(context.Context) e
 		if isConfigError(err) {
 			return err
 		}
-		o.failed(err, "retry_in", backoff)
-		select {
-		case <-ctx.Done():
+		r.failed(err)
+		o.failed(err, "retry_in", r.next())
+		if !r.sleep(ctx) {
 			return ctx.Err()
-		case <-time.After(backoff):
 		}
-		backoff = min(backoff*2, maxStartBackoff)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/skiplock/skiplock/db"
+	"github.com/skiplock/skiplock/internal/connstr"
 	"github.com/skiplock/skiplock/internal/pgerr"
 	"github.com/skiplock/skiplock/queue"
 )
@@ -76,6 +77,13 @@ type Worker struct {
 // the schema skiplock was migrated into. An invalid cfg is reported by Run.
 func New(pool *pgxpool.Pool, cfg Config) *Worker {
 	cfg, err := cfg.withDefaults()
+	// No log line names a password: pgx leaves them out of its errors,
+	// and this catches what it cannot.
+	secrets := connstr.Passwords(cfg.ListenURL)
+	if pool != nil {
+		secrets = append(secrets, pool.Config().ConnConfig.Password)
+	}
+	cfg.Logger = connstr.Logger(cfg.Logger, secrets...)
 	schedules, serr := parseSchedules(cfg.Periodic)
 	host, _ := os.Hostname()
 	w := &Worker{
@@ -214,7 +222,7 @@ func (w *Worker) backgroundJobs(listening chan struct{}) []func(context.Context)
 	r := &rescuer{
 		elector: rescuerElection, queries: w.queries, pool: w.pool, classOID: w.classOID, channel: w.channel,
 		interval: w.cfg.RescueInterval, beforeRescue: w.guard.beforeRescue, observer: w.cfg.Observer, log: w.log,
-		passed: w.cfg.rescuePassed,
+		passed: w.cfg.rescuePassed, self: w.cfg.WorkerID, mode: w.cfg.Mode,
 	}
 	ret := newRetirer(w.cfg, rescuerElection.isLeader, w.queries, w.pool, w.log)
 	cp := &cancelPoller{
@@ -276,7 +284,7 @@ func Run(handlers Handlers) error {
 	defer signal.Stop(signals)
 	pool, err := pgxpool.New(context.Background(), url)
 	if err != nil {
-		return fmt.Errorf("skiplock: DATABASE_URL: %w", err)
+		return connstr.Error(fmt.Errorf("skiplock: DATABASE_URL: %w", err), connstr.Passwords(url)...)
 	}
 	defer pool.Close()
 	w := New(pool, Config{})

@@ -17,11 +17,11 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/skiplock/skiplock/internal/connstr"
 	"github.com/skiplock/skiplock/internal/testinfra/devpg"
 )
 
@@ -48,7 +48,7 @@ func run(ctx context.Context, stdout, stderr io.Writer, keep bool, schema string
 		return err
 	}
 	defer srv.Close()
-	fmt.Fprintf(stdout, "PostgreSQL: %s (%s)\n", redact(srv.URL), srv.Source)
+	fmt.Fprintf(stdout, "PostgreSQL: %s (%s)\n", connstr.Redact(srv.URL, srv.URL), srv.Source)
 
 	// A schema of the example's own, so that it never touches other tables.
 	admin, err := pgx.Connect(ctx, srv.URL)
@@ -73,7 +73,7 @@ func run(ctx context.Context, stdout, stderr io.Writer, keep bool, schema string
 	}
 	if keep {
 		fmt.Fprintf(stdout, "\nSchema %s is kept; this puts its failed tasks back:\n  skiplock requeue --failed --database-url '%s'\n",
-			schema, redact(databaseURL))
+			schema, connstr.Redact(databaseURL, databaseURL))
 	} else {
 		fmt.Fprintf(stdout, "\nThis run drops its schema %s now; run it with -keep to try that on its tasks.\n", schema)
 	}
@@ -90,13 +90,4 @@ func withSearchPath(conn, schema string) string {
 	q.Set("search_path", schema)
 	u.RawQuery = q.Encode()
 	return u.String()
-}
-
-// redact hides a password in a connection URL before printing it.
-func redact(url string) string {
-	cfg, err := pgx.ParseConfig(url)
-	if err != nil || cfg.Password == "" {
-		return url
-	}
-	return strings.Replace(url, cfg.Password, "****", 1)
 }

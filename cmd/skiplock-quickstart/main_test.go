@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/url"
 	"os"
 	"regexp"
 	"strings"
@@ -21,7 +22,14 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // task, and the advice at the end names a schema that still exists.
 func TestQuickstart(t *testing.T) {
 	server := pgtest.Server(t)
-	t.Setenv("DATABASE_URL", server.URL)
+	// With a password (the server trusts the loopback, so any will do):
+	// what the harness prints never shows it.
+	u, err := url.Parse(server.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword(u.User.Username(), "s3cret/pw")
+	t.Setenv("DATABASE_URL", u.String())
 	exists := func(schema string) bool {
 		conn, err := pgx.Connect(context.Background(), server.URL)
 		if err != nil {
@@ -66,6 +74,9 @@ func TestQuickstart(t *testing.T) {
 		}
 		if n := len(regexp.MustCompile(`\s+completed\s+`).FindAllString(text, -1)); n != 5 || !regexp.MustCompile(`image\.resize\s+failed`).MatchString(text) {
 			t.Errorf("keep=%v: %d tasks completed, want 5 and image.resize failed:\n%s", keep, n, text)
+		}
+		if strings.Contains(text+errOut.String(), "s3cret") {
+			t.Errorf("keep=%v: the output shows the password:\n%s\n%s", keep, text, errOut.String())
 		}
 		if keep && !strings.Contains(text, "skiplock requeue --failed --database-url") || keep && !strings.Contains(text, "search_path="+schema) {
 			t.Errorf("keep: the advice does not name the kept schema:\n%s", text)

@@ -83,6 +83,42 @@ func firstSchema(searchPath, user string) string {
 // none (pgx.ErrNoRows, interpreted): each caller says what was not found.
 var ErrNotFound = errors.New("skiplock: not found")
 
+// ErrInvalidTask is queue.ErrInvalidTask: a task that was not inserted
+// because of what it carries. Interpret wraps it around the server's own
+// refusals of a task (the checks of the SQL enqueue functions and the task
+// table's constraints), so that they read as the Go client's.
+var ErrInvalidTask = errors.New("skiplock: invalid task")
+
+// invalidTaskPrefix begins the message of every refusal of a task raised by
+// skiplock's SQL functions (migrations 6, 11 and 14): "skiplock: invalid
+// task: ..." or, from skiplock_enqueue_many, "skiplock: invalid task 2: ...".
+const invalidTaskPrefix = "skiplock: invalid task"
+
+// taskError is a task the server refused: it is ErrInvalidTask for
+// errors.Is, and keeps the server's error for errors.As.
+type taskError struct{ pg *pgconn.PgError }
+
+func (e *taskError) Error() string {
+	if strings.HasPrefix(e.pg.Message, invalidTaskPrefix) {
+		return e.pg.Message
+	}
+	return fmt.Sprintf("%s: %s", ErrInvalidTask, e.pg.Message)
+}
+
+func (e *taskError) Unwrap() []error { return []error{ErrInvalidTask, e.pg} }
+
+// isTaskRefusal: a refusal by a skiplock function (22001 over a limit, 22023
+// any other bad input) or a check constraint of the task table (23514).
+func isTaskRefusal(e *pgconn.PgError) bool {
+	switch e.Code {
+	case pgerrcode.StringDataRightTruncationDataException, pgerrcode.InvalidParameterValue:
+		return strings.HasPrefix(e.Message, invalidTaskPrefix)
+	case pgerrcode.CheckViolation:
+		return e.TableName == "skiplock_tasks"
+	}
+	return false
+}
+
 // ExclusiveRunningIndex is the unique index that lets one task of an
 // exclusive key run at a time (migrations/000003): two claims that race
 // for one key meet there.
@@ -90,7 +126,9 @@ const ExclusiveRunningIndex = "skiplock_tasks_exclusive_running_idx"
 
 // Interpret turns a driver error into skiplock's: no row becomes
 // ErrNotFound; a missing table, column or function (skiplock's schema is
-// absent or too old) becomes ErrNotMigrated. Other errors, and nil, are
+// absent or too old) becomes ErrNotMigrated; a task the server refused
+// (over a limit, bad input, a check of the task table) wraps
+// ErrInvalidTask, keeping the *pgconn.PgError. Other errors, and nil, are
 // returned unchanged, so it is safe to apply twice. Code outside this
 // package reads no SQLSTATE: it asks the functions below.
 func Interpret(err error) error {
@@ -105,6 +143,9 @@ func Interpret(err error) error {
 		switch pgErr.Code {
 		case pgerrcode.UndefinedTable, pgerrcode.UndefinedColumn, pgerrcode.UndefinedFunction:
 			return fmt.Errorf("%w (%s)", ErrNotMigrated, pgErr.Message)
+		}
+		if isTaskRefusal(pgErr) && !errors.Is(err, ErrInvalidTask) {
+			return &taskError{pg: pgErr}
 		}
 	}
 	return err
@@ -132,6 +173,17 @@ func IsLockTableFull(err error) bool {
 func IsExclusiveKeyTaken(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UniqueViolation && pgErr.ConstraintName == ExclusiveRunningIndex
+}
+
+// IsServerUnavailable reports whether the server refused or ended the
+// session because it is shutting down, crashed, or is starting up or
+// recovering: a database that is not available, as a refused connection is.
+func IsServerUnavailable(err error) bool {
+	switch Code(err) {
+	case pgerrcode.AdminShutdown, pgerrcode.CrashShutdown, pgerrcode.CannotConnectNow:
+		return true
+	}
+	return false
 }
 
 // IsLoginRefused reports whether the server refused a connection for good:

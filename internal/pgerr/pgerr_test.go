@@ -49,6 +49,52 @@ func TestInterpret(t *testing.T) {
 		t.Error("other errors are not returned unchanged")
 	}
 
+	for code, want := range map[string]bool{
+		pgerrcode.AdminShutdown: true, pgerrcode.CrashShutdown: true, pgerrcode.CannotConnectNow: true,
+		pgerrcode.QueryCanceled: false, pgerrcode.TooManyConnections: false, "": false,
+	} {
+		err := error(connection)
+		if code != "" {
+			err = server(code, "")
+		}
+		if IsServerUnavailable(err) != want {
+			t.Errorf("IsServerUnavailable(%q) = %v, want %v", code, !want, want)
+		}
+	}
+
+	// A task the server refused: skiplock's functions (22001 over a limit,
+	// 22023 other bad input, messages "skiplock: invalid task..."), the task
+	// table's checks (23514).
+	refusal := func(code, message, table string) error {
+		return fmt.Errorf("enqueueing: %w", &pgconn.PgError{Code: code, Message: message, TableName: table})
+	}
+	for _, c := range []struct {
+		err     error
+		invalid bool
+		message string
+	}{
+		{refusal(pgerrcode.StringDataRightTruncationDataException, "skiplock: invalid task: payload is 2,000,002 bytes, over the 1,048,576-byte limit (skiplock.max_payload_bytes)", ""),
+			true, "skiplock: invalid task: payload is 2,000,002 bytes, over the 1,048,576-byte limit (skiplock.max_payload_bytes)"},
+		{refusal(pgerrcode.InvalidParameterValue, "skiplock: invalid task 2: priority 40000 is outside -32768..32767", ""),
+			true, "skiplock: invalid task 2: priority 40000 is outside -32768..32767"},
+		{refusal(pgerrcode.CheckViolation, `new row for relation "skiplock_tasks" violates check constraint "skiplock_tasks_name_check"`, "skiplock_tasks"),
+			true, `skiplock: invalid task: new row for relation "skiplock_tasks" violates check constraint "skiplock_tasks_name_check"`},
+		{refusal(pgerrcode.InvalidParameterValue, "skiplock: setting skiplock.max_payload_bytes is 'x', not a number of bytes", ""), false, ""},
+		{refusal(pgerrcode.StringDataRightTruncationDataException, "value too long for type character varying(3)", ""), false, ""},
+		{refusal(pgerrcode.CheckViolation, "violates check constraint", "orders"), false, ""},
+	} {
+		err := Interpret(c.err)
+		var pgErr *pgconn.PgError
+		switch {
+		case errors.Is(err, ErrInvalidTask) != c.invalid || !errors.As(err, &pgErr):
+			t.Errorf("%v: interpreted %v, ErrInvalidTask %v, want %v (keeping the PgError)", c.err, err, errors.Is(err, ErrInvalidTask), c.invalid)
+		case c.invalid && (err.Error() != c.message || Interpret(err) != err):
+			t.Errorf("%v: interpreted %q, want %q, the same when interpreted again", c.err, err, c.message)
+		case !c.invalid && err != c.err:
+			t.Errorf("%v: changed to %v", c.err, err)
+		}
+	}
+
 	for _, c := range []struct {
 		err                                 error
 		retryable, refused, lockFull, taken bool

@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/skiplock/skiplock/internal/connstr"
 	"github.com/skiplock/skiplock/internal/pgerr"
 )
 
@@ -84,7 +85,7 @@ func Find(ctx context.Context, opts Options) (*Server, error) {
 			continue
 		}
 		if err := ping(ctx, v, envProbeTimeout); err != nil {
-			return nil, fmt.Errorf("devpg: %s is set but its server does not answer: %s", name, pgerr.ConnectCause(err))
+			return nil, fmt.Errorf("devpg: %s is set but its server does not answer: %s", name, connstr.Redact(pgerr.ConnectCause(err), v))
 		}
 		logf(opts.Log, "devpg: using server from %s", name)
 		return &Server{URL: v, Source: "env:" + name}, nil
@@ -223,6 +224,50 @@ func (s *Server) Restart(ctx context.Context) error {
 		return err
 	}
 	return s.start(ctx)
+}
+
+// Stop stops the throwaway cluster at once (pg_ctl stop -m immediate), as
+// a crash would: clients' connections are cut, and new ones refused until
+// Start. With the cluster's synchronous_commit=off, a transaction committed
+// just before may be lost; run CHECKPOINT first to keep it.
+func (s *Server) Stop(ctx context.Context) error {
+	if err := s.throwaway("stop"); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return fmt.Errorf("devpg: stop after Close")
+	}
+	logf(s.log, "devpg: stopping throwaway PostgreSQL on port %d (immediate)", s.port)
+	return s.stop(ctx, "immediate")
+}
+
+// Start starts the throwaway cluster again after Stop, on the same port,
+// and returns once it answers queries.
+func (s *Server) Start(ctx context.Context) error {
+	if err := s.throwaway("start"); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return fmt.Errorf("devpg: start after Close")
+	}
+	logf(s.log, "devpg: starting throwaway PostgreSQL on port %d", s.port)
+	return s.start(ctx)
+}
+
+// throwaway refuses what only a throwaway cluster can do.
+func (s *Server) throwaway(what string) error {
+	if s != nil && s.dir != "" {
+		return nil
+	}
+	src := "nil server"
+	if s != nil {
+		src = s.Source
+	}
+	return fmt.Errorf("devpg: %s needs a throwaway server (this server came from %s)", what, src)
 }
 
 func logf(w io.Writer, format string, args ...any) {

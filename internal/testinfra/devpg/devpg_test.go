@@ -253,3 +253,23 @@ func TestLocalCandidatesParse(t *testing.T) {
 		}
 	}
 }
+
+// A URL with a password that devpg cannot use (unreachable, unparsable):
+// the error names the variable, never the password.
+func TestFindEnvVarPassword(t *testing.T) {
+	for _, url := range []string{
+		"postgres://postgres:s3cret@127.0.0.1:1/postgres?sslmode=disable",
+		"postgres://postgres:s3cret@127.0.0.1:notaport/postgres",
+		"host=127.0.0.1 port=notaport password='s3cret x'",
+	} {
+		t.Setenv("DEVPG_TEST_SECRET", url)
+		srv, err := Find(testCtx(t), Options{EnvVars: []string{"DEVPG_TEST_SECRET"}})
+		if err == nil {
+			srv.Close()
+			t.Fatalf("Find succeeded with %s", url)
+		}
+		if !strings.Contains(err.Error(), "DEVPG_TEST_SECRET") || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("%s: %v", url, err)
+		}
+	}
+}

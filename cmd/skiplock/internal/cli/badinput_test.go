@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -59,6 +60,17 @@ func TestBadInput(t *testing.T) {
 		{"bad --run-at", []string{"enqueue", "x", "--run-at", "tomorrow"}, cli.ExitUsage, `--run-at "tomorrow" is not an RFC 3339 time`},
 		{"bad --metadata", []string{"enqueue", "x", "--metadata", "[1]"}, cli.ExitUsage, "--metadata must be a JSON object"},
 		{"bad --priority", []string{"enqueue", "x", "--priority", "99999"}, cli.ExitUsage, "--priority 99999 is outside"},
+		// The limits of queue.Client, reported as it reports them.
+		{"overlong name", []string{"enqueue", strings.Repeat("n", 256)}, cli.ExitUsage,
+			`skiplock: enqueue: invalid task: task name is 256 bytes, over the 255-byte limit (queue.MaxNameLength): "nnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnn"...`},
+		{"overlong queue", []string{"enqueue", "x", "--queue", strings.Repeat("q", 256)}, cli.ExitUsage,
+			"invalid task: queue name is 256 bytes, over the 255-byte limit (queue.MaxNameLength)"},
+		{"overlong key", []string{"enqueue", "x", "--exclusive-key", strings.Repeat("k", 1025)}, cli.ExitUsage,
+			"invalid task: exclusive key is 1,025 bytes, over the 1,024-byte limit (queue.MaxKeyLength)"},
+		{"payload over the limit", []string{"enqueue", "x", `"` + strings.Repeat("p", queue.DefaultMaxPayloadSize) + `"`}, cli.ExitUsage,
+			`skiplock: enqueue: invalid task: task "x": payload is 1,048,578 bytes, over the 1,048,576-byte limit (queue.WithMaxPayloadSize)`},
+		{"metadata over the limit", []string{"enqueue", "x", "--metadata", `{"k":"` + strings.Repeat("m", queue.DefaultMaxMetadataSize) + `"}`}, cli.ExitUsage,
+			`invalid task: task "x": metadata is 65,544 bytes, over the 65,536-byte limit (queue.WithMaxMetadataSize)`},
 		{"bad --status", []string{"list", "--status", "stuck"}, cli.ExitUsage, `--status "stuck" is not one of`},
 		{"cancel completed", []string{"cancel", "--status", "completed"}, cli.ExitUsage, "completed tasks cannot be cancelled"},
 		{"pause nothing", []string{"queue", "pause"}, cli.ExitUsage, "name at least one queue"},
@@ -222,4 +234,56 @@ func TestRequeueWhileWorkersRun(t *testing.T) {
 	waitFor(t, 3*time.Second, "the slow tasks to complete", func() bool {
 		return b.count(t, "status = 'completed'") == flaky+5
 	})
+}
+
+// TestPasswordNeverShown: a database URL's password appears in no output,
+// whether the URL does not parse (pgx masks what it can tell is a password,
+// not all of it: a key=value "password = x" escapes it), the server cannot
+// be reached or does not resolve, or it refuses the login; from
+// --database-url or DATABASE_URL, for any command.
+func TestPasswordNeverShown(t *testing.T) {
+	t.Parallel()
+	const secret = "s3cret"
+	server, err := url.Parse(pgtest.Server(t).URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := *server
+	refused.User = url.UserPassword("skiplock_no_such_role", secret)
+	for _, c := range []struct {
+		name, url string
+		code      int
+		want      string
+	}{
+		{"bad port", "postgres://u:s3cret@db.internal:notaport/app", cli.ExitUsage, "invalid database URL"},
+		{"spaces around =", "host=db.internal port=x user=u password = s3cret", cli.ExitUsage, "invalid database URL"},
+		{"quoted", "host=db.internal port=x password='s3cret and more'", cli.ExitUsage, "invalid database URL"},
+		{"bad percent-encoding", "postgres://u:s3%cret@db.internal/app", cli.ExitUsage, "invalid database URL"},
+		{"unreachable", "postgres://u:s3cret@127.0.0.1:1/app?connect_timeout=2", cli.ExitError, "cannot connect to the database at 127.0.0.1:1"},
+		{"no such host", "postgres://u:s3cret@host.invalid/app?connect_timeout=2", cli.ExitError, "cannot connect to the database at host.invalid:5432"},
+		{"login refused", refused.String(), cli.ExitError, `role "skiplock_no_such_role" does not exist`},
+	} {
+		for _, args := range [][]string{
+			{"list", "--database-url", c.url},
+			{"migrate", "up", "--database-url", c.url},
+			{"enqueue", "x", "--database-url", c.url},
+		} {
+			r := (*bundle)(nil).run(t, args...)
+			if r.code != c.code || !strings.Contains(r.oneLine(t), c.want) {
+				t.Errorf("%s, %s: exit %d, %q; want %d, %q", c.name, args[0], r.code, r.stderr, c.code, c.want)
+			}
+			if strings.Contains(r.stdout+r.stderr, secret) {
+				t.Errorf("%s, %s: the output shows the password: %q %q", c.name, args[0], r.stdout, r.stderr)
+			}
+		}
+		r := (*bundle)(nil).runEnv(t, cli.Env{Getenv: func(k string) string {
+			if k == "DATABASE_URL" {
+				return c.url
+			}
+			return ""
+		}}, "stats")
+		if r.code != c.code || strings.Contains(r.stdout+r.stderr, secret) {
+			t.Errorf("%s, from DATABASE_URL: exit %d, %q", c.name, r.code, r.stderr)
+		}
+	}
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/skiplock/skiplock/internal/connstr"
 	"github.com/skiplock/skiplock/internal/pgerr"
 	"github.com/skiplock/skiplock/migrations"
 	"github.com/skiplock/skiplock/queue"
@@ -153,7 +154,11 @@ func Run(ctx context.Context, args []string, env Env) int {
 		name = strings.TrimPrefix(cmd.CommandPath(), "skiplock ")
 		name = "skiplock: " + name
 	}
-	fmt.Fprintf(env.Stderr, "%s: %s\n", name, oneLine(message(err)))
+	// Whatever the error quotes, it names no password of the database's
+	// URL (pgx masks it in a URL it cannot parse, but only as well as it
+	// can tell where the password is).
+	msg := connstr.Redact(message(err), a.databaseURL, env.Getenv("DATABASE_URL"))
+	fmt.Fprintf(env.Stderr, "%s: %s\n", name, oneLine(msg))
 	return code
 }
 

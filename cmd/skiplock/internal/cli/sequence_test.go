@@ -135,7 +135,7 @@ func TestEnqueueSequence(t *testing.T) {
 		want string
 	}{
 		{[]string{"--sequence-hold"}, "--sequence-hold needs --sequence"},
-		{[]string{"--sequence", ""}, "--sequence must be 1 to 1024 bytes"},
+		{[]string{"--sequence", ""}, "invalid task: sequence key is empty"},
 		{[]string{"--sequence", "k", "--unique-key", "u"}, "cannot be combined with a unique key"},
 	} {
 		r := b.run(t, append([]string{"enqueue", "t"}, c.args...)...)

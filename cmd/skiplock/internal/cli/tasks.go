@@ -572,13 +572,7 @@ enqueued (--sequence-hold: a failure for good holds the rest).`,
 			if exclusive != "" {
 				opts = append(opts, queue.WithExclusiveKey(exclusive))
 			}
-			if len(uniqueKey) > 1024 || len(exclusive) > 1024 {
-				return usageErrorf("--unique-key and --exclusive-key must be at most 1024 bytes")
-			}
 			if cmd.Flags().Changed("sequence") {
-				if sequence == "" || len(sequence) > queue.MaxKeyLength {
-					return usageErrorf("--sequence must be 1 to %d bytes, got %d", queue.MaxKeyLength, len(sequence))
-				}
 				if (uniqueKey != "" || unique) && uniqueFor == 0 {
 					return usageErrorf("--sequence cannot be combined with a unique key unless it has a --unique-window")
 				}
@@ -590,13 +584,8 @@ enqueued (--sequence-hold: a failure for good holds the rest).`,
 				}
 				opts = append(opts, queue.WithSequenceHold())
 			}
-			if args[0] == "" || len(args[0]) > queue.MaxNameLength {
-				return usageErrorf("task name must be 1 to %d bytes", queue.MaxNameLength)
-			}
-			if queueName == "" || len(queueName) > queue.MaxNameLength {
-				return usageErrorf("--queue must be 1 to %d bytes", queue.MaxNameLength)
-			}
-
+			// Names, keys and sizes are checked by the client, which
+			// reports them to Go code: bad input all the same (ExitUsage).
 			client, done, err := a.open(cmd.Context())
 			if err != nil {
 				return err
@@ -607,6 +596,9 @@ enqueued (--sequence-hold: a failure for good holds the rest).`,
 			if errors.As(err, &dup) && dup.ExistingID != 0 {
 				fmt.Fprintf(a.env.Stderr, "skiplock: enqueue: not enqueued: task %d holds unique key %q\n", dup.ExistingID, dup.Key)
 				id, err = dup.ExistingID, nil
+			}
+			if errors.Is(err, queue.ErrInvalidTask) {
+				return invalidInput(err)
 			}
 			if err != nil {
 				return err
