@@ -96,6 +96,8 @@ func Command(ctx context.Context, self, args []string, stdout, stderr io.Writer)
 	fs.StringVar(&o.SVGDir, "svg", "", "write charts of the results as SVG files into `dir`")
 	peerLine := fs.Bool("peer-line", false, "skiplock's line of skiplock-bench compare (and of its -also commands): PEER_N tasks into the fresh database PEER_DSN, worked by one worker; prints work_per_s=N")
 	peerEnqueue := fs.String("peer-enqueue", PeerEnqueueMany, "with --peer-line: how the backlog is enqueued, `many` (EnqueueMany) or single (16 producers calling Enqueue)")
+	peerConcurrency := fs.Int("peer-concurrency", 0, "with --peer-line: the worker's Concurrency (0: the default), for comparing settings side by side with -also")
+	peerClaimBatch := fs.Int("peer-claim-batch", 0, "with --peer-line: the worker's ClaimBatch (0: the default)")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write the CPU profile of the first throughput worker process to `file`")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -112,7 +114,7 @@ func Command(ctx context.Context, self, args []string, stdout, stderr io.Writer)
 		return 2
 	}
 	if *peerLine {
-		if err := PeerLine(ctx, PeerOptions{Enqueue: *peerEnqueue}, stdout, stderr); err != nil {
+		if err := PeerLine(ctx, PeerOptions{Enqueue: *peerEnqueue, Concurrency: *peerConcurrency, ClaimBatch: *peerClaimBatch}, stdout, stderr); err != nil {
 			fmt.Fprintf(stderr, "skiplock-bench: %v\n", err)
 			return 1
 		}

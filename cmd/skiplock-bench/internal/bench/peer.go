@@ -52,6 +52,9 @@ type PeerOptions struct {
 	Enqueue string
 	// Producers call Enqueue at once on the single path (default 16).
 	Producers int
+	// Concurrency and ClaimBatch of the worker's Config; zero keeps the
+	// defaults, which the comparison measures.
+	Concurrency, ClaimBatch int
 }
 
 // PeerLine runs the peer line and prints key=value lines to stdout,
@@ -122,6 +125,7 @@ func PeerLine(ctx context.Context, o PeerOptions, stdout, stderr io.Writer) erro
 		return nil
 	}}
 	w := worker.New(wpool, worker.Config{
+		Concurrency: o.Concurrency, ClaimBatch: o.ClaimBatch,
 		Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	runCtx, stop := context.WithCancel(ctx)
