@@ -29,6 +29,10 @@ var (
 	// ErrNotMigrated is returned when skiplock's tables are missing: run
 	// `skiplock migrate up` or migrations.Up.
 	ErrNotMigrated = pgerr.ErrNotMigrated
+	// ErrPermissionDenied is wrapped by the error of a call that the
+	// database role may not make: it lacks a grant (see
+	// migrations.Grants, or `skiplock migrate grants`). Nothing was changed.
+	ErrPermissionDenied = pgerr.ErrPermissionDenied
 	// ErrDuplicate is wrapped by the DuplicateError returned for a task
 	// whose unique key is taken.
 	ErrDuplicate = errors.New("skiplock: duplicate task")
