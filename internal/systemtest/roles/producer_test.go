@@ -3,6 +3,7 @@ package roles
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/skiplock/skiplock/internal/testinfra/pgtest"
 	"github.com/skiplock/skiplock/migrations"
 	"github.com/skiplock/skiplock/queue"
+	"github.com/skiplock/skiplock/worker"
 )
 
 // TestProducerEnqueues: a producer role enqueues every way there is, from
@@ -172,5 +174,36 @@ func TestProducerCannotChange(t *testing.T) {
 	}
 	if after := b.snapshot(t); after != before {
 		t.Fatalf("refused changes changed the tables:\nbefore %s\nafter  %s", before, after)
+	}
+}
+
+// TestRoleWithoutUsage: a role with no USAGE on the schema (PostgreSQL
+// then leaves the schema out of its search_path) is told so, with the
+// grant to run, by a worker's Run, by Client.Schema and by Enqueue,
+// rather than that the schema does not exist or is not migrated.
+func TestRoleWithoutUsage(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	role := pgtest.Role(t, b.schema, migrations.Observer)
+	if _, err := b.admin.Exec(ctx, "REVOKE USAGE ON SCHEMA "+pgx.Identifier{b.schema}.Sanitize()+" FROM "+pgx.Identifier{role}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	pool := pgtest.PoolAs(t, b.schema, role)
+	want := "has no USAGE on schema " + pgx.Identifier{b.schema}.Sanitize()
+	check := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, queue.ErrPermissionDenied) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want queue.ErrPermissionDenied saying %q", what, err, want)
+		}
+	}
+	_, err := queue.New(pool).Schema(ctx)
+	check("Client.Schema", err)
+	_, err = queue.New(pool).Enqueue(ctx, "job", nil)
+	check("Enqueue", err)
+	err = worker.New(pool, worker.Config{}).Run(ctx, worker.Handlers{"job": func(context.Context, *worker.Task) error { return nil }})
+	check("worker Run", err)
+	if !errors.Is(err, worker.ErrPermissionDenied) {
+		t.Errorf("worker Run: %v, want worker.ErrPermissionDenied", err)
 	}
 }
