@@ -1,11 +1,9 @@
 -- Back to migration 11: functions that resolve names through their
 -- caller's search_path.
-ALTER FUNCTION skiplock_notify_insert() RESET search_path;
 ALTER FUNCTION skiplock_enqueue_task(text, jsonb, text, timestamptz, integer, integer, interval, text, text, jsonb, text, boolean) RESET search_path;
 ALTER FUNCTION skiplock_enqueue(text, jsonb, text, timestamptz, integer, integer, interval, text, text, jsonb, text, boolean) RESET search_path;
 ALTER FUNCTION skiplock_enqueue_many(jsonb) RESET search_path;
 ALTER FUNCTION skiplock_workflow_advance() RESET search_path;
-ALTER FUNCTION skiplock_sequence_lock_key(text) RESET search_path;
 ALTER FUNCTION skiplock_sequence_enter(text[]) RESET search_path;
 ALTER FUNCTION skiplock_sequence_admits(text, bigint, bigint[]) RESET search_path;
 ALTER FUNCTION skiplock_sequence_release(text, text) RESET search_path;

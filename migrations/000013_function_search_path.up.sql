@@ -13,9 +13,18 @@
 -- The schema is written out (not FROM CURRENT, which would keep whatever
 -- the migrating session's search_path was, "$user" included).
 --
--- skiplock_schema_version() is left alone: its body is a constant that
--- names nothing, and every migration redefines it (CREATE OR REPLACE
--- resets a function's SET clauses).
+-- Three functions are left alone, where a pin would buy nothing and cost
+-- something (measured: docs/OPERATIONS.md, "Database roles"):
+-- skiplock_schema_version(), a constant that every migration redefines
+-- (CREATE OR REPLACE resets a function's SET clauses);
+-- skiplock_notify_insert(), the insert trigger, which names no skiplock
+-- object (it reads its transition table and calls pg_catalog's
+-- functions) and fires on every INSERT and COPY of tasks (pinned, it cost
+-- about 6% of the rate of single-task enqueues); and
+-- skiplock_sequence_lock_key, a one-line SQL function that PostgreSQL
+-- inlines into its callers, all of them pinned, so that it resolves
+-- skiplock_tasks in their schema (a SET clause stops the inlining: 2.7 us
+-- a call instead of 0.4).
 --
 -- A function created or replaced by a later migration must set the same
 -- pin itself (see README.md in this folder); a test checks every function.
@@ -25,12 +34,10 @@ DECLARE
     f text;
 BEGIN
     FOREACH f IN ARRAY ARRAY[
-        'skiplock_notify_insert()',
         'skiplock_enqueue_task(text, jsonb, text, timestamptz, integer, integer, interval, text, text, jsonb, text, boolean)',
         'skiplock_enqueue(text, jsonb, text, timestamptz, integer, integer, interval, text, text, jsonb, text, boolean)',
         'skiplock_enqueue_many(jsonb)',
         'skiplock_workflow_advance()',
-        'skiplock_sequence_lock_key(text)',
         'skiplock_sequence_enter(text[])',
         'skiplock_sequence_admits(text, bigint, bigint[])',
         'skiplock_sequence_release(text, text)',
