@@ -48,8 +48,10 @@ func ParseRoleKind(s string) (RoleKind, error) {
 }
 
 // tableGrants is, per table, the privileges of each kind. A table that a
-// later migration adds gets a row here; a kind that needs nothing of a
-// table is left out of its row. "UPDATE (a, b)" grants the columns only.
+// later migration adds (an audit table, say) gets a row here, readable by
+// observers and operators at least (TestGrantsLeastPrivilege fails until
+// it has one); a kind that needs nothing of a table is left out of its
+// row. "UPDATE (a, b)" grants the columns only.
 //
 // PostgreSQL asks for UPDATE to lock rows (SELECT ... FOR UPDATE, FOR NO
 // KEY UPDATE), and for SELECT to read back rows (RETURNING, ON CONFLICT DO
@@ -222,8 +224,8 @@ func OptionalGrants(role string, kind RoleKind) ([]OptionalGrant, error) {
 		return []OptionalGrant{{
 			SQL: fmt.Sprintf("GRANT pg_signal_backend, pg_read_all_stats TO %s;", r),
 			Why: "when workers run as different roles: the rescuer ends (pg_terminate_backend) the lock session of a " +
-				"worker cut off from the database, which takes the same role as that worker, or these two " +
-				"(pg_read_all_stats to see when the session started); no role but a superuser may end a superuser's session",
+				"worker cut off from the database, which a role may do to its own sessions only, or with these two to " +
+				"any but a superuser's (pg_read_all_stats shows when the session started)",
 		}}, nil
 	case Observer, Operator:
 		return []OptionalGrant{{
