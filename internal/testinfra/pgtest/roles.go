@@ -30,32 +30,51 @@ const rolePrefix = "sltest_role_"
 // to the call, so parallel tests never share one.
 func Role(tb testing.TB, schema string, kind migrations.RoleKind) string {
 	tb.Helper()
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	role := testschema.Name(rolePrefix, hex.EncodeToString(b[:])+"_"+string(kind))
+	role := roleName(string(kind))
 	grants, err := migrations.Grants(schema, role, kind)
 	if err != nil {
 		tb.Fatalf("pgtest: %v", err)
 	}
+	stmts := []string{
+		"CREATE ROLE " + pgx.Identifier{role}.Sanitize() + " LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE",
+		"REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA " + pgx.Identifier{schema}.Sanitize() + " FROM PUBLIC",
+	}
+	makeRole(tb, role, append(stmts, grants...))
+	return role
+}
 
+// BareRole creates a login role with no privilege at all, dropped when
+// the test ends, for a test to grant what it means to.
+func BareRole(tb testing.TB) string {
+	tb.Helper()
+	role := roleName("bare")
+	makeRole(tb, role, []string{"CREATE ROLE " + pgx.Identifier{role}.Sanitize() + " LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE"})
+	return role
+}
+
+// roleName is a fresh role name, dated for the sweep of leftovers.
+func roleName(suffix string) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return testschema.Name(rolePrefix, hex.EncodeToString(b[:])+"_"+suffix)
+}
+
+// makeRole runs stmts, the first of which creates role, and drops role
+// when the test ends.
+func makeRole(tb testing.TB, role string, stmts []string) {
+	tb.Helper()
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, Server(tb).URL)
 	if err != nil {
 		tb.Fatalf("pgtest: connecting: %v", err)
 	}
 	defer conn.Close(ctx)
-	stmts := []string{
-		"CREATE ROLE " + pgx.Identifier{role}.Sanitize() + " LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE",
-		"REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA " + pgx.Identifier{schema}.Sanitize() + " FROM PUBLIC",
-	}
-	stmts = append(stmts, grants...)
 	tb.Cleanup(func() { dropRole(tb, role) })
 	for _, s := range stmts {
 		if _, err := conn.Exec(ctx, s); err != nil {
 			tb.Fatalf("pgtest: %s: %v", s, err)
 		}
 	}
-	return role
 }
 
 // ConfigAs is Config for connections as role (the test server trusts

@@ -85,15 +85,8 @@ func TestMigrateGrants(t *testing.T) {
 
 	// As documented: the output, run as the schema's owner, lets a new
 	// role do its work.
-	role := "sltest_role_" + strconv.FormatInt(time.Now().UnixNano(), 36) + "_cli"
+	role := pgtest.BareRole(t)
 	ctx := context.Background()
-	if _, err := b.pool.Exec(ctx, "CREATE ROLE "+role+" LOGIN"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		b.pool.Exec(ctx, "DROP OWNED BY "+role)
-		b.pool.Exec(ctx, "DROP ROLE "+role)
-	})
 	script := b.run(t, "migrate", "grants", "--role", role, "--kind", "observer").ok(t).stdout
 	if _, err := b.pool.Exec(ctx, script); err != nil {
 		t.Fatalf("running the printed grants: %v\n%s", err, script)
