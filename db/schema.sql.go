@@ -66,6 +66,27 @@ func (q *Queries) SchemaTaskTable(ctx context.Context, db DBTX) (SchemaTaskTable
 	return i, err
 }
 
+const schemaUsable = `-- name: SchemaUsable :one
+SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace AS n WHERE n.nspname = $1::text)::boolean AS schema_exists,
+       coalesce((SELECT pg_catalog.has_schema_privilege(n.oid, 'USAGE')
+                 FROM pg_catalog.pg_namespace AS n WHERE n.nspname = $1::text), false)::boolean AS usable
+`
+
+type SchemaUsableRow struct {
+	SchemaExists bool
+	Usable       bool
+}
+
+// Whether a schema exists and whether this role may use it: PostgreSQL
+// leaves a schema the role has no USAGE on out of its search_path, as if
+// it did not exist.
+func (q *Queries) SchemaUsable(ctx context.Context, db DBTX, name string) (SchemaUsableRow, error) {
+	row := db.QueryRow(ctx, schemaUsable, name)
+	var i SchemaUsableRow
+	err := row.Scan(&i.SchemaExists, &i.Usable)
+	return i, err
+}
+
 const schemaVersion = `-- name: SchemaVersion :one
 SELECT version, dirty FROM skiplock_schema_migrations LIMIT 1
 `

@@ -164,12 +164,13 @@ WITH stale AS MATERIALIZED (
 ), me AS MATERIALIZED (
     SELECT r.rolsuper FROM pg_catalog.pg_roles AS r WHERE r.rolname = current_user
 ), sessions AS MATERIALIZED (
-    SELECT s.id, a.pid,
+    SELECT s.id, a.pid, a.usename AS session_role,
+           coalesce((SELECT r.rolsuper FROM pg_catalog.pg_roles AS r WHERE r.oid = a.usesysid), false) AS session_superuser,
            a.backend_start IS NOT NULL
              AND ((SELECT me.rolsuper FROM me)
                   OR (NOT coalesce((SELECT r.rolsuper FROM pg_catalog.pg_roles AS r WHERE r.oid = a.usesysid), true)
-                      AND (pg_catalog.pg_has_role(a.usesysid, 'MEMBER')
-                           OR pg_catalog.pg_has_role('pg_signal_backend', 'MEMBER')))) AS permitted
+                      AND (pg_catalog.pg_has_role(a.usesysid, 'USAGE')
+                           OR pg_catalog.pg_has_role('pg_signal_backend', 'USAGE')))) AS permitted
     FROM stale AS s
     JOIN pg_catalog.pg_stat_activity AS a ON a.pid = s.pid
     WHERE a.datname = current_database()
@@ -186,6 +187,8 @@ WITH stale AS MATERIALIZED (
             AND l.database = (SELECT d.oid FROM pg_catalog.pg_database AS d WHERE d.datname = current_database())))
 )
 SELECT sessions.id, sessions.pid::integer AS pid, coalesce(sessions.permitted, false)::boolean AS permitted,
+       coalesce(sessions.session_role, '')::text AS session_role, sessions.session_superuser::boolean AS session_superuser,
+       current_user::text AS role,
        coalesce(CASE WHEN sessions.permitted THEN pg_catalog.pg_terminate_backend(sessions.pid) END, false)::boolean AS terminated
 FROM sessions
 `
@@ -197,10 +200,13 @@ type WorkerTerminateStaleParams struct {
 }
 
 type WorkerTerminateStaleRow struct {
-	ID         string
-	Pid        int32
-	Permitted  bool
-	Terminated bool
+	ID               string
+	Pid              int32
+	Permitted        bool
+	SessionRole      string
+	SessionSuperuser bool
+	Role             string
+	Terminated       bool
 }
 
 // Ends the lock sessions of workers whose heartbeat is older than
@@ -212,7 +218,10 @@ type WorkerTerminateStaleRow struct {
 // wrote: pids are unique among live processes, so a reused pid belongs to a
 // backend that started later. Sessions this role may not end (another role's
 // without pg_signal_backend, a superuser's, or any whose backend_start it
-// cannot see) come back with permitted = false and are left alone.
+// cannot see: another role's without pg_read_all_stats) come back with
+// permitted = false, and their role, and are left alone. Privileges are
+// those the role has (pg_has_role USAGE), as pg_terminate_backend checks
+// them: a membership without INHERIT does not count.
 func (q *Queries) WorkerTerminateStale(ctx context.Context, db DBTX, arg WorkerTerminateStaleParams) ([]WorkerTerminateStaleRow, error) {
 	rows, err := db.Query(ctx, workerTerminateStale, arg.Self, arg.StaleSeconds, arg.LeaderKey)
 	if err != nil {
@@ -226,6 +235,9 @@ func (q *Queries) WorkerTerminateStale(ctx context.Context, db DBTX, arg WorkerT
 			&i.ID,
 			&i.Pid,
 			&i.Permitted,
+			&i.SessionRole,
+			&i.SessionSuperuser,
+			&i.Role,
 			&i.Terminated,
 		); err != nil {
 			return nil, err

@@ -31,6 +31,10 @@ var (
 	// ErrNotMigrated is returned when skiplock's tables are missing: run
 	// `skiplock migrate up` or migrations.Up.
 	ErrNotMigrated = pgerr.ErrNotMigrated
+	// ErrPermissionDenied is wrapped by the error of a call that the
+	// database role may not make: it lacks a grant (see
+	// migrations.Grants, or `skiplock migrate grants`). Nothing was changed.
+	ErrPermissionDenied = pgerr.ErrPermissionDenied
 	// ErrDuplicate is wrapped by the DuplicateError returned for a task
 	// whose unique key is taken.
 	ErrDuplicate = errors.New("skiplock: duplicate task")
@@ -108,6 +112,11 @@ type NewTask struct {
 // With an Actor in ctx (WithActor), the enqueue is an operator's: the task
 // and its audit record are inserted in one transaction of their own.
 func (c *Client) Enqueue(ctx context.Context, name string, payload any, opts ...Option) (int64, error) {
+	id, err := c.enqueue(ctx, name, payload, opts)
+	return id, c.explain(ctx, err)
+}
+
+func (c *Client) enqueue(ctx context.Context, name string, payload any, opts []Option) (int64, error) {
 	r, err := prepare(NewTask{Name: name, Payload: payload, Options: opts}, c.limits)
 	if err != nil {
 		return 0, err
@@ -206,7 +215,7 @@ var (
 func (c *Client) EnqueueTx(ctx context.Context, tx Executor, name string, payload any, opts ...Option) (int64, error) {
 	ids, err := c.EnqueueManyTx(ctx, tx, []NewTask{{Name: name, Payload: payload, Options: opts}})
 	if ids == nil {
-		return 0, err
+		return 0, c.explain(ctx, err)
 	}
 	return ids[0], err
 }
@@ -244,7 +253,7 @@ func (c *Client) EnqueueManyTx(ctx context.Context, tx Executor, tasks []NewTask
 	for start := 0; start < len(tasks); start += copyChunk {
 		chunk, err := c.insert(ctx, tx, tasks[start:min(start+copyChunk, len(tasks))])
 		if chunk == nil {
-			return nil, err
+			return nil, c.explain(ctx, err)
 		}
 		if err != nil {
 			for _, e := range unjoin(err) {
@@ -326,6 +335,22 @@ func (c *Client) insert(ctx context.Context, tx Executor, tasks []NewTask) ([]in
 		errs[i] = d
 	}
 	return ids, errors.Join(errs...)
+}
+
+// explain replaces ErrNotMigrated, which is what a table out of reach
+// gives, with the reason schema.Read finds when it finds one: no schema
+// of the search_path exists, or the role has no USAGE on it (PostgreSQL
+// then leaves it out of the search_path). It asks on the client's pool:
+// err's transaction, if any, is aborted.
+func (c *Client) explain(ctx context.Context, err error) error {
+	var noSchema *NoSchemaError
+	if !errors.Is(err, ErrNotMigrated) || errors.As(err, &noSchema) || ctx.Err() != nil {
+		return err
+	}
+	if _, rerr := schema.Read(ctx, c.pool); errors.Is(rerr, ErrPermissionDenied) || errors.As(rerr, &noSchema) {
+		return fmt.Errorf("enqueueing: %w", rerr)
+	}
+	return err
 }
 
 // inTx runs fn in a transaction on the client's pool; every error comes out

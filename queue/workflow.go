@@ -119,7 +119,7 @@ func (c *Client) EnqueueWorkflow(ctx context.Context, wf Workflow) (EnqueuedWork
 		out, err = c.EnqueueWorkflowTx(ctx, tx, wf)
 		return err
 	})
-	return out, pgerr.Interpret(err)
+	return out, c.explain(ctx, pgerr.Interpret(err))
 }
 
 // EnqueueWorkflowTx is EnqueueWorkflow within tx: the workflow exists if and

@@ -41,3 +41,11 @@ SELECT (current_setting('max_locks_per_transaction')::bigint
 -- A standby, or a primary that pg_auto_failover keeps read-only until its
 -- old peer is known demoted, answers reads but refuses every write.
 SELECT current_setting('transaction_read_only') = 'on' AS read_only;
+
+-- name: SchemaUsable :one
+-- Whether a schema exists and whether this role may use it: PostgreSQL
+-- leaves a schema the role has no USAGE on out of its search_path, as if
+-- it did not exist.
+SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace AS n WHERE n.nspname = @name::text)::boolean AS schema_exists,
+       coalesce((SELECT pg_catalog.has_schema_privilege(n.oid, 'USAGE')
+                 FROM pg_catalog.pg_namespace AS n WHERE n.nspname = @name::text), false)::boolean AS usable;

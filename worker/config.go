@@ -221,8 +221,9 @@ type Config struct {
 	// rescuer's or the scheduler's election while its heartbeat is stale,
 	// and takes the job over. Ending another worker's session needs the same
 	// database role as that worker (or superuser; pg_signal_backend with
-	// pg_read_all_stats also does): without it the rescuer logs one warning
-	// and the TCP settings above still bound the wait. A worker cut off
+	// pg_read_all_stats also does, for any session but a superuser's):
+	// without it the rescuer logs one warning naming the grant, and the TCP
+	// settings above still bound the wait. A worker cut off
 	// stops its own handlers well before (see PingTimeout). Negative
 	// disables it. Defaults to DefaultStaleAfter (15s).
 	StaleAfter time.Duration

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/skiplock/skiplock/db"
+	"github.com/skiplock/skiplock/internal/pgerr"
 )
 
 // advisoryGuard guards each running task with a session-level advisory
@@ -160,7 +162,13 @@ func (g *advisoryGuard) endStaleSessions(ctx context.Context, leaderKey int64) {
 		Self: g.cfg.WorkerID, StaleSeconds: g.cfg.StaleAfter.Seconds(), LeaderKey: leaderKey,
 	})
 	if err != nil {
-		if ctx.Err() == nil {
+		switch {
+		case ctx.Err() != nil:
+		case errors.Is(pgerr.Interpret(err), pgerr.ErrPermissionDenied):
+			// The query leaves alone the sessions it finds it may not
+			// end; this is a race with a change of grants.
+			g.warnNoSignal(db.WorkerTerminateStaleRow{}, err)
+		default:
 			g.log.Warn("skiplock: looking for lock sessions of workers whose heartbeat is stale", "error", err)
 		}
 		return
@@ -174,13 +182,36 @@ func (g *advisoryGuard) endStaleSessions(ctx context.Context, leaderKey int64) {
 			}
 			g.log.Warn("skiplock: ended the lock session of a worker whose heartbeat is stale (cut off?), releasing "+what,
 				"lost_worker", r.ID, "backend_pid", r.Pid, "stale_after", g.cfg.StaleAfter)
-		case !r.Permitted && g.warnedNoSignal.CompareAndSwap(false, true):
-			g.log.Warn("skiplock: cannot end the lock session of a worker whose heartbeat is stale: this role may not signal it. "+
-				"Run every worker as the same database role (or grant pg_signal_backend and pg_read_all_stats); until then its "+
-				"tasks wait for the server's TCP keepalives to end the session (TCPKeepalive* settings).",
-				"lost_worker", r.ID, "backend_pid", r.Pid)
+		case !r.Permitted:
+			g.warnNoSignal(r, nil)
 		}
 	}
+}
+
+// warnNoSignal says, once per worker, that this role may not end the lock
+// session of a stale worker, and what fixes it.
+func (g *advisoryGuard) warnNoSignal(r db.WorkerTerminateStaleRow, err error) {
+	if !g.warnedNoSignal.CompareAndSwap(false, true) {
+		return
+	}
+	const wait = "; until then its tasks wait for the server's TCP keepalives to end the session (TCPKeepalive* settings)."
+	args := []any{"lost_worker", r.ID, "backend_pid", r.Pid, "session_role", r.SessionRole, "role", r.Role}
+	if err != nil {
+		args = append(args, "error", err)
+	}
+	if r.SessionSuperuser {
+		g.log.Warn("skiplock: cannot end the lock session of a worker whose heartbeat is stale: it runs as superuser "+
+			pgx.Identifier{r.SessionRole}.Sanitize()+", whose sessions only a superuser may end. Run workers as an "+
+			"ordinary role (skiplock migrate grants --kind worker)"+wait, args...)
+		return
+	}
+	role := "ROLE"
+	if r.Role != "" {
+		role = pgx.Identifier{r.Role}.Sanitize()
+	}
+	g.log.Warn("skiplock: cannot end the lock session of a worker whose heartbeat is stale: this role may not signal "+
+		"another role's session. Run every worker as the same database role, or GRANT pg_signal_backend, "+
+		"pg_read_all_stats TO "+role+wait, args...)
 }
 
 // listenConfig: the pool's own connection settings.

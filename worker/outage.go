@@ -39,6 +39,13 @@ func (o *outage) failed(err error, attrs ...any) {
 	}
 	o.kind = kind
 	attrs = append([]any{"error", err}, attrs...)
+	if errors.Is(pgerr.Interpret(err), pgerr.ErrPermissionDenied) {
+		// Not an outage: a grant is missing, and retrying waits for it.
+		o.log.Warn("skiplock: "+o.what+": permission denied: the worker's database role lacks a grant workers need "+
+			"(`skiplock migrate grants --kind worker` prints them); retrying with backoff (logged again when the error "+
+			"changes, and when it is back)", attrs...)
+		return
+	}
 	o.log.Warn("skiplock: "+o.what+": the database is not available; retrying with backoff "+
 		"(logged again when the error changes, and when it is back)", attrs...)
 }

@@ -124,12 +124,14 @@ func untilAvailable(ctx context.Context, o *outage, pool *pgxpool.Pool, step fun
 // waiting cannot fix, so that Run returns it: a schema that is not migrated
 // (or is dirty), a transaction pooler in advisory mode or a statement cache
 // behind one, a server that refuses the login (SQLSTATE class 28: wrong
-// user or password, no pg_hba.conf entry) or has no such database (3D000).
+// user or password, no pg_hba.conf entry) or has no such database (3D000),
+// a role that lacks a grant workers need (ErrPermissionDenied).
 // Everything else (refused or timed-out connections, a server starting up
 // or shutting down, too many connections, a read-only server) is an outage
 // and is retried.
 func isConfigError(err error) bool {
-	if errors.Is(err, ErrNotMigrated) || errors.Is(err, ErrTransactionPooling) || errors.Is(err, ErrStatementCache) {
+	if errors.Is(err, ErrNotMigrated) || errors.Is(err, ErrTransactionPooling) || errors.Is(err, ErrStatementCache) ||
+		errors.Is(pgerr.Interpret(err), ErrPermissionDenied) {
 		return true
 	}
 	return pgerr.IsLoginRefused(err)

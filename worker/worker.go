@@ -30,6 +30,10 @@ var (
 	// ErrNotMigrated is returned when the schema is missing or older than
 	// this build of skiplock: run `skiplock migrate up`.
 	ErrNotMigrated = pgerr.ErrNotMigrated
+	// ErrPermissionDenied is wrapped by Run's error when the database role
+	// lacks a privilege that workers need (migrations.Grants with
+	// migrations.Worker, or `skiplock migrate grants --kind worker`).
+	ErrPermissionDenied = pgerr.ErrPermissionDenied
 )
 
 // Worker claims and runs tasks. Create it with New and start it with Run.

@@ -49,6 +49,21 @@ func (e *NoSchemaError) Error() string {
 
 func (e *NoSchemaError) Unwrap() error { return ErrNotMigrated }
 
+// FirstSchema is the first schema a search_path setting names, as
+// PostgreSQL reads it, "$user" standing for user; "" when it names none.
+func FirstSchema(searchPath, user string) string { return firstSchema(searchPath, user) }
+
+// NoUsage returns the error of a session whose role has no USAGE on
+// schema, the first of its search_path: PostgreSQL leaves such a schema
+// out of the search_path, so skiplock's tables look missing. It wraps
+// ErrPermissionDenied.
+func NoUsage(schema, role string) error {
+	return fmt.Errorf("%w: role %s has no USAGE on schema %s, so its search_path skips it: "+
+		"GRANT USAGE ON SCHEMA %s TO %s (`skiplock migrate grants` prints every grant of the role's kind)",
+		ErrPermissionDenied, pgx.Identifier{role}.Sanitize(), pgx.Identifier{schema}.Sanitize(),
+		pgx.Identifier{schema}.Sanitize(), pgx.Identifier{role}.Sanitize())
+}
+
 // firstSchema is the first name of a search_path setting as PostgreSQL
 // reads it: an unquoted name folds to lower case, "" in a quoted one is a
 // quote, and $user is the session's user.
@@ -119,6 +134,24 @@ func isTaskRefusal(e *pgconn.PgError) bool {
 	return false
 }
 
+// ErrPermissionDenied is wrapped by the error of a statement that the
+// session's role may not run (SQLSTATE 42501, insufficient_privilege): a
+// role missing a grant of its kind (skiplock migrate grants prints them).
+var ErrPermissionDenied = errors.New("skiplock: permission denied")
+
+// permissionError is a server's insufficient_privilege, worded for the
+// person who has to grant the privilege. It wraps ErrPermissionDenied and
+// the server's error.
+type permissionError struct{ pg *pgconn.PgError }
+
+func (e *permissionError) Error() string {
+	return fmt.Sprintf("skiplock: %s: the database role lacks a privilege it needs; "+
+		"`skiplock migrate grants --role ROLE --kind producer|worker|observer|operator` prints each kind's grants (SQLSTATE %s)",
+		e.pg.Message, e.pg.Code)
+}
+
+func (e *permissionError) Unwrap() []error { return []error{ErrPermissionDenied, e.pg} }
+
 // ExclusiveRunningIndex is the unique index that lets one task of an
 // exclusive key run at a time (migrations/000003): two claims that race
 // for one key meet there.
@@ -128,9 +161,11 @@ const ExclusiveRunningIndex = "skiplock_tasks_exclusive_running_idx"
 // ErrNotFound; a missing table, column or function (skiplock's schema is
 // absent or too old) becomes ErrNotMigrated; a task the server refused
 // (over a limit, bad input, a check of the task table) wraps
-// ErrInvalidTask, keeping the *pgconn.PgError. Other errors, and nil, are
-// returned unchanged, so it is safe to apply twice. Code outside this
-// package reads no SQLSTATE: it asks the functions below.
+// ErrInvalidTask, keeping the *pgconn.PgError; a missing privilege wraps
+// ErrPermissionDenied (and the server's error, whose SQLSTATE Code still
+// reads). Other errors, and nil, are returned unchanged, so it is safe to
+// apply twice. Code outside this package reads no SQLSTATE: it asks the
+// functions below.
 func Interpret(err error) error {
 	if err == nil {
 		return nil
@@ -138,11 +173,16 @@ func Interpret(err error) error {
 	if errors.Is(err, pgx.ErrNoRows) {
 		return ErrNotFound
 	}
+	if errors.Is(err, ErrPermissionDenied) {
+		return err
+	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {
 		case pgerrcode.UndefinedTable, pgerrcode.UndefinedColumn, pgerrcode.UndefinedFunction:
 			return fmt.Errorf("%w (%s)", ErrNotMigrated, pgErr.Message)
+		case pgerrcode.InsufficientPrivilege:
+			return &permissionError{pgErr}
 		}
 		if isTaskRefusal(pgErr) && !errors.Is(err, ErrInvalidTask) {
 			return &taskError{pg: pgErr}

@@ -120,3 +120,29 @@ func TestInterpret(t *testing.T) {
 		}
 	}
 }
+
+// TestPermissionDenied: insufficient_privilege becomes one readable error
+// wrapping ErrPermissionDenied and the server's error (its SQLSTATE still
+// reads, and it is not retryable); interpreting it again changes nothing.
+func TestPermissionDenied(t *testing.T) {
+	t.Parallel()
+	server := fmt.Errorf("claiming: %w", &pgconn.PgError{Code: pgerrcode.InsufficientPrivilege, Message: "permission denied for table skiplock_queues"})
+	err := Interpret(server)
+	if !errors.Is(err, ErrPermissionDenied) || Code(err) != pgerrcode.InsufficientPrivilege || Retryable(err) || Interpret(err) != err {
+		t.Fatalf("%v: permission denied %v, code %q, retryable %v", err, errors.Is(err, ErrPermissionDenied), Code(err), Retryable(err))
+	}
+	want := "skiplock: permission denied for table skiplock_queues: the database role lacks a privilege it needs; " +
+		"`skiplock migrate grants --role ROLE --kind producer|worker|observer|operator` prints each kind's grants (SQLSTATE 42501)"
+	if err.Error() != want {
+		t.Errorf("message:\n got %s\nwant %s", err, want)
+	}
+	err = NoUsage("My Jobs", "app")
+	want = `skiplock: permission denied: role "app" has no USAGE on schema "My Jobs", so its search_path skips it: ` +
+		"GRANT USAGE ON SCHEMA \"My Jobs\" TO \"app\" (`skiplock migrate grants` prints every grant of the role's kind)"
+	if !errors.Is(err, ErrPermissionDenied) || err.Error() != want {
+		t.Errorf("NoUsage:\n got %s\nwant %s", err, want)
+	}
+	if FirstSchema(`"$user", public`, "app") != "app" {
+		t.Errorf("FirstSchema: %q", FirstSchema(`"$user", public`, "app"))
+	}
+}

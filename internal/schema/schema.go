@@ -39,17 +39,29 @@ type Info struct {
 // Read finds skiplock's tables through the search_path of conn (a pool, a
 // connection or a transaction) and reads the schema's version. It returns
 // pgerr.ErrNotMigrated when they are missing, as a *pgerr.NoSchemaError
-// when no schema of the search_path exists.
+// when no schema of the search_path exists, and an error wrapping
+// pgerr.ErrPermissionDenied when the role has no USAGE on the first.
 func Read(ctx context.Context, conn pgerr.Executor) (Info, error) {
 	queries := db.New()
 	conn = pgerr.Interpreting(conn)
 	table, err := queries.SchemaTaskTable(ctx, conn)
 	if errors.Is(err, pgerr.ErrNotFound) {
 		path, err := queries.SchemaSearchPath(ctx, conn)
-		switch {
-		case err != nil:
+		if err != nil {
 			return Info{}, fmt.Errorf("finding skiplock's schema: %w", err)
-		case !path.SchemaExists:
+		}
+		// A schema the role may not use is skipped as if missing: say so
+		// rather than ask for a migration or a schema that exists.
+		if first := pgerr.FirstSchema(path.SearchPath, path.UserName); first != "" {
+			s, err := queries.SchemaUsable(ctx, conn, first)
+			if err != nil {
+				return Info{}, fmt.Errorf("finding skiplock's schema: %w", err)
+			}
+			if s.SchemaExists && !s.Usable {
+				return Info{}, pgerr.NoUsage(first, path.UserName)
+			}
+		}
+		if !path.SchemaExists {
 			return Info{}, pgerr.NoSchema(path.SearchPath, path.UserName)
 		}
 		return Info{}, fmt.Errorf("%w (table skiplock_tasks not found in search_path)", pgerr.ErrNotMigrated)

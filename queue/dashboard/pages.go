@@ -406,6 +406,10 @@ func (h *handler) failList(w http.ResponseWriter, r *http.Request, err error) {
 		status = http.StatusBadRequest
 	case errors.Is(err, queue.ErrDuplicate):
 		status = http.StatusConflict
+	case errors.Is(err, queue.ErrPermissionDenied):
+		// The dashboard's role may not do this (an observer's): the
+		// message says which privilege is missing.
+		status = http.StatusForbidden
 	}
 	h.fail(w, r, status, err)
 }

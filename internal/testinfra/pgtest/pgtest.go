@@ -64,6 +64,9 @@ func Server(tb testing.TB) *devpg.Server {
 		if server.err == nil {
 			server.err = testschema.DropStale(ctx, server.srv.URL, schemaPrefix, time.Hour)
 		}
+		if server.err == nil {
+			server.err = dropStaleRoles(ctx, server.srv.URL, time.Hour)
+		}
 	})
 	if server.err != nil {
 		tb.Fatalf("pgtest: %v", server.err)

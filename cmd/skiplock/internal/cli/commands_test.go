@@ -228,7 +228,13 @@ func TestMigrateSQL(t *testing.T) {
 		t.Fatalf("migrate sql --to 4 headers:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 	rest := apply("up", "--from", "4")
-	if got := headers(rest); len(got) != len(migrations.Versions())-4 || !strings.HasPrefix(got[0], "-- skiplock migration 5 ") {
+	after4 := 0 // numbers may leave gaps
+	for _, v := range migrations.Versions() {
+		if v > 4 {
+			after4++
+		}
+	}
+	if got := headers(rest); len(got) != after4 || !strings.HasPrefix(got[0], "-- skiplock migration 5 ") {
 		t.Fatalf("migrate sql up --from 4 headers: %q", got)
 	}
 	info, err := schema.Read(ctx, b.pool)

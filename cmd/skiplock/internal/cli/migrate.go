@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
@@ -73,17 +74,20 @@ func (a *app) printSchema(info queue.SchemaInfo, previous *uint, verb string) er
 
 func (a *app) migrateCommand() *cobra.Command {
 	c := newCommand(&cobra.Command{
-		Use:   "migrate up|down|status|sql",
-		Short: "Create, upgrade, drop or check skiplock's tables, or print their SQL",
+		Use:   "migrate up|down|status|sql|grants",
+		Short: "Create, upgrade, drop or check skiplock's tables, print their SQL or a role's grants",
 		Long: `Run skiplock's migrations (embedded in this binary) in the first schema of
 the search_path. Their version is kept in skiplock_schema_migrations, apart
 from an application's own golang-migrate table. To apply them with another
-tool instead, print them with skiplock migrate sql.`,
+tool instead, print them with skiplock migrate sql. skiplock migrate grants
+prints the privileges a producer's, worker's, observer's or operator's
+database role needs.`,
 		Example: `  skiplock migrate status
   skiplock migrate up
   skiplock migrate up --database-url "postgres://app@db/app?search_path=jobs"
   skiplock migrate down --yes     # drops the tables and every task
-  skiplock migrate sql | psql -v ON_ERROR_STOP=1 --single-transaction`,
+  skiplock migrate sql | psql -v ON_ERROR_STOP=1 --single-transaction
+  skiplock migrate grants --role app_worker --kind worker`,
 		Args: unknownCommand,
 		RunE: showHelp,
 	})
@@ -115,6 +119,7 @@ tool instead, print them with skiplock migrate sql.`,
 		}),
 		a.migrateDownCommand(),
 		a.migrateSQLCommand(),
+		a.migrateGrantsCommand(),
 		newCommand(&cobra.Command{
 			Use:   "status",
 			Short: "Show the schema's version and whether it is up to date",
@@ -331,6 +336,123 @@ applied it.`,
 	c.Flags().UintVar(&from, "from", 0, "the version the schema is at (default 0 for up, the latest for down)")
 	c.Flags().UintVar(&to, "to", 0, "the version to reach (default the latest for up, 0 for down)")
 	return c
+}
+
+// grantsJSON is what `migrate grants --json` prints.
+type grantsJSON struct {
+	Schema     string         `json:"schema"`
+	Role       string         `json:"role"`
+	Kind       string         `json:"kind"`
+	Statements []string       `json:"statements"`
+	Optional   []optionalJSON `json:"optional"`
+}
+
+type optionalJSON struct {
+	SQL string `json:"sql"`
+	Why string `json:"why"`
+}
+
+func (a *app) migrateGrantsCommand() *cobra.Command {
+	var role, kind, schema string
+	c := newCommand(&cobra.Command{
+		Use:   "grants --role NAME --kind producer|worker|observer|operator",
+		Short: "Print the GRANT statements a database role of a kind needs",
+		Long: `Print the GRANT statements that give an existing database role the privileges
+skiplock needs for one kind of work, and no more:
+
+  producer  enqueue tasks (Go API and the SQL functions skiplock_enqueue,
+            skiplock_enqueue_task, skiplock_enqueue_many): unique tasks,
+            workflows, sequences
+  worker    everything worker.Run does (claims, outcomes, retries, the
+            rescuer, periodic schedules, retention, limits, heartbeats);
+            a worker also enqueues, as a producer
+  observer  the read commands (list, show, stats, locks, queue list, limit
+            list, workflow and sequence show) and the dashboard's pages
+  operator  an observer that also requeues, cancels, runs now, deletes and
+            purges tasks, pauses and resumes queues and sets limits
+
+The schema is the search_path's, as for the other migrate commands (this
+reads it from the database), or --schema (no database needed). Grants that
+only some setups need are printed commented out, with the reason. Run the
+output as the schema's owner; the role itself (CREATE ROLE ... LOGIN) is
+yours to create. A role that is two kinds gets both outputs.`,
+		Example: `  skiplock migrate grants --role app_worker --kind worker | psql -v ON_ERROR_STOP=1 "$ADMIN_URL"
+  skiplock migrate grants --role app_web --kind producer --schema jobs
+  skiplock migrate grants --role oncall --kind operator --json | jq -r '.statements[]'`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			k, err := migrations.ParseRoleKind(kind)
+			switch {
+			case role == "":
+				return usageErrorf("--role is required: the database role to grant to (see `%s --help`)", cmd.CommandPath())
+			case kind == "":
+				return usageErrorf("--kind is required: producer, worker, observer or operator (see `%s --help`)", cmd.CommandPath())
+			case err != nil:
+				return usageErrorf("--kind must be producer, worker, observer or operator, got %q", kind)
+			case cmd.Flags().Changed("schema") && schema == "":
+				return usageErrorf("--schema must name a schema")
+			}
+			if schema == "" {
+				pool, err := a.connect(cmd.Context())
+				if err != nil {
+					return err
+				}
+				defer pool.Close()
+				info, err := schemaState(cmd.Context(), pool)
+				if err != nil {
+					return err
+				}
+				if info.Version == 0 {
+					return errors.New("skiplock's tables are not in the search_path: run skiplock migrate up first, or pass --schema")
+				}
+				schema = info.Name
+			}
+			stmts, err := migrations.Grants(schema, role, k)
+			if err != nil {
+				return err
+			}
+			optional, err := migrations.OptionalGrants(role, k)
+			if err != nil {
+				return err
+			}
+			if a.json {
+				out := grantsJSON{Schema: schema, Role: role, Kind: kind, Statements: stmts, Optional: []optionalJSON{}}
+				for _, o := range optional {
+					out.Optional = append(out.Optional, optionalJSON{SQL: o.SQL, Why: o.Why})
+				}
+				return a.printJSON(out)
+			}
+			w := a.env.Stdout
+			fmt.Fprintf(w, "-- skiplock %s grants for role %s on schema %s (migration %d)\n",
+				kind, pgx.Identifier{role}.Sanitize(), pgx.Identifier{schema}.Sanitize(), migrations.Latest)
+			for _, s := range stmts {
+				fmt.Fprintln(w, s)
+			}
+			for _, o := range optional {
+				fmt.Fprintf(w, "\n%s\n-- %s\n", commentLines("Optional, "+o.Why+":", 76), o.SQL)
+			}
+			return nil
+		},
+	})
+	c.Flags().StringVar(&role, "role", "", "the database role to grant to (required)")
+	c.Flags().StringVar(&kind, "kind", "", "what the role does: producer, worker, observer or operator (required)")
+	c.Flags().StringVar(&schema, "schema", "", "the schema skiplock's tables are in (default: the search_path's, read from the database)")
+	return c
+}
+
+// commentLines words s into SQL comment lines of at most width
+// characters (a longer word gets a line of its own).
+func commentLines(s string, width int) string {
+	var lines []string
+	line := "--"
+	for _, word := range strings.Fields(s) {
+		if len(line)+1+len(word) > width && line != "--" {
+			lines = append(lines, line)
+			line = "--"
+		}
+		line += " " + word
+	}
+	return strings.Join(append(lines, line), "\n")
 }
 
 // versionJSON is what `version --json` prints.
