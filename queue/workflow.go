@@ -87,19 +87,22 @@ type Workflow struct {
 	// Options apply to every step, before the step's own Options, so that
 	// a step's option wins: WithQueue("media") here puts every step in
 	// "media" but the ones that say otherwise. They come after
-	// DependencyFailure, so a WithDependencyFailure here overrides it. Any
-	// option that applies to a step applies here, with the same meaning
-	// for each step: WithDelay and WithRunAt make every step due no
-	// earlier than that time, counted from the enqueue, not from the
-	// completion of its dependencies; WithExclusiveKey and WithLimitKey
-	// give every step the key, so parallel steps take turns under it; a
-	// step's WithMetadata replaces the workflow's object, it does not
-	// merge with it. The options that name one task are refused with an
-	// error wrapping ErrInvalidTask that names them: WithUniqueKey,
-	// WithUnique and WithUniqueWindow (every step but one would be a
-	// duplicate), WithSequence and WithSequenceHold, and WithDependsOn
-	// (use Step.DependsOn). They are validated on their own, so an
-	// invalid one is refused even if every step overrides it.
+	// DependencyFailure, so a WithDependencyFailure here overrides it.
+	//
+	// Any option that applies to a step applies here, with the same
+	// meaning for each step: WithDelay and WithRunAt make every step due
+	// no earlier than that time, counted from the enqueue, not from the
+	// completion of its dependencies; WithExclusiveKey gives every step
+	// the key, so parallel steps run one at a time; WithLimitKey counts
+	// every step against the limits that match it; a step's WithMetadata
+	// replaces the workflow's object, it does not merge with it.
+	//
+	// The options that name one task are refused with an error wrapping
+	// ErrInvalidTask that names them: WithUniqueKey, WithUnique and
+	// WithUniqueWindow (every step but one would be a duplicate),
+	// WithSequence and WithSequenceHold, and WithDependsOn (use
+	// Step.DependsOn). Options are validated on their own, so an invalid
+	// one is refused even if every step overrides it.
 	Options []Option
 }
 
