@@ -122,12 +122,12 @@ func (q *Queries) TaskDependencyOutputs(ctx context.Context, db DBTX, id int64) 
 
 const taskInsertDependent = `-- name: TaskInsertDependent :many
 INSERT INTO skiplock_tasks (queue, name, payload, metadata, priority, run_at, max_attempts, timeout_ms,
-                            unique_key, unique_window_key, exclusive_key,
+                            unique_key, unique_window_key, exclusive_key, limit_key,
                             status, finished_at, errors, workflow_id, depends_on, deps_pending, dependency_failure)
 SELECT u.queue, u.name, u.payload, u.metadata, u.priority,
        CASE WHEN u.run_at = 'epoch' THEN now() + u.delay_ms * interval '1 millisecond' ELSE u.run_at END,
        u.max_attempts, nullif(u.timeout_ms, 0),
-       nullif(u.unique_key, ''), nullif(u.unique_window_key, ''), nullif(u.exclusive_key, ''),
+       nullif(u.unique_key, ''), nullif(u.unique_window_key, ''), nullif(u.exclusive_key, ''), nullif(u.limit_key, ''),
        u.status, CASE WHEN u.status = 'cancelled' THEN now() END, u.errors,
        u.workflow_id, u.depends_on, u.deps_pending, nullif(u.dependency_failure, '')
 FROM (
@@ -135,9 +135,9 @@ FROM (
            $5::smallint AS priority, $6::timestamptz AS run_at, $7::bigint AS delay_ms,
            $8::integer AS max_attempts, $9::bigint AS timeout_ms,
            $10::text AS unique_key, $11::text AS unique_window_key,
-           $12::text AS exclusive_key, $13::text AS status, $14::jsonb AS errors,
-           $15::bigint AS workflow_id, $16::bigint[] AS depends_on,
-           $17::integer AS deps_pending, $18::text AS dependency_failure
+           $12::text AS exclusive_key, $13::text AS limit_key, $14::text AS status, $15::jsonb AS errors,
+           $16::bigint AS workflow_id, $17::bigint[] AS depends_on,
+           $18::integer AS deps_pending, $19::text AS dependency_failure
 ) AS u
 ON CONFLICT DO NOTHING
 RETURNING id
@@ -156,6 +156,7 @@ type TaskInsertDependentParams struct {
 	UniqueKey         string
 	UniqueWindowKey   string
 	ExclusiveKey      string
+	LimitKey          string
 	Status            string
 	Errors            json.RawMessage
 	WorkflowID        int64
@@ -182,6 +183,7 @@ func (q *Queries) TaskInsertDependent(ctx context.Context, db DBTX, arg TaskInse
 		arg.UniqueKey,
 		arg.UniqueWindowKey,
 		arg.ExclusiveKey,
+		arg.LimitKey,
 		arg.Status,
 		arg.Errors,
 		arg.WorkflowID,
@@ -209,12 +211,12 @@ func (q *Queries) TaskInsertDependent(ctx context.Context, db DBTX, arg TaskInse
 
 const taskInsertWorkflow = `-- name: TaskInsertWorkflow :exec
 INSERT INTO skiplock_tasks (id, queue, name, payload, metadata, priority, run_at, max_attempts, timeout_ms,
-                            exclusive_key, status, workflow_id, depends_on, dependents, deps_pending,
+                            exclusive_key, limit_key, status, workflow_id, depends_on, dependents, deps_pending,
                             dependency_failure)
 OVERRIDING SYSTEM VALUE
 SELECT u.id, u.queue, u.name, u.payload, u.metadata, u.priority,
        CASE WHEN u.run_at = 'epoch' THEN now() + u.delay_ms * interval '1 millisecond' ELSE u.run_at END,
-       u.max_attempts, nullif(u.timeout_ms, 0), nullif(u.exclusive_key, ''),
+       u.max_attempts, nullif(u.timeout_ms, 0), nullif(u.exclusive_key, ''), nullif(u.limit_key, ''),
        CASE WHEN u.depends_on = '' THEN 'pending' ELSE 'waiting' END,
        $1::bigint,
        nullif(u.depends_on, '')::bigint[],
@@ -233,9 +235,10 @@ FROM (
            unnest($10::integer[])       AS max_attempts,
            unnest($11::bigint[])          AS timeout_ms,
            unnest($12::text[])        AS exclusive_key,
-           unnest($13::text[])            AS depends_on,
-           unnest($14::text[])            AS dependents,
-           unnest($15::text[])   AS dependency_failure
+           unnest($13::text[])            AS limit_key,
+           unnest($14::text[])            AS depends_on,
+           unnest($15::text[])            AS dependents,
+           unnest($16::text[])   AS dependency_failure
 ) AS u
 `
 
@@ -252,6 +255,7 @@ type TaskInsertWorkflowParams struct {
 	MaxAttempts        []int32
 	TimeoutMs          []int64
 	ExclusiveKeys      []string
+	LimitKeys          []string
 	DependsOn          []string
 	Dependents         []string
 	DependencyFailures []string
@@ -276,6 +280,7 @@ func (q *Queries) TaskInsertWorkflow(ctx context.Context, db DBTX, arg TaskInser
 		arg.MaxAttempts,
 		arg.TimeoutMs,
 		arg.ExclusiveKeys,
+		arg.LimitKeys,
 		arg.DependsOn,
 		arg.Dependents,
 		arg.DependencyFailures,

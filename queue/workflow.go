@@ -84,6 +84,26 @@ type Workflow struct {
 	// DependencyFailure applies to every step that does not set its own
 	// with WithDependencyFailure. Defaults to DependencyFailureCancel.
 	DependencyFailure DependencyFailure
+	// Options apply to every step, before the step's own Options, so that
+	// a step's option wins: WithQueue("media") here puts every step in
+	// "media" but the ones that say otherwise. They come after
+	// DependencyFailure, so a WithDependencyFailure here overrides it.
+	//
+	// Any option that applies to a step applies here, with the same
+	// meaning for each step: WithDelay and WithRunAt make every step due
+	// no earlier than that time, counted from the enqueue, not from the
+	// completion of its dependencies; WithExclusiveKey gives every step
+	// the key, so parallel steps run one at a time; WithLimitKey counts
+	// every step against the limits that match it; a step's WithMetadata
+	// replaces the workflow's object, it does not merge with it.
+	//
+	// The options that name one task are refused with an error wrapping
+	// ErrInvalidTask that names them: WithUniqueKey, WithUnique and
+	// WithUniqueWindow (every step but one would be a duplicate),
+	// WithSequence and WithSequenceHold, and WithDependsOn (use
+	// Step.DependsOn). Options are validated on their own, so an invalid
+	// one is refused even if every step overrides it.
+	Options []Option
 }
 
 // Step is one task of a Workflow.
@@ -96,8 +116,15 @@ type Step struct {
 	Payload any
 	// DependsOn names the steps that must complete before this one runs.
 	DependsOn []string
-	// Options of the task. Unique keys and WithDependsOn do not apply to a
+	// Options of the task, applied after the workflow's Options, so they
+	// win. Unique keys, sequence keys and WithDependsOn do not apply to a
 	// step (use DependsOn).
+	//
+	// Payload is encoded as it is, even a TaskArgs value: a step does not
+	// consult its TaskName or TaskOptions (TaskDefaults). Set Task, and
+	// pass the type's TaskOptions() first in Options if the step should
+	// have them; they then override the workflow's Options, as any step
+	// option does.
 	Options []Option
 }
 
@@ -158,7 +185,7 @@ func (c *Client) EnqueueWorkflowTx(ctx context.Context, tx Executor, wf Workflow
 		Queues: make([]string, n), Names: make([]string, n), Payloads: make([]json.RawMessage, n),
 		Metadatas: make([]json.RawMessage, n), Priorities: make([]int16, n), RunAts: make([]time.Time, n),
 		DelayMs: make([]int64, n), MaxAttempts: make([]int32, n), TimeoutMs: make([]int64, n),
-		ExclusiveKeys: make([]string, n), DependsOn: make([]string, n), Dependents: make([]string, n),
+		ExclusiveKeys: make([]string, n), LimitKeys: make([]string, n), DependsOn: make([]string, n), Dependents: make([]string, n),
 		DependencyFailures: make([]string, n),
 	}
 	dependents := make([][]int64, n)
@@ -171,6 +198,7 @@ func (c *Client) EnqueueWorkflowTx(ctx context.Context, tx Executor, wf Workflow
 		p.Queues[i], p.Names[i], p.Payloads[i], p.Metadatas[i] = r.queue, r.name, r.payload, r.metadata
 		p.Priorities[i], p.RunAts[i], p.DelayMs[i] = r.priority, r.runAt, r.delayMs
 		p.MaxAttempts[i], p.TimeoutMs[i], p.ExclusiveKeys[i] = r.maxAttempts, r.timeoutMs, r.exclusiveKey
+		p.LimitKeys[i] = r.limitKey
 		deps := make([]int64, len(order[i]))
 		for j, d := range order[i] {
 			deps[j] = ids[d]
@@ -202,6 +230,9 @@ func prepareWorkflow(wf Workflow, limits inputLimits) ([]row, [][]int, error) {
 	if len(wf.Steps) == 0 {
 		return nil, nil, invalid("no steps")
 	}
+	if err := checkWorkflowOptions(wf.Options); err != nil {
+		return nil, nil, fmt.Errorf("workflow %q: Workflow.Options: %w", wf.Name, err)
+	}
 	pos := make(map[string]int, len(wf.Steps))
 	for i, s := range wf.Steps {
 		if err := checkLength("step name", s.Name, true, MaxNameLength, "queue.MaxNameLength"); err != nil {
@@ -219,10 +250,12 @@ func prepareWorkflow(wf Workflow, limits inputLimits) ([]row, [][]int, error) {
 		if task == "" {
 			task = s.Name
 		}
-		opts := s.Options
+		// The workflow's options first, so that the step's win.
+		opts := make([]Option, 0, 1+len(wf.Options)+len(s.Options))
 		if wf.DependencyFailure != "" {
-			opts = append([]Option{WithDependencyFailure(wf.DependencyFailure)}, opts...)
+			opts = append(opts, WithDependencyFailure(wf.DependencyFailure))
 		}
+		opts = append(append(opts, wf.Options...), s.Options...)
 		r, err := prepare(NewTask{Name: task, Payload: s.Payload, Options: opts}, limits)
 		if err != nil {
 			return nil, nil, fmt.Errorf("workflow %q: step %q: %w", wf.Name, s.Name, err)
@@ -280,6 +313,37 @@ func prepareWorkflow(wf Workflow, limits inputLimits) ([]row, [][]int, error) {
 		return nil, nil, invalid("dependencies form a cycle among steps %s", strings.Join(cyclic, ", "))
 	}
 	return rows, deps, nil
+}
+
+// checkWorkflowOptions refuses Workflow.Options that name one task, and
+// validates the others on their own.
+func checkWorkflowOptions(opts []Option) error {
+	if len(opts) == 0 {
+		return nil
+	}
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	refuse := func(option, why string) error {
+		return fmt.Errorf("%w: %s does not apply to a whole workflow (%s)", ErrInvalidTask, option, why)
+	}
+	switch {
+	case o.uniqueKey != "":
+		return refuse("WithUniqueKey", "every step but one would be a duplicate")
+	case o.uniqueDerive:
+		return refuse("WithUnique", "a workflow's steps take no unique key")
+	case o.uniqueWindow != 0:
+		return refuse("WithUniqueWindow", "a workflow's steps take no unique key")
+	case o.sequenceSet:
+		return refuse("WithSequence", "a step waits for its dependencies, not for a sequence")
+	case o.sequenceHold:
+		return refuse("WithSequenceHold", "a step waits for its dependencies, not for a sequence")
+	case len(o.dependsOn) > 0:
+		return refuse("WithDependsOn", "use Step.DependsOn")
+	}
+	_, err := buildOptions(opts)
+	return err
 }
 
 // arrayLiteral is ids as a PostgreSQL array literal; "" for none.
@@ -407,7 +471,7 @@ func (c *Client) insertDependent(ctx context.Context, tx Executor, r row) (int64
 	inserted, err := c.queries.TaskInsertDependent(ctx, x, db.TaskInsertDependentParams{
 		Queue: r.queue, Name: r.name, Payload: r.payload, Metadata: r.metadata, Priority: r.priority,
 		RunAt: r.runAt, DelayMs: r.delayMs, MaxAttempts: r.maxAttempts, TimeoutMs: r.timeoutMs,
-		UniqueKey: r.uniqueKey, UniqueWindowKey: r.uniqueWindowKey, ExclusiveKey: r.exclusiveKey,
+		UniqueKey: r.uniqueKey, UniqueWindowKey: r.uniqueWindowKey, ExclusiveKey: r.exclusiveKey, LimitKey: r.limitKey,
 		Status: string(status), Errors: errs, WorkflowID: workflowID, DependsOn: want, DepsPending: int32(pending),
 		DependencyFailure: string(r.depFailure),
 	})

@@ -11,12 +11,12 @@ RETURNING id;
 -- All dependencies are new tasks of the same workflow, invisible to anyone
 -- else until commit, so no lock is needed.
 INSERT INTO skiplock_tasks (id, queue, name, payload, metadata, priority, run_at, max_attempts, timeout_ms,
-                            exclusive_key, status, workflow_id, depends_on, dependents, deps_pending,
+                            exclusive_key, limit_key, status, workflow_id, depends_on, dependents, deps_pending,
                             dependency_failure)
 OVERRIDING SYSTEM VALUE
 SELECT u.id, u.queue, u.name, u.payload, u.metadata, u.priority,
        CASE WHEN u.run_at = 'epoch' THEN now() + u.delay_ms * interval '1 millisecond' ELSE u.run_at END,
-       u.max_attempts, nullif(u.timeout_ms, 0), nullif(u.exclusive_key, ''),
+       u.max_attempts, nullif(u.timeout_ms, 0), nullif(u.exclusive_key, ''), nullif(u.limit_key, ''),
        CASE WHEN u.depends_on = '' THEN 'pending' ELSE 'waiting' END,
        @workflow_id::bigint,
        nullif(u.depends_on, '')::bigint[],
@@ -35,6 +35,7 @@ FROM (
            unnest(@max_attempts::integer[])       AS max_attempts,
            unnest(@timeout_ms::bigint[])          AS timeout_ms,
            unnest(@exclusive_keys::text[])        AS exclusive_key,
+           unnest(@limit_keys::text[])            AS limit_key,
            unnest(@depends_on::text[])            AS depends_on,
            unnest(@dependents::text[])            AS dependents,
            unnest(@dependency_failures::text[])   AS dependency_failure
@@ -56,12 +57,12 @@ FOR NO KEY UPDATE;
 -- (one failed or was cancelled, with the reason in errors). Returns nothing
 -- when its unique key is taken.
 INSERT INTO skiplock_tasks (queue, name, payload, metadata, priority, run_at, max_attempts, timeout_ms,
-                            unique_key, unique_window_key, exclusive_key,
+                            unique_key, unique_window_key, exclusive_key, limit_key,
                             status, finished_at, errors, workflow_id, depends_on, deps_pending, dependency_failure)
 SELECT u.queue, u.name, u.payload, u.metadata, u.priority,
        CASE WHEN u.run_at = 'epoch' THEN now() + u.delay_ms * interval '1 millisecond' ELSE u.run_at END,
        u.max_attempts, nullif(u.timeout_ms, 0),
-       nullif(u.unique_key, ''), nullif(u.unique_window_key, ''), nullif(u.exclusive_key, ''),
+       nullif(u.unique_key, ''), nullif(u.unique_window_key, ''), nullif(u.exclusive_key, ''), nullif(u.limit_key, ''),
        u.status, CASE WHEN u.status = 'cancelled' THEN now() END, u.errors,
        u.workflow_id, u.depends_on, u.deps_pending, nullif(u.dependency_failure, '')
 FROM (
@@ -69,7 +70,7 @@ FROM (
            @priority::smallint AS priority, @run_at::timestamptz AS run_at, @delay_ms::bigint AS delay_ms,
            @max_attempts::integer AS max_attempts, @timeout_ms::bigint AS timeout_ms,
            @unique_key::text AS unique_key, @unique_window_key::text AS unique_window_key,
-           @exclusive_key::text AS exclusive_key, @status::text AS status, @errors::jsonb AS errors,
+           @exclusive_key::text AS exclusive_key, @limit_key::text AS limit_key, @status::text AS status, @errors::jsonb AS errors,
            @workflow_id::bigint AS workflow_id, @depends_on::bigint[] AS depends_on,
            @deps_pending::integer AS deps_pending, @dependency_failure::text AS dependency_failure
 ) AS u

@@ -266,6 +266,50 @@ func TestWorkflowCancelAndDelete(t *testing.T) {
 	}
 }
 
+// A workflow whose steps set no queue of their own runs to completion on a
+// worker that claims only the queue named in Workflow.Options: no step
+// is left behind in the default queue.
+func TestWorkflowOptionsQueue(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+
+	var mu sync.Mutex
+	seen := map[string]string{} // step -> the queue its handler ran from
+	h := func(ctx context.Context, t *worker.Task) error {
+		mu.Lock()
+		seen[t.Name] = t.Queue
+		mu.Unlock()
+		return worker.SetOutput(ctx, t.Name)
+	}
+	start(t, b.pool, worker.Config{Queues: []string{"media"}}, worker.Handlers{"fetch": h, "resize": h, "publish": h})
+
+	enq, err := b.client.EnqueueWorkflow(ctx, queue.Workflow{
+		Name:    "thumbnails",
+		Options: []queue.Option{queue.WithQueue("media"), queue.WithMaxAttempts(2)},
+		Steps: []queue.Step{
+			{Name: "fetch"},
+			{Name: "small", Task: "resize", Payload: 64, DependsOn: []string{"fetch"}},
+			{Name: "large", Task: "resize", Payload: 512, DependsOn: []string{"fetch"}},
+			{Name: "publish", DependsOn: []string{"small", "large"}},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the workflow completed", func() bool {
+		return b.count(t, "status = 'completed' AND workflow_id = $1", enq.ID) == 4
+	})
+	if n := b.count(t, "queue <> 'media' OR max_attempts <> 2"); n != 0 {
+		t.Fatalf("%d tasks outside the workflow's options; tasks: %s", n, b.breakdown(t))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if seen["fetch"] != "media" || seen["resize"] != "media" || seen["publish"] != "media" {
+		t.Fatalf("queues the handlers ran from: %v", seen)
+	}
+}
+
 func TestWorkflowInvalid(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
