@@ -148,7 +148,8 @@ func (kr *Keyring) Decrypt(name string, payload json.RawMessage) (json.RawMessag
 }
 
 // EncryptedKeyID reports whether payload, as stored, is encrypted, and with
-// which key ID: for tools that show payloads, which cannot read it.
+// which key ID: for tools that show payloads, which cannot read it. kid is
+// empty for an envelope too malformed to name its key.
 func EncryptedKeyID(payload []byte) (kid string, ok bool) {
 	s, ok, err := parseEnvelope(payload)
 	if !ok || err != nil {
