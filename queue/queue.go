@@ -77,6 +77,7 @@ type Client struct {
 	hooks   []EnqueueHook
 	group   groupCommit
 	limits  inputLimits
+	keyring *Keyring // nil: payloads in clear
 }
 
 // New returns a Client on pool. The pool's search_path must reach the schema
@@ -117,7 +118,7 @@ func (c *Client) Enqueue(ctx context.Context, name string, payload any, opts ...
 }
 
 func (c *Client) enqueue(ctx context.Context, name string, payload any, opts []Option) (int64, error) {
-	r, err := prepare(NewTask{Name: name, Payload: payload, Options: opts}, c.limits)
+	r, err := prepare(NewTask{Name: name, Payload: payload, Options: opts}, c.limits, c.keyring)
 	if err != nil {
 		return 0, err
 	}
@@ -305,7 +306,7 @@ func (c *Client) insert(ctx context.Context, tx Executor, tasks []NewTask) ([]in
 	rows := make([]row, len(tasks))
 	for i, t := range tasks {
 		var err error
-		if rows[i], err = prepare(t, c.limits); err != nil {
+		if rows[i], err = prepare(t, c.limits, c.keyring); err != nil {
 			return nil, err
 		}
 	}
@@ -377,9 +378,10 @@ type row struct {
 	sequenceHold                             bool
 }
 
-// prepare validates a task and encodes it; nothing is sent. Its metadata's
-// size is checked once the hooks have added theirs (beforeEnqueue).
-func prepare(t NewTask, limits inputLimits) (row, error) {
+// prepare validates a task and encodes it, encrypting its payload with kr's
+// current key when kr is not nil; nothing is sent. Its metadata's size is
+// checked once the hooks have added theirs (beforeEnqueue).
+func prepare(t NewTask, limits inputLimits, kr *Keyring) (row, error) {
 	if err := checkLength("task name", t.Name, true, MaxNameLength, "queue.MaxNameLength"); err != nil {
 		return row{}, err
 	}
@@ -407,6 +409,13 @@ func prepare(t NewTask, limits inputLimits) (row, error) {
 	key := o.uniqueKey
 	if o.uniqueDerive && key == "" {
 		key = deriveKey(t.Name, payload)
+	}
+	if kr != nil {
+		// After deriveKey: the same payload has the same key, whatever
+		// its nonce.
+		if r.payload, err = kr.Encrypt(t.Name, payload); err != nil {
+			return row{}, fmt.Errorf("task %q: %w", t.Name, err)
+		}
 	}
 	if o.uniqueWindow > 0 {
 		// The window is the producer's clock: a window boundary may be off

@@ -152,7 +152,7 @@ func (c *Client) EnqueueWorkflow(ctx context.Context, wf Workflow) (EnqueuedWork
 // EnqueueWorkflowTx is EnqueueWorkflow within tx: the workflow exists if and
 // only if tx commits.
 func (c *Client) EnqueueWorkflowTx(ctx context.Context, tx Executor, wf Workflow) (EnqueuedWorkflow, error) {
-	rows, order, err := prepareWorkflow(wf, c.limits)
+	rows, order, err := prepareWorkflow(wf, c.limits, c.keyring)
 	if err != nil {
 		return EnqueuedWorkflow{}, err
 	}
@@ -223,7 +223,7 @@ func (c *Client) EnqueueWorkflowTx(ctx context.Context, tx Executor, wf Workflow
 
 // prepareWorkflow validates a workflow and returns its steps' rows and, for
 // each step, the positions of the steps it depends on.
-func prepareWorkflow(wf Workflow, limits inputLimits) ([]row, [][]int, error) {
+func prepareWorkflow(wf Workflow, limits inputLimits, kr *Keyring) ([]row, [][]int, error) {
 	invalid := func(format string, args ...any) error {
 		return fmt.Errorf("%w: workflow %q: %s", ErrInvalidTask, wf.Name, fmt.Sprintf(format, args...))
 	}
@@ -256,7 +256,7 @@ func prepareWorkflow(wf Workflow, limits inputLimits) ([]row, [][]int, error) {
 			opts = append(opts, WithDependencyFailure(wf.DependencyFailure))
 		}
 		opts = append(append(opts, wf.Options...), s.Options...)
-		r, err := prepare(NewTask{Name: task, Payload: s.Payload, Options: opts}, limits)
+		r, err := prepare(NewTask{Name: task, Payload: s.Payload, Options: opts}, limits, kr)
 		if err != nil {
 			return nil, nil, fmt.Errorf("workflow %q: step %q: %w", wf.Name, s.Name, err)
 		}

@@ -260,6 +260,15 @@ type Config struct {
 	// Middleware wraps every handler, the first outermost.
 	Middleware []Middleware
 
+	// Keyring decrypts the payloads of tasks enqueued by a Client with
+	// queue.WithEncryption, before middleware and handlers see them: the
+	// Task's Payload and Decode are the plaintext. It also encrypts the
+	// periodic tasks this worker enqueues. A task encrypted with a key it
+	// lacks (every key, when nil), or whose ciphertext was altered, fails
+	// at once, not retried, with an error naming the key ID; add the key
+	// and requeue it. Payloads in clear run as they are. Defaults to nil.
+	Keyring *queue.Keyring
+
 	// Observer receives the worker's events, for metrics. Defaults to
 	// NopObserver.
 	Observer Observer

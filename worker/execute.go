@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/skiplock/skiplock/db"
+	"github.com/skiplock/skiplock/queue"
 )
 
 // Causes of a handler's context cancellation (context.Cause).
@@ -115,10 +116,28 @@ func (w *Worker) execute(e *execution, handlers Handlers) {
 			"deploy a handler, then `skiplock requeue %d`", e.task.Name, strings.Join(handlerNames(handlers), ", "), e.task.ID)}
 		return
 	}
+	if err := w.decrypt(e.task); err != nil {
+		res = result{outcome: outcomeError, permanent: true, err: err.Error()}
+		return
+	}
 	res = w.classify(e, w.decide(e, callHandler(h, e.ctx, e.task)))
 	if res.outcome == "" {
 		res.output = e.scope.completed(&res)
 	}
+}
+
+// decrypt replaces an encrypted payload with its plaintext. Its error names
+// the key ID, never the payload or a key.
+func (w *Worker) decrypt(t *Task) error {
+	plain, err := w.cfg.Keyring.Decrypt(t.Name, t.Payload)
+	if errors.Is(err, queue.ErrUnknownKey) {
+		return fmt.Errorf("%w; add the key to the worker's Config.Keyring, then `skiplock requeue %d`", err, t.ID)
+	}
+	if err != nil {
+		return err
+	}
+	t.Payload = plain
+	return nil
 }
 
 // PanicError is a handler's panic, recovered, as Config.OnPanic sees it

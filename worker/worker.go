@@ -92,7 +92,7 @@ func New(pool *pgxpool.Pool, cfg Config) *Worker {
 	host, _ := os.Hostname()
 	w := &Worker{
 		schedules: schedules,
-		producer:  queue.New(pool),
+		producer:  queue.New(pool, queue.WithEncryption(cfg.Keyring)),
 		pool:      pool,
 		cfg:       cfg,
 		cfgErr:    errors.Join(err, serr),

@@ -82,6 +82,18 @@ var funcs = template.FuncMap{
 	},
 	"iso":  func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
 	"clip": clip,
+	// encrypted is "encrypted (key ID)" for an encrypted payload, which
+	// the dashboard cannot read; "" for one in clear.
+	"encrypted": func(raw json.RawMessage) string {
+		kid, ok := queue.EncryptedKeyID(raw)
+		switch {
+		case !ok:
+			return ""
+		case kid == "":
+			return "encrypted (malformed envelope)"
+		}
+		return "encrypted (key " + kid + ")"
+	},
 	"pretty": func(raw json.RawMessage) string {
 		var b bytes.Buffer
 		if json.Indent(&b, raw, "", "  ") != nil {

@@ -33,7 +33,10 @@ type taskJSON struct {
 	MaxAttempts int             `json:"max_attempts"`
 	TimeoutMS   int64           `json:"timeout_ms,omitempty"`
 	Payload     json.RawMessage `json:"payload"`
-	Metadata    json.RawMessage `json:"metadata"`
+	// PayloadKeyID names the key that encrypted the payload
+	// (queue.WithEncryption); absent for a payload in clear.
+	PayloadKeyID string          `json:"payload_key_id,omitempty"`
+	Metadata     json.RawMessage `json:"metadata"`
 	// Output is what the handler recorded (worker.SetOutput); absent when
 	// it recorded nothing.
 	Output json.RawMessage `json:"output,omitempty"`
@@ -90,8 +93,10 @@ func attempts(t *queue.Task) []attemptJSON {
 }
 
 func toJSON(t *queue.Task) taskJSON {
+	kid, _ := queue.EncryptedKeyID(t.Payload)
 	return taskJSON{
-		ID: t.ID, Queue: t.Queue, Name: t.Name, Status: t.Status, Phase: t.Phase(), Permanent: t.FailedPermanently(), Priority: t.Priority,
+		PayloadKeyID: kid,
+		ID:           t.ID, Queue: t.Queue, Name: t.Name, Status: t.Status, Phase: t.Phase(), Permanent: t.FailedPermanently(), Priority: t.Priority,
 		Attempt: t.Attempt, MaxAttempts: t.MaxAttempts, TimeoutMS: t.Timeout.Milliseconds(),
 		Payload: t.Payload, Metadata: t.Metadata, Output: t.Output, RunAt: t.RunAt, CreatedAt: t.CreatedAt,
 		WorkflowID: t.WorkflowID, DependsOn: t.DependsOn, WaitingFor: t.WaitingFor,
@@ -375,7 +380,7 @@ func printTask(w io.Writer, t *queue.Task, holder *queue.TaskLock) {
 		row(tw, "  Depends on:", fmt.Sprintf("%s (%d not completed)", strings.Join(deps, ", "), t.WaitingFor))
 	}
 	tw.Flush()
-	fmt.Fprintf(w, "  Payload:   %s\n", indentJSON(t.Payload, "             "))
+	fmt.Fprintf(w, "  Payload:   %s\n", payloadText(t.Payload))
 	fmt.Fprintf(w, "  Metadata:  %s\n", indentJSON(t.Metadata, "             "))
 	if t.Output != nil {
 		fmt.Fprintf(w, "  Output:    %s\n", indentJSON(t.Output, "             "))
@@ -638,4 +643,20 @@ func checkJSON(raw []byte) error {
 	}
 	var v any
 	return json.Unmarshal(raw, &v)
+}
+
+// payloadText is a payload as show prints it: indented JSON, or, for an
+// encrypted payload, which the command cannot read, the key that reads it.
+func payloadText(p json.RawMessage) string {
+	if kid, ok := queue.EncryptedKeyID(p); ok {
+		return encryptedText(kid)
+	}
+	return indentJSON(p, "             ")
+}
+
+func encryptedText(kid string) string {
+	if kid == "" {
+		return "encrypted (malformed envelope)"
+	}
+	return fmt.Sprintf("encrypted (key %s)", kid)
 }
