@@ -91,6 +91,8 @@ type SkiplockTask struct {
 	LimitKey          *string
 	SequenceKey       *string
 	SequenceHold      *bool
+	Progress          json.RawMessage
+	Checkpoint        json.RawMessage
 }
 
 type SkiplockWorker struct {

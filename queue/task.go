@@ -56,6 +56,14 @@ type Task struct {
 	// Output is the JSON its handler recorded (worker.SetOutput), written
 	// with the completion; nil when it recorded none.
 	Output json.RawMessage
+	// Progress is the JSON its handler last reported while running
+	// (worker.SetProgress); nil when none. It stays as the last attempt
+	// left it.
+	Progress json.RawMessage
+	// Checkpoint is the JSON its handler last saved to resume from
+	// (worker.SaveCheckpoint); nil when none. It survives retries and is
+	// kept when the task completes.
+	Checkpoint json.RawMessage
 	// UniqueKey is the task's unique key (WithUniqueKey, or the one
 	// WithUnique derived), with or without a window; empty for none.
 	UniqueKey string
@@ -112,6 +120,8 @@ func taskFromRow(r db.SkiplockTask) (*Task, error) {
 		StartedAt:   r.StartedAt,
 		FinishedAt:  r.FinishedAt,
 		Output:      r.Output,
+		Progress:    r.Progress,
+		Checkpoint:  r.Checkpoint,
 		DependsOn:   r.DependsOn,
 		Dependents:  r.Dependents,
 	}

@@ -278,6 +278,9 @@ type Config struct {
 	// says so (ErrOutputTooLarge), and can be requeued once the limit is
 	// raised. Outputs are stored in the task's row and read with it.
 	// Negative means no limit. Defaults to DefaultMaxOutputSize (32 KiB).
+	// The same limit bounds each progress value (SetProgress) and
+	// checkpoint (SaveCheckpoint); past it those calls return
+	// ErrProgressTooLarge and write nothing.
 	MaxOutputSize int
 
 	now func() time.Time // the scheduler's clock; tests move it

@@ -21,9 +21,10 @@ var ErrOutputTooLarge = errors.New("skiplock: task output too large")
 // scope is what a handler's context carries about its attempt: the output
 // it recorded. Each attempt has its own.
 type scope struct {
-	taskID int64
-	limit  int // bytes; < 0 for none
-	worker *Worker
+	taskID  int64
+	attempt int32 // fences SetProgress and the checkpoint's writes
+	limit   int   // bytes; < 0 for none
+	worker  *Worker
 
 	mu     sync.Mutex
 	output json.RawMessage // nil: none

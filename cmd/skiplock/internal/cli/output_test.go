@@ -37,3 +37,35 @@ func TestShowOutput(t *testing.T) {
 		t.Fatalf("show --json has an output for a task without one: %s", out)
 	}
 }
+
+// show prints a task's progress and checkpoint (worker.SetProgress,
+// worker.SaveCheckpoint), in both forms.
+func TestShowProgress(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.insert(t, "imports", "import", queue.StatusRunning, 2, 3, "")
+	if _, err := b.pool.Exec(context.Background(), `UPDATE skiplock_tasks SET progress = '{"done": 40, "total": 100}', checkpoint = '{"page": 7}' WHERE id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	none := b.insert(t, "imports", "import", queue.StatusCompleted, 1, 3, "")
+
+	human := b.run(t, "show", fmt.Sprint(id)).ok(t).stdout
+	if !strings.Contains(human, "  Progress:  {\n               \"done\": 40,") ||
+		!strings.Contains(human, "  Checkpoint: {\n                \"page\": 7\n") {
+		t.Fatalf("show lacks the progress or checkpoint:\n%s", human)
+	}
+	if human := b.run(t, "show", fmt.Sprint(none)).ok(t).stdout; strings.Contains(human, "Progress:") || strings.Contains(human, "Checkpoint:") {
+		t.Fatalf("show prints a progress or checkpoint for a task without one:\n%s", human)
+	}
+	var shown struct {
+		Progress   map[string]int `json:"progress"`
+		Checkpoint map[string]int `json:"checkpoint"`
+	}
+	b.run(t, "show", fmt.Sprint(id), "--json").ok(t).decode(t, &shown)
+	if shown.Progress["done"] != 40 || shown.Checkpoint["page"] != 7 {
+		t.Fatalf("show --json progress = %v, checkpoint = %v", shown.Progress, shown.Checkpoint)
+	}
+	if out := b.run(t, "show", fmt.Sprint(none), "--json").ok(t).stdout; strings.Contains(out, `"progress"`) || strings.Contains(out, `"checkpoint"`) {
+		t.Fatalf("show --json has a progress or checkpoint for a task without one: %s", out)
+	}
+}

@@ -40,6 +40,11 @@ type taskJSON struct {
 	// Output is what the handler recorded (worker.SetOutput); absent when
 	// it recorded nothing.
 	Output json.RawMessage `json:"output,omitempty"`
+	// Progress and Checkpoint are what the handler last reported and saved
+	// while running (worker.SetProgress, worker.SaveCheckpoint); absent
+	// when none.
+	Progress   json.RawMessage `json:"progress,omitempty"`
+	Checkpoint json.RawMessage `json:"checkpoint,omitempty"`
 	// WorkflowID, DependsOn and WaitingFor place a task in its workflow.
 	WorkflowID int64   `json:"workflow_id,omitempty"`
 	DependsOn  []int64 `json:"depends_on,omitempty"`
@@ -98,7 +103,7 @@ func toJSON(t *queue.Task) taskJSON {
 		PayloadKeyID: kid,
 		ID:           t.ID, Queue: t.Queue, Name: t.Name, Status: t.Status, Phase: t.Phase(), Permanent: t.FailedPermanently(), Priority: t.Priority,
 		Attempt: t.Attempt, MaxAttempts: t.MaxAttempts, TimeoutMS: t.Timeout.Milliseconds(),
-		Payload: t.Payload, Metadata: t.Metadata, Output: t.Output, RunAt: t.RunAt, CreatedAt: t.CreatedAt,
+		Payload: t.Payload, Metadata: t.Metadata, Output: t.Output, Progress: t.Progress, Checkpoint: t.Checkpoint, RunAt: t.RunAt, CreatedAt: t.CreatedAt,
 		WorkflowID: t.WorkflowID, DependsOn: t.DependsOn, WaitingFor: t.WaitingFor,
 		SequenceKey: t.SequenceKey, SequenceHold: t.SequenceHold,
 		StartedAt: t.StartedAt, FinishedAt: t.FinishedAt, WorkerID: t.WorkerID,
@@ -384,6 +389,12 @@ func printTask(w io.Writer, t *queue.Task, holder *queue.TaskLock) {
 	fmt.Fprintf(w, "  Metadata:  %s\n", indentJSON(t.Metadata, "             "))
 	if t.Output != nil {
 		fmt.Fprintf(w, "  Output:    %s\n", indentJSON(t.Output, "             "))
+	}
+	if t.Progress != nil {
+		fmt.Fprintf(w, "  Progress:  %s\n", indentJSON(t.Progress, "             "))
+	}
+	if t.Checkpoint != nil {
+		fmt.Fprintf(w, "  Checkpoint: %s\n", indentJSON(t.Checkpoint, "              "))
 	}
 
 	hist := attempts(t)
