@@ -384,12 +384,13 @@ func TestClaimsWhilePoolIsBusy(t *testing.T) {
 	})
 }
 
-// TestFreedPlacesWakeClaims: with the poll all but off, a task that ends
+// TestFreedPlacesWakeClaims: with the poll slowed to 20 s, a task that ends
 // wakes the claim loops waiting for its place, in this worker and in the
 // others: a concurrency limit's slot, an exclusive key, and a limit spanning
 // two workers of different queues, where only the other worker has tasks
-// left. Before this, each freed place waited for the poll (a second by
-// default; here an hour, so every task would never finish).
+// left. Before, each freed place waited for the poll: the ten exclusive
+// tasks alone would take over three minutes, past the wait below. The
+// poll stays the fallback for a notification lost on a loaded machine.
 func TestFreedPlacesWakeClaims(t *testing.T) {
 	t.Parallel()
 	for _, mode := range []worker.Mode{worker.ModeAdvisory, worker.ModeLease} {
@@ -428,7 +429,7 @@ func TestFreedPlacesWakeClaims(t *testing.T) {
 				return nil
 			}
 			handlers := worker.Handlers{"job": work, "shared": work}
-			cfg := worker.Config{Mode: mode, Concurrency: 10, PollInterval: time.Hour}
+			cfg := worker.Config{Mode: mode, Concurrency: 10, PollInterval: 20 * time.Second}
 			cfg.Queues = []string{"limited", "one", "a"}
 			start(t, pgtest.NewPool(t, b.schema), cfg, handlers)
 			cfg.Queues = []string{"b"}
