@@ -5,129 +5,16 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/skiplock/skiplock/internal/testinfra/pgtest"
 	"github.com/skiplock/skiplock/queue"
 	"github.com/skiplock/skiplock/worker"
 )
-
-// freezer is a TCP proxy to the test server that can go silent: frozen, it
-// forwards nothing in either direction and closes nothing, as a network
-// partition or a frozen VM would; thawed, it forwards what it held. Its
-// kernel still acknowledges packets, so only the application's own checks
-// (pings, heartbeats) can tell: TCP settings play no part here. The real
-// silence, packets dropped, is the partition test's (internal/systemtest/chaos).
-type freezer struct {
-	l      net.Listener
-	target string // network address of the server
-	netw   string // "tcp" or "unix"
-
-	mu    sync.Mutex
-	thaw  chan struct{} // closed while not frozen
-	conns []net.Conn
-}
-
-func newFreezer(t *testing.T, cfg *pgxpool.Config) *freezer {
-	t.Helper()
-	f := &freezer{thaw: make(chan struct{}), netw: "tcp", target: net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port)))}
-	close(f.thaw)
-	if strings.HasPrefix(cfg.ConnConfig.Host, "/") {
-		f.netw, f.target = "unix", cfg.ConnConfig.Host+"/.s.PGSQL."+strconv.Itoa(int(cfg.ConnConfig.Port))
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.l = l
-	go f.accept()
-	t.Cleanup(func() {
-		f.unfreeze()
-		l.Close()
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		for _, c := range f.conns {
-			c.Close()
-		}
-	})
-	// Connections through the proxy.
-	cfg.ConnConfig.Host, cfg.ConnConfig.Port = "127.0.0.1", uint16(l.Addr().(*net.TCPAddr).Port)
-	cfg.ConnConfig.Fallbacks = nil
-	return f
-}
-
-func (f *freezer) gate() {
-	f.mu.Lock()
-	ch := f.thaw
-	f.mu.Unlock()
-	<-ch
-}
-
-func (f *freezer) freeze() {
-	f.mu.Lock()
-	f.thaw = make(chan struct{})
-	f.mu.Unlock()
-}
-
-func (f *freezer) unfreeze() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	select {
-	case <-f.thaw:
-	default:
-		close(f.thaw)
-	}
-}
-
-func (f *freezer) accept() {
-	for {
-		c, err := f.l.Accept()
-		if err != nil {
-			return
-		}
-		go func() {
-			f.gate()
-			s, err := net.Dial(f.netw, f.target)
-			if err != nil {
-				c.Close()
-				return
-			}
-			f.mu.Lock()
-			f.conns = append(f.conns, c, s)
-			f.mu.Unlock()
-			go f.pipe(s, c)
-			go f.pipe(c, s)
-		}()
-	}
-}
-
-// pipe forwards src to dst while thawed; a frozen pipe holds what it read,
-// and an end that closes is passed on only once thawed.
-func (f *freezer) pipe(dst, src net.Conn) {
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		f.gate()
-		if n > 0 {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				src.Close()
-				return
-			}
-		}
-		if err != nil {
-			dst.Close()
-			return
-		}
-	}
-}
 
 // logBuffer collects a worker's log lines.
 type logBuffer struct {
@@ -188,7 +75,7 @@ func TestSilentNetwork(t *testing.T) {
 	// is fine.
 	const stale, ping = 4 * time.Second, time.Second
 	cfgA := pgtest.Config(t, b.schema)
-	link := newFreezer(t, cfgA)
+	link := pgtest.NewFreezer(t, cfgA)
 	causes := make(chan error, 64)
 	logsA, logsB := &logBuffer{}, &logBuffer{}
 	a, _ := start(t, pgtest.PoolFromConfig(t, cfgA), worker.Config{
@@ -220,7 +107,7 @@ func TestSilentNetwork(t *testing.T) {
 		<-causes
 	}
 
-	link.freeze()
+	link.Freeze()
 	frozen := time.Now()
 	for range 4 {
 		select {
@@ -250,7 +137,7 @@ func TestSilentNetwork(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "B elected rescuer", func() bool { pid := b.rescuerPID(t); return pid != 0 && pid == b.lockPID(t, bw) })
 
-	link.unfreeze()
+	link.Unfreeze()
 	// A works again, without a restart: only it claims from "after".
 	quick := b.enqueue(t, "quick", nil, queue.WithQueue("after"))
 	waitFor(t, 30*time.Second, "A running a task after the network came back", func() bool {

@@ -43,7 +43,9 @@ func DropStale(ctx context.Context, url, prefix string, olderThan time.Duration)
 	for _, name := range names {
 		stamp, _, _ := strings.Cut(strings.TrimPrefix(name, prefix), "_")
 		if created, err := strconv.ParseInt(stamp, 10, 64); err == nil && created < cutoff {
-			if _, err := conn.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{name}.Sanitize()+" CASCADE"); err != nil {
+			// IF EXISTS: test binaries of several packages, run at
+			// once, sweep the same leftovers.
+			if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{name}.Sanitize()+" CASCADE"); err != nil {
 				return fmt.Errorf("dropping leftover schema %s: %w", name, err)
 			}
 		}

@@ -2,10 +2,7 @@ package roles
 
 import (
 	"context"
-	"net"
-	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -62,7 +59,7 @@ func TestRescuerEndsCutOffWorker(t *testing.T) {
 			}
 
 			cfgA := pgtest.ConfigAs(t, b.schema, roleA)
-			link := newFreezer(t, cfgA)
+			link := pgtest.NewFreezer(t, cfgA)
 			var logsA, logsB logBuffer
 			a, _ := start(t, pgtest.PoolFromConfig(t, cfgA), worker.Config{
 				Concurrency: 1, StaleAfter: stale, PingTimeout: ping, Logger: logsA.logger(),
@@ -70,7 +67,7 @@ func TestRescuerEndsCutOffWorker(t *testing.T) {
 				<-ctx.Done()
 				return ctx.Err()
 			}})
-			t.Cleanup(link.unfreeze) // before A stops
+			t.Cleanup(link.Unfreeze) // before A stops
 			id, err := b.client.Enqueue(ctx, "hold", nil)
 			if err != nil {
 				t.Fatal(err)
@@ -86,7 +83,7 @@ func TestRescuerEndsCutOffWorker(t *testing.T) {
 				}
 			})
 
-			link.freeze()
+			link.Freeze()
 			waitFor(t, 20*time.Second, "B's log line", func() bool { return strings.Contains(logsB.String(), c.wantLogLine) })
 			if c.terminated {
 				waitFor(t, 10*time.Second, "B completing A's task", func() bool {
@@ -147,110 +144,4 @@ func heartbeats(t *testing.T, admin *pgxpool.Pool, workerID string) time.Time {
 		t.Fatal(err)
 	}
 	return at
-}
-
-// freezer is a TCP proxy to the test server that can go silent: frozen,
-// it forwards nothing and closes nothing, as a network partition does,
-// while its kernel still acknowledges packets (so only the application's
-// own checks can tell).
-type freezer struct {
-	l      net.Listener
-	target string
-	netw   string
-
-	mu    sync.Mutex
-	thaw  chan struct{} // closed while not frozen
-	conns []net.Conn
-}
-
-// newFreezer points cfg's connections at a new freezer.
-func newFreezer(t *testing.T, cfg *pgxpool.Config) *freezer {
-	t.Helper()
-	f := &freezer{thaw: make(chan struct{}), netw: "tcp", target: net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port)))}
-	close(f.thaw)
-	if strings.HasPrefix(cfg.ConnConfig.Host, "/") {
-		f.netw, f.target = "unix", cfg.ConnConfig.Host+"/.s.PGSQL."+strconv.Itoa(int(cfg.ConnConfig.Port))
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.l = l
-	go f.accept()
-	t.Cleanup(func() {
-		f.unfreeze()
-		l.Close()
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		for _, c := range f.conns {
-			c.Close()
-		}
-	})
-	cfg.ConnConfig.Host, cfg.ConnConfig.Port = "127.0.0.1", uint16(l.Addr().(*net.TCPAddr).Port)
-	cfg.ConnConfig.Fallbacks = nil
-	return f
-}
-
-func (f *freezer) gate() {
-	f.mu.Lock()
-	ch := f.thaw
-	f.mu.Unlock()
-	<-ch
-}
-
-func (f *freezer) freeze() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.thaw = make(chan struct{})
-}
-
-func (f *freezer) unfreeze() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	select {
-	case <-f.thaw:
-	default:
-		close(f.thaw)
-	}
-}
-
-func (f *freezer) accept() {
-	for {
-		c, err := f.l.Accept()
-		if err != nil {
-			return
-		}
-		go func() {
-			f.gate()
-			s, err := net.Dial(f.netw, f.target)
-			if err != nil {
-				c.Close()
-				return
-			}
-			f.mu.Lock()
-			f.conns = append(f.conns, c, s)
-			f.mu.Unlock()
-			go f.pipe(s, c)
-			go f.pipe(c, s)
-		}()
-	}
-}
-
-// pipe forwards src to dst while thawed; frozen, it holds what it read.
-func (f *freezer) pipe(dst, src net.Conn) {
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		f.gate()
-		if n > 0 {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				src.Close()
-				return
-			}
-		}
-		if err != nil {
-			dst.Close()
-			return
-		}
-	}
 }
