@@ -61,15 +61,27 @@ type completer struct {
 	closing chan struct{}
 	done    chan struct{}
 	outage  *outage // retries of outcome writes, logged once per outage
+
+	// writers holds a token per outcome write in flight. Across a network
+	// a write waits a round trip for its commit, and the slots of its
+	// tasks stay taken until it is done: outcomes that arrive meanwhile go
+	// out in a write of their own instead of waiting for it.
+	writers  chan struct{}
+	inFlight sync.WaitGroup
 }
 
-func newCompleter(write func(context.Context, db.TaskFinishManyParams) ([]int64, error), release, free func([]finish), wake func(string), log *slog.Logger) *completer {
+// maxWrites bounds the outcome writes in flight at once, each on a
+// connection of the pool.
+const maxWrites = 3
+
+func newCompleter(write func(context.Context, db.TaskFinishManyParams) ([]int64, error), release, free func([]finish), wake func(string), log *slog.Logger, writes int) *completer {
 	return &completer{
 		write: write, release: release, free: free, wake: wake, log: log,
 		outage:  &outage{log: log, what: "recording task outcomes"},
 		signal:  make(chan struct{}, 1),
 		closing: make(chan struct{}),
 		done:    make(chan struct{}),
+		writers: make(chan struct{}, max(writes, 1)),
 	}
 }
 
@@ -92,6 +104,7 @@ func (c *completer) run() {
 			c.flushAll()
 		case <-c.closing:
 			c.flushAll()
+			c.inFlight.Wait()
 			return
 		}
 	}
@@ -122,17 +135,27 @@ func (c *completer) close() {
 	<-c.done
 }
 
+// flushAll sends what is pending, in writes of up to finishBatch, each
+// as soon as fewer than maxWrites are in flight; a write waits for the
+// previous ones only when that many are.
 func (c *completer) flushAll() {
 	for {
+		c.writers <- struct{}{} // a token, or wait for a write to end
 		c.mu.Lock()
 		n := min(len(c.pending), finishBatch)
 		batch := c.pending[:n:n]
 		c.pending = c.pending[n:]
 		c.mu.Unlock()
 		if n == 0 {
+			<-c.writers
 			return
 		}
-		c.flush(batch)
+		c.inFlight.Add(1)
+		go func() {
+			defer c.inFlight.Done()
+			defer func() { <-c.writers }()
+			c.flush(batch)
+		}()
 	}
 }
 

@@ -34,6 +34,7 @@ func TestCompleterOrder(t *testing.T) {
 		func([]finish) { step("free") },
 		func(string) { step("wake") },
 		slog.New(slog.NewTextHandler(io.Discard, nil)),
+		maxWrites,
 	)
 	// Both wait before the completer starts: one batch.
 	c.add(finish{id: 1, status: queue.StatusCompleted})

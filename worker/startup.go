@@ -52,7 +52,7 @@ func (w *Worker) start(ctx context.Context) error {
 	w.classOID = table.Oid
 	w.limitClass = int32(uint32(limitClass))
 	w.slots = newSlots(w.cfg.Concurrency, w.cfg.ClaimBatch)
-	w.comp = newCompleter(w.writeFinishes, w.guard.release, w.slots.free, w.wake, w.log)
+	w.comp = newCompleter(w.writeFinishes, w.guard.release, w.slots.free, w.wake, w.log, min(maxWrites, int(w.pool.Config().MaxConns)-1))
 	return w.guard.open(ctx, table.Oid, o)
 }
 
