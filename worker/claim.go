@@ -141,6 +141,9 @@ func (w *Worker) claimAndStart(queueName string, max int, only, skip []string, q
 	cur := w.cursors.get(queueName, only, skip)
 	started := time.Now()
 	head := cur.bound(&p, started)
+	if before, due := cur.probeDue(started); due {
+		go w.probe(queueName, only, skip, cur, before)
+	}
 	limited := w.limitsSeen.any(w.queries, w.pool, false)
 	rows, gen, err := w.guard.claim(p, limited)
 	if err == nil && len(rows) == 0 && !limited {
@@ -159,6 +162,28 @@ func (w *Worker) claimAndStart(queueName string, max int, only, skip []string, q
 		w.launch(r, gen, qslots, limited)
 	}
 	return len(rows), nil
+}
+
+// probe looks for the first claimable row behind a cursor (cursor.go), on
+// a pool connection, and wakes the queue's claim loop to start there if it
+// finds one.
+func (w *Worker) probe(queueName string, only, skip []string, cur *claimCursor, before claimPos) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	started := time.Now()
+	rows, err := w.queries.TaskPendingBefore(ctx, customPlans{w.pool}, db.TaskPendingBeforeParams{
+		Queue: queueName, OnlyNames: nonNil(only), SkipNames: nonNil(skip),
+		BeforePriority: before.priority, BeforeRunAt: before.runAt, BeforeID: before.id,
+	})
+	var found *claimPos
+	if err != nil {
+		w.log.Debug("skiplock: looking for tasks behind the claim cursor", "queue", queueName, "error", err)
+	} else if len(rows) > 0 {
+		found = &claimPos{priority: rows[0].Priority, runAt: rows[0].RunAt, id: rows[0].ID}
+	}
+	if cur.probed(started, time.Since(started), found, err != nil) {
+		w.wake(queueName)
+	}
 }
 
 func nonNil(s []string) []string {

@@ -25,16 +25,23 @@ import (
 //
 // So a claim loop keeps a cursor: the claim-order position of the last row
 // it took. While a claim from the head is cheap (dead entries are few),
-// every claim starts at the head. Once a claim from the head turns expensive, claims
-// start a little before the cursor (cursorLookback, for rows of producer
-// transactions that committed after the cursor passed their run_at), and a
-// claim from the head runs only every max(headEvery, headRatio times what
-// the last one cost): rows that land behind the cursor (a higher priority,
-// an old run_at of a rescued or handed-back task, a row passed over for its
-// exclusive key, a late commit) wait at most that long: an idle claim loop
-// wakes itself for the head claim when it is due (headDue), since no
-// notification or poll may come for a row that landed behind the cursor.
-// The head claim also tells when the head is cheap again.
+// every claim starts at the head. Once a claim from the head turns
+// expensive, claims start a little before the cursor (cursorLookback, for
+// rows of producer transactions that committed after the cursor passed
+// their run_at). Rows can still land behind it: a higher priority, an old
+// run_at of a rescued or handed-back task, a row passed over for its
+// exclusive key, a late commit. So every max(headEvery, headRatio times
+// what the last one cost), a probe looks for the first claimable row
+// behind the cursor (TaskPendingBefore), on a pool connection, without
+// locks: it walks the same dead entries a head claim would, but beside the
+// claims rather than on the lock session, which a head claim held for
+// its whole walk (every task that arrived meanwhile waited for it: under a
+// horizon pinned for minutes, seconds). The next claim starts at the row
+// the probe found; a cheap probe means the head is cheap again. A row
+// behind the cursor waits at most that long: an idle claim loop wakes
+// itself when a probe is due (headDue), since no notification or poll may
+// come for a row that landed behind the cursor, and a probe that finds one
+// wakes its loop.
 const (
 	cursorLookback = 50 * time.Millisecond
 	headEvery      = time.Second
@@ -50,6 +57,9 @@ const (
 	// A threshold of 50 ms never engaged the cursor for that.
 	headBase   = 3 * time.Millisecond
 	headPerRow = 10 * time.Microsecond
+	// A probe is cheap (the head is cheap again) under probeCheap: it
+	// takes one row, so it is a head claim's threshold without the rows.
+	probeCheap = headBase
 )
 
 // claimPos is a position in claim order.
@@ -75,8 +85,12 @@ type claimCursor struct {
 	pos      claimPos
 	valid    bool      // pos is the last row taken
 	costly   bool      // the last head claim was expensive
-	lastHead time.Time // when it ran
+	lastHead time.Time // when it ran, or the last probe
 	headCost time.Duration
+	probing  bool      // a probe runs
+	rewind   *claimPos // the next claim starts here: a probe found a row behind the cursor
+	// rewinding: the claim under way starts behind the cursor.
+	rewinding bool
 }
 
 // claimCursors holds the cursors of a worker; its zero value is ready.
@@ -105,19 +119,61 @@ func (cs *claimCursors) get(queueName string, only, skip []string) *claimCursor 
 func (c *claimCursor) bound(p *db.TaskClaimParams, now time.Time) (head bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.valid || !c.costly || now.Sub(c.lastHead) >= max(headEvery, headRatio*c.headCost) {
+	if !c.valid || !c.costly {
 		p.UseAfter = false
 		return true
 	}
 	p.UseAfter = true
+	if c.rewind != nil {
+		// Just before the row the probe found.
+		p.AfterPriority, p.AfterRunAt, p.AfterID = c.rewind.priority, c.rewind.runAt, c.rewind.id-1
+		c.rewind, c.rewinding = nil, true
+		return false
+	}
 	p.AfterPriority = c.pos.priority
 	p.AfterRunAt = c.pos.runAt.Add(-cursorLookback)
 	p.AfterID = 0
 	return false
 }
 
-// headDue reports, for a cursor in use, how long until its next claim from
-// the head is due.
+// probeDue reports whether a probe behind the cursor is due, and if so
+// marks it running and returns where it looks before: the cursor, less the
+// lookback its claims cover.
+func (c *claimCursor) probeDue(now time.Time) (before claimPos, due bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.valid || !c.costly || c.probing || now.Sub(c.lastHead) < max(headEvery, headRatio*c.headCost) {
+		return claimPos{}, false
+	}
+	c.probing = true
+	return claimPos{priority: c.pos.priority, runAt: c.pos.runAt.Add(-cursorLookback)}, true
+}
+
+// probed records a probe's outcome: when it started, what it cost, and the
+// row it found behind the cursor, if any; a failed probe is tried again
+// when the next one is due. It reports whether the next claim starts at a
+// row behind the cursor.
+func (c *claimCursor) probed(started time.Time, took time.Duration, found *claimPos, failed bool) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.probing = false
+	c.lastHead = started
+	if failed {
+		return false
+	}
+	c.headCost = took
+	if took < probeCheap {
+		c.costly = false // the head is cheap again: claims start there
+	}
+	if found == nil || !c.costly {
+		return found != nil
+	}
+	c.rewind = found
+	return true
+}
+
+// headDue reports, for a cursor in use, how long until its next probe is
+// due.
 func (c *claimCursor) headDue(now time.Time) (time.Duration, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -127,7 +183,7 @@ func (c *claimCursor) headDue(now time.Time) (time.Duration, bool) {
 	return max(0, c.lastHead.Add(max(headEvery, headRatio*c.headCost)).Sub(now)), true
 }
 
-// headDue is the soonest head claim due among the cursors of queueName.
+// headDue is the soonest probe due among the cursors of queueName.
 func (cs *claimCursors) headDue(queueName string, now time.Time) (time.Duration, bool) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
@@ -157,10 +213,22 @@ func (c *claimCursor) claimed(head bool, started time.Time, took time.Duration, 
 			c.valid = false // the head is the truth: restart from what it took
 		}
 	}
-	for _, r := range rows {
+	var last claimPos
+	for i, r := range rows {
 		pos := claimPos{priority: r.Priority, runAt: r.RunAt, id: r.ID}
+		if i == 0 || last.less(pos) {
+			last = pos
+		}
 		if !c.valid || c.pos.less(pos) {
 			c.pos, c.valid = pos, true
+		}
+	}
+	if c.rewinding {
+		// A claim from behind the cursor that took rows there: the next
+		// starts after the last of them, until the rows behind run out.
+		c.rewinding = false
+		if len(rows) > 0 && last.less(c.pos) && c.costly {
+			c.rewind = &claimPos{priority: last.priority, runAt: last.runAt, id: last.id + 1}
 		}
 	}
 }

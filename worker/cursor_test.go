@@ -38,21 +38,56 @@ func TestClaimCursorPolicy(t *testing.T) {
 		t.Fatalf("cursor at %+v after a cursor claim", c.pos)
 	}
 	if d, ok := c.headDue(t0.Add(30 * time.Second)); !ok || d != 10*time.Second {
-		t.Fatalf("head claim due in %v (%v), want 10s", d, ok)
+		t.Fatalf("probe due in %v (%v), want 10s", d, ok)
 	}
-	if c.bound(&p, t0.Add(39*time.Second)) {
-		t.Fatal("a head claim came before headRatio times the last one's cost")
+	// While the head is expensive, claims never start there: a probe looks
+	// behind the cursor instead, once max(headEvery, headRatio x the last
+	// cost) has passed, one at a time.
+	if _, due := c.probeDue(t0.Add(39 * time.Second)); due {
+		t.Fatal("a probe came before headRatio times the last head claim's cost")
 	}
-	if !c.bound(&p, t0.Add(40*time.Second)) || p.UseAfter {
-		t.Fatal("no head claim after headRatio times the last one's cost")
+	if c.bound(&p, t0.Add(40*time.Second)) || !p.UseAfter {
+		t.Fatal("a claim started at the expensive head")
 	}
-	// A cheap head claim ends cursor mode; one that takes rows from behind
-	// the cursor moves it back to them.
-	c.claimed(true, t0.Add(40*time.Second), time.Millisecond, []db.TaskClaimRow{row(-1, t0, 2)})
-	if c.costly || c.pos != (claimPos{-1, t0, 2}) {
-		t.Fatalf("after a cheap head claim: costly %v, cursor at %+v", c.costly, c.pos)
+	before, due := c.probeDue(t0.Add(40 * time.Second))
+	if !due || before != (claimPos{0, t0.Add(3*time.Second - cursorLookback), 0}) {
+		t.Fatalf("probe due %v, before %+v", due, before)
 	}
-	if _, ok := c.headDue(t0.Add(41 * time.Second)); ok {
-		t.Fatal("a head claim is due for a cursor not in use")
+	if _, again := c.probeDue(t0.Add(41 * time.Second)); again {
+		t.Fatal("a second probe while one runs")
+	}
+	// An expensive probe that found a row behind the cursor: the next claim
+	// starts just before it, and while such claims take rows from behind
+	// the cursor, the one after starts after the last of them.
+	if !c.probed(t0.Add(40*time.Second), time.Second, &claimPos{-1, t0, 2}, false) || !c.costly {
+		t.Fatal("a probe's find must wake the claim loop and keep the cursor")
+	}
+	if c.bound(&p, t0.Add(41*time.Second)) || !p.UseAfter || p.AfterPriority != -1 || !p.AfterRunAt.Equal(t0) || p.AfterID != 1 {
+		t.Fatalf("claim after a probe's find: %+v", p)
+	}
+	c.claimed(false, t0.Add(41*time.Second), time.Millisecond, []db.TaskClaimRow{row(-1, t0, 2), row(-1, t0, 5)})
+	if c.bound(&p, t0.Add(41*time.Second)) || p.AfterPriority != -1 || !p.AfterRunAt.Equal(t0) || p.AfterID != 5 {
+		t.Fatalf("second claim behind the cursor: %+v", p)
+	}
+	c.claimed(false, t0.Add(41*time.Second), time.Millisecond, nil)
+	if c.bound(&p, t0.Add(41*time.Second)) || p.AfterPriority != 0 || !p.AfterRunAt.Equal(t0.Add(3*time.Second-cursorLookback)) {
+		t.Fatalf("back at the cursor: %+v", p)
+	}
+	if c.pos != (claimPos{0, t0.Add(3 * time.Second), 12}) {
+		t.Fatalf("claims behind the cursor moved it to %+v", c.pos)
+	}
+	// A failed probe changes nothing but its time; a cheap one ends cursor
+	// mode.
+	c.probeDue(t0.Add(80 * time.Second))
+	if c.probed(t0.Add(80*time.Second), time.Microsecond, nil, true) || !c.costly {
+		t.Fatal("a failed probe ended cursor mode")
+	}
+	c.probeDue(t0.Add(120 * time.Second))
+	c.probed(t0.Add(120*time.Second), time.Millisecond, nil, false)
+	if c.costly || !c.bound(&p, t0.Add(121*time.Second)) || p.UseAfter {
+		t.Fatal("after a cheap probe, claims must start at the head")
+	}
+	if _, ok := c.headDue(t0.Add(121 * time.Second)); ok {
+		t.Fatal("a probe is due for a cursor not in use")
 	}
 }
