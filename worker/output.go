@@ -25,6 +25,7 @@ type scope struct {
 	attempt int32 // fences SetProgress and the checkpoint's writes
 	limit   int   // bytes; < 0 for none
 	worker  *Worker
+	alone   bool // RunTask's: a batch handler runs the task in a batch of one
 
 	mu     sync.Mutex
 	output json.RawMessage // nil: none
