@@ -235,8 +235,12 @@ type batch struct {
 type member struct {
 	ctx  context.Context
 	task *Task
-	res  chan error
+	res  chan memberResult
 }
+
+// memberResult is a member's error, and why the batch's context ended if
+// it did (nil if not).
+type memberResult struct{ err, cause error }
 
 // batcherFor returns the worker's batcher of spec, made on first use.
 func (w *Worker) batcherFor(s *batchSpec) *batcher {
@@ -265,7 +269,7 @@ func (w *Worker) flushBatches() {
 // join adds a task to the batch being filled and returns the task's error
 // once the batch has run. The first task of a batch runs it.
 func (b *batcher) join(ctx context.Context, t *Task) error {
-	m := &member{ctx: ctx, task: t, res: make(chan error, 1)}
+	m := &member{ctx: ctx, task: t, res: make(chan memberResult, 1)}
 	b.mu.Lock()
 	bt := b.filling
 	first := bt == nil
@@ -291,7 +295,17 @@ func (b *batcher) join(ctx context.Context, t *Task) error {
 		<-bt.ready
 		b.runBatch(bt)
 	}
-	return <-m.res
+	r := <-m.res
+	if r.err != nil && r.cause != nil && ctx.Err() == nil {
+		// The batch's context ended for another task's timeout, lost lock
+		// or the shutdown (its cancellation may not have reached this
+		// task's yet): this task's failure is recorded as that, not as an
+		// error of its own.
+		if sc := scopeOf(ctx); sc != nil && sc.cancel != nil {
+			sc.cancel(r.cause)
+		}
+	}
+	return r.err
 }
 
 func (b *batcher) take(bt *batch) {
@@ -318,7 +332,7 @@ func (b *batcher) runBatch(bt *batch) {
 	live := make([]*member, 0, len(bt.members))
 	for _, m := range bt.members {
 		if m.ctx.Err() != nil {
-			m.res <- fmt.Errorf("not run: its context ended while its batch was filling: %w", context.Cause(m.ctx))
+			m.res <- memberResult{err: fmt.Errorf("not run: its context ended while its batch was filling: %w", context.Cause(m.ctx))}
 			continue
 		}
 		live = append(live, m)
@@ -332,8 +346,13 @@ func (b *batcher) runBatch(bt *batch) {
 	for i, m := range live {
 		tasks[i] = m.task
 	}
-	for i, err := range b.spec.call(ctx, tasks) {
-		live[i].res <- err
+	errs := b.spec.call(ctx, tasks)
+	var cause error
+	if ctx.Err() != nil {
+		cause = context.Cause(ctx)
+	}
+	for i, err := range errs {
+		live[i].res <- memberResult{err: err, cause: cause}
 	}
 }
 

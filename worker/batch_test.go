@@ -370,7 +370,7 @@ func TestBatchShutdownWhileFilling(t *testing.T) {
 func TestBatchLockLoss(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.enqueueMany(t, "bulk", 3, queue.WithMaxAttempts(3))
+	ids := b.enqueueMany(t, "bulk", 3, queue.WithMaxAttempts(3))
 	causes := make(chan error, 1)
 	w, _ := start(t, b.pool, worker.Config{Mode: worker.ModeAdvisory}, worker.Handlers{"bulk": worker.BatchHandler{
 		MaxSize: 3, MaxWait: time.Hour,
@@ -400,6 +400,10 @@ func TestBatchLockLoss(t *testing.T) {
 	waitFor(t, 15*time.Second, "3 tasks completed", func() bool { return b.count(t, "status = 'completed'") == 3 })
 	if n := b.count(t, "attempt = 2 AND errors->0->>'outcome' IN ('lock_lost', 'rescued')"); n != 3 {
 		t.Errorf("%d tasks completed on attempt 2 after the lock's loss, want 3", n)
+		for _, id := range ids {
+			task := b.get(t, id)
+			t.Logf("task %d: %s attempt %d errors %+v", id, task.Status, task.Attempt, task.Errors)
+		}
 	}
 }
 
