@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/skiplock/skiplock/queue"
@@ -37,11 +38,14 @@ func (b *bencher) batch(ctx context.Context) error {
 			}
 			cases = append(cases, benchCase{workload: WorkloadBatch, name: name, params: params,
 				run: func(ctx context.Context, run int) ([]measure, error) {
-					elapsed, err := b.workBatch(ctx, kind, n, WorkloadBatch+" "+name+runLabel(run, b.opts.Runs))
+					elapsed, calls, err := b.workBatch(ctx, kind, n, WorkloadBatch+" "+name+runLabel(run, b.opts.Runs))
 					if err != nil {
 						return nil, err
 					}
-					return []measure{{metric: "work", unit: "tasks/s", value: rate(int64(n), elapsed)}}, nil
+					return []measure{
+						{metric: "work", unit: "tasks/s", value: rate(int64(n), elapsed)},
+						{metric: "tasks per call", unit: "tasks", value: float64(n) / float64(max(calls, 1))},
+					}, nil
 				}})
 		}
 	}
@@ -49,15 +53,15 @@ func (b *bencher) batch(ctx context.Context) error {
 }
 
 // workBatch runs one case and returns the time from the first task's start
-// to the last one's end.
-func (b *bencher) workBatch(ctx context.Context, kind string, n int, label string) (time.Duration, error) {
+// to the last one's end, and how many calls of the handler it took.
+func (b *bencher) workBatch(ctx context.Context, kind string, n int, label string) (_ time.Duration, calls int64, _ error) {
 	s, err := b.env.newSchema(ctx, 0)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer s.drop()
 	if _, err := s.pool.Exec(ctx, "CREATE TABLE bench_rows (n int NOT NULL, inserted_at timestamptz NOT NULL DEFAULT now())"); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	const chunk = 50_000
 	client := queue.New(s.pool)
@@ -67,30 +71,33 @@ func (b *bencher) workBatch(ctx context.Context, kind string, n int, label strin
 			tasks = append(tasks, queue.NewTask{Name: batchTask, Payload: benchPayload{N: i}})
 		}
 		if _, err := client.EnqueueMany(ctx, tasks); err != nil {
-			return 0, fmt.Errorf("preloading: %w", err)
+			return 0, 0, fmt.Errorf("preloading: %w", err)
 		}
 		done += len(tasks)
 		b.prog.status("%s: preloading %s/%s tasks", label, formatNumber(float64(done)), formatNumber(float64(n)))
 	}
 	if b.opts.Vacuum {
 		if err := s.vacuum(ctx); err != nil {
-			return 0, fmt.Errorf("vacuum: %w", err)
+			return 0, 0, fmt.Errorf("vacuum: %w", err)
 		}
 	}
 	app, err := s.newPool(ctx, 0)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer app.Close()
 	handlers := worker.Handlers{}
+	var ncalls atomic.Int64
 	if kind == "single" {
 		worker.Handle(handlers, func(ctx context.Context, t *worker.TaskOf[benchRow]) error {
+			ncalls.Add(1)
 			_, err := app.Exec(ctx, "INSERT INTO bench_rows (n) VALUES ($1)", t.Args.N)
 			return err
 		})
 	} else {
 		worker.HandleBatch(handlers, worker.BatchOf[benchRow]{MaxSize: batchMaxSize, MaxWait: batchMaxWait,
 			Handle: func(ctx context.Context, tasks []*worker.TaskOf[benchRow]) []error {
+				ncalls.Add(1)
 				ns := make([]int32, len(tasks))
 				for i, t := range tasks {
 					ns[i] = int32(t.Args.N)
@@ -154,7 +161,7 @@ func (b *bencher) workBatch(ctx context.Context, kind string, n int, label strin
 	if werr == nil && elapsed == 0 {
 		werr = ctx.Err()
 	}
-	return elapsed, werr
+	return elapsed, ncalls.Load(), werr
 }
 
 // benchRow is the batch workload's typed task.
