@@ -21,6 +21,9 @@
 //		return send(ctx, t.Args)
 //	})
 //
+// A batch handler (BatchHandler, HandleBatch) runs many tasks of one name
+// in one call, each task keeping its own outcome, attempts and history.
+//
 // Config.Retry, OnError and OnPanic decide what a failed attempt leads to;
 // Worker.Stop and StopAndCancel end Run gently or at once. Package
 // worker/skiplocktest tests code that uses skiplock.

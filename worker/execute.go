@@ -81,6 +81,7 @@ func (w *Worker) newExecution(r db.TaskClaimRow, gen uint64, queueSlots *semapho
 	}
 	sc := &scope{taskID: r.ID, attempt: r.Attempt, limit: w.cfg.MaxOutputSize, worker: w}
 	base, cancel := context.WithCancelCause(context.WithValue(context.Background(), scopeKey{}, sc))
+	sc.cancel = cancel
 	ctx, stop := base, context.CancelFunc(func() {})
 	if timeout > 0 {
 		ctx, stop = context.WithTimeoutCause(base, timeout, errTimeout)

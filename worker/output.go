@@ -25,6 +25,11 @@ type scope struct {
 	attempt int32 // fences SetProgress and the checkpoint's writes
 	limit   int   // bytes; < 0 for none
 	worker  *Worker
+	alone   bool // RunTask's: a batch handler runs the task in a batch of one
+	// cancel cancels the handler's context: a batch whose context ended
+	// for another task's timeout, lost lock or shutdown records the same
+	// for this one (batch.go).
+	cancel context.CancelCauseFunc
 
 	mu     sync.Mutex
 	output json.RawMessage // nil: none

@@ -75,6 +75,7 @@ func (w *Worker) RunTask(ctx context.Context, handlers Handlers, id int64) (*Run
 	}
 
 	e := w.newExecution(db.TaskClaimRow(row), 0, nil)
+	e.scope.alone = true
 	// The caller's cancellation reaches the handler, as an error of the
 	// attempt (cause context.Canceled).
 	stopWatch := context.AfterFunc(ctx, func() { w.cancelExecution(e, context.Cause(ctx)) })

@@ -68,6 +68,7 @@ type Worker struct {
 	cursors    claimCursors // where each claim loop's claims start (cursor.go)
 	settled    sync.WaitGroup
 	execs      *executors // goroutines that run handlers (executors.go)
+	batchers   sync.Map   // *batchSpec -> *batcher: batch handlers' batches (batch.go)
 	comp       *completer
 	classOID   int64 // skiplock_tasks' OID: the advisory lock class
 	// limitClass is skiplock_limits' OID: the first key of limit slot
@@ -203,6 +204,7 @@ func (w *Worker) Run(ctx context.Context, handlers Handlers) error {
 
 	<-ctx.Done()
 	claimers.Wait()
+	w.flushBatches()
 	w.shutdown()
 	w.comp.close()
 	w.execs.stop()

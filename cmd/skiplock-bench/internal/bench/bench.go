@@ -41,10 +41,11 @@ const (
 	WorkloadSustained     = "sustained"
 	WorkloadPinned        = "pinned"
 	WorkloadGated         = "gated"
+	WorkloadBatch         = "batch"
 )
 
 // Workloads lists every workload in run order.
-var Workloads = []string{WorkloadThroughput, WorkloadWorkflow, WorkloadBurst, WorkloadEnqueueCopy, WorkloadEnqueueSingle, WorkloadLatency, WorkloadScaling, WorkloadGated, WorkloadSustained, WorkloadPinned}
+var Workloads = []string{WorkloadThroughput, WorkloadWorkflow, WorkloadBurst, WorkloadEnqueueCopy, WorkloadEnqueueSingle, WorkloadLatency, WorkloadScaling, WorkloadGated, WorkloadBatch, WorkloadSustained, WorkloadPinned}
 
 // DefaultWorkloads are the workloads run when none are named: all but
 // sustained and pinned, which take minutes, and workflow, which measures a
@@ -77,8 +78,9 @@ type Options struct {
 	// Runs is how many times each case runs; the report shows the median.
 	// Defaults to 1.
 	Runs int
-	// Tasks is the backlog of the throughput and workflow workloads (one
-	// case per value) and of enqueue-copy; scaling uses the first value.
+	// Tasks is the backlog of the throughput, workflow and batch workloads
+	// (one case per value) and of enqueue-copy; scaling uses the first
+	// value.
 	// Defaults to [100000].
 	Tasks []int
 	// Mode is the worker's Config.Mode: "advisory" (the default) or
@@ -393,6 +395,7 @@ func Run(ctx context.Context, opts Options, w io.Writer) error {
 		WorkloadSustained:     b.sustained,
 		WorkloadPinned:        b.pinned,
 		WorkloadGated:         b.gated,
+		WorkloadBatch:         b.batch,
 	}
 	for _, name := range Workloads {
 		if !slices.Contains(opts.Workloads, name) {

@@ -33,11 +33,13 @@ Examples:
   skiplock-bench --workload pinned --pin 4m --rate-sustained 5000
 
 Workloads: throughput, workflow, burst, enqueue-copy, enqueue-single,
-latency, scaling, gated, sustained and pinned. Not run unless named: workflow
+latency, scaling, gated, batch, sustained and pinned. Not run unless named: workflow
 (throughput with the backlog made of workflows: a root, --workflow-size
 minus 2 tasks depending on it, a final task depending on all of those),
 gated (300 tasks of 36 ms under a cluster-wide limit of 3, then under 3
 exclusive keys, worked by 3 workers: how fast a freed place is taken),
+batch (--tasks tasks that each insert a row, by a handler per task with a
+one-row INSERT, then by a batch handler of 100 with one multi-row INSERT),
 sustained and pinned (they take minutes; pinned holds the server's xmin
 horizon back for --pin, so give it a server of its own). With --runs > 1,
 the runs of the throughput and workflow cases alternate, so that a shared
