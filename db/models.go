@@ -22,6 +22,19 @@ type SkiplockAudit struct {
 	Error      *string
 }
 
+type SkiplockBatch struct {
+	ID              int64
+	Name            string
+	Total           int32
+	Completed       int32
+	Failed          int32
+	Cancelled       int32
+	OnFinishTaskID  *int64
+	OnSuccessTaskID *int64
+	CreatedAt       time.Time
+	FinishedAt      *time.Time
+}
+
 type SkiplockLeader struct {
 	Job       string
 	Holder    string
@@ -93,6 +106,7 @@ type SkiplockTask struct {
 	SequenceHold      *bool
 	Progress          json.RawMessage
 	Checkpoint        json.RawMessage
+	BatchID           *int64
 }
 
 type SkiplockWorker struct {

@@ -9,6 +9,36 @@ import (
 	"context"
 )
 
+const batchRetire = `-- name: BatchRetire :execrows
+DELETE FROM skiplock_batches
+WHERE id IN (
+    SELECT b.id
+    FROM skiplock_batches AS b
+    WHERE b.created_at < now() - make_interval(secs => $1::double precision)
+      AND NOT EXISTS (SELECT 1 FROM skiplock_tasks AS t WHERE t.batch_id = b.id)
+    ORDER BY b.id
+    LIMIT $2::integer
+    FOR UPDATE SKIP LOCKED
+)
+`
+
+type BatchRetireParams struct {
+	OlderThanSeconds float64
+	BatchSize        int32
+}
+
+// Deletes up to batch_size batches (queue.Client.EnqueueBatch) that have
+// no task left (all retired or deleted) and are older than
+// older_than_seconds, for the elected cleaner. A batch being enqueued is invisible here until its
+// transaction commits with its tasks.
+func (q *Queries) BatchRetire(ctx context.Context, db DBTX, arg BatchRetireParams) (int64, error) {
+	result, err := db.Exec(ctx, batchRetire, arg.OlderThanSeconds, arg.BatchSize)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const sessionTune = `-- name: SessionTune :exec
 SELECT set_config('tcp_keepalives_idle', $1::text, false),
        set_config('tcp_keepalives_interval', $2::text, false),

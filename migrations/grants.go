@@ -80,6 +80,16 @@ var tableGrants = []struct {
 		Observer: "SELECT",
 		Operator: "SELECT",
 	}},
+	{table: "skiplock_batches", kinds: map[RoleKind]string{
+		Producer: "SELECT, INSERT",
+		// A member's outcome counts in its batch's row (a trigger, with
+		// the rights of whoever changes the task); retention deletes
+		// batches with no task left.
+		Worker:   "SELECT, INSERT, UPDATE, DELETE",
+		Observer: "SELECT",
+		// requeue, cancel and delete of a member count in its batch too.
+		Operator: "SELECT, UPDATE",
+	}},
 	{table: "skiplock_workers", kinds: map[RoleKind]string{
 		// Registration and heartbeats; retention prunes old rows.
 		Worker:   "SELECT, INSERT, UPDATE, DELETE",

@@ -73,6 +73,9 @@ type Task struct {
 	// WorkflowID is the workflow the task belongs to (EnqueueWorkflow,
 	// WithDependsOn); 0 for none.
 	WorkflowID int64
+	// BatchID is the batch the task belongs to, as a member or a callback
+	// (EnqueueBatch); 0 for none.
+	BatchID int64
 	// DependsOn lists the tasks this one waits for; WaitingFor how many of
 	// them have not completed.
 	DependsOn  []int64
@@ -127,6 +130,9 @@ func taskFromRow(r db.SkiplockTask) (*Task, error) {
 	}
 	if r.WorkflowID != nil {
 		t.WorkflowID = *r.WorkflowID
+	}
+	if r.BatchID != nil {
+		t.BatchID = *r.BatchID
 	}
 	if r.DepsPending != nil {
 		t.WaitingFor = int(*r.DepsPending)

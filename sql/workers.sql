@@ -132,3 +132,19 @@ WHERE id IN (
     LIMIT @batch_size::integer
     FOR UPDATE SKIP LOCKED
 );
+
+-- name: BatchRetire :execrows
+-- Deletes up to batch_size batches (queue.Client.EnqueueBatch) that have
+-- no task left (all retired or deleted) and are older than
+-- older_than_seconds, for the elected cleaner. A batch being enqueued is invisible here until its
+-- transaction commits with its tasks.
+DELETE FROM skiplock_batches
+WHERE id IN (
+    SELECT b.id
+    FROM skiplock_batches AS b
+    WHERE b.created_at < now() - make_interval(secs => @older_than_seconds::double precision)
+      AND NOT EXISTS (SELECT 1 FROM skiplock_tasks AS t WHERE t.batch_id = b.id)
+    ORDER BY b.id
+    LIMIT @batch_size::integer
+    FOR UPDATE SKIP LOCKED
+);

@@ -101,6 +101,7 @@ func (r *retirer) retire(ctx context.Context) {
 		}
 	}
 	r.retireWorkflows(ctx)
+	r.retireBatches(ctx)
 	r.retireAudit(ctx)
 }
 
@@ -139,6 +140,23 @@ func (r *retirer) retireWorkflows(ctx context.Context) {
 		if err != nil {
 			if ctx.Err() == nil {
 				r.log.Warn("skiplock: deleting workflows without tasks", "error", err)
+			}
+			return
+		}
+		if n < retireBatch {
+			return
+		}
+	}
+}
+
+// retireBatches deletes the rows of batches whose tasks are all gone. Their
+// counts go with them.
+func (r *retirer) retireBatches(ctx context.Context) {
+	for ctx.Err() == nil {
+		n, err := r.queries.BatchRetire(ctx, r.pool, db.BatchRetireParams{OlderThanSeconds: workflowGrace.Seconds(), BatchSize: retireBatch})
+		if err != nil {
+			if ctx.Err() == nil {
+				r.log.Warn("skiplock: deleting batches without tasks", "error", err)
 			}
 			return
 		}

@@ -88,3 +88,30 @@ func TestRetirerDeletesOldAuditRecords(t *testing.T) {
 		t.Fatalf("records left %v, want the ones of 89 days and 1 minute", got)
 	}
 }
+
+// The retirer deletes a batch's row once its tasks are all gone and it is
+// past workflowGrace; a batch with a task left, or a new one, stays.
+func TestRetirerDeletesEmptyBatches(t *testing.T) {
+	t.Parallel()
+	b := setupJobs(t)
+	var gone, kept, young int64
+	for _, w := range []struct {
+		id  *int64
+		age string
+	}{{&gone, "1 hour"}, {&kept, "1 hour"}, {&young, "1 second"}} {
+		if err := b.pool.QueryRow(context.Background(),
+			"INSERT INTO skiplock_batches (total, created_at) VALUES (1, now() - $1::interval) RETURNING id", w.age).Scan(w.id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.exec(t, "INSERT INTO skiplock_tasks (name, batch_id, status, finished_at) VALUES ('member', $1, 'completed', now())", kept)
+	r := newRetirer(Config{RetainCompleted: -1, RetainFailed: -1, RetainCancelled: -1}, func() bool { return true }, b.queries, b.pool, b.log)
+	r.retire(context.Background())
+	var left []int64
+	if err := b.pool.QueryRow(context.Background(), "SELECT array_agg(id ORDER BY id) FROM skiplock_batches").Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if len(left) != 2 || left[0] != kept || left[1] != young {
+		t.Errorf("batches left %v, want %d (has a task) and %d (new)", left, kept, young)
+	}
+}

@@ -187,6 +187,8 @@ func (h *handler) mux() http.Handler {
 	mux.HandleFunc("GET /tasks", h.tasksPage)
 	mux.HandleFunc("GET /tasks/{id}", h.taskPage)
 	mux.HandleFunc("GET /workflows/{id}", h.workflowPage)
+	mux.HandleFunc("GET /batches", h.batchesPage)
+	mux.HandleFunc("GET /batches/{id}", h.batchPage)
 	mux.HandleFunc("GET /sequence", h.sequencePage)
 	mux.HandleFunc("GET /failed", h.failedPage)
 	mux.HandleFunc("GET /locks", h.locksPage)

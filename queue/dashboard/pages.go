@@ -163,7 +163,7 @@ const timeLayout = "2006-01-02 15:04:05 MST"
 // and the kinds of pending task.
 var listStatuses = []string{"waiting", "pending", "retrying", "scheduled", "running", "completed", "failed", "cancelled"}
 
-var pageNames = []string{"queues", "tasks", "task", "workflow", "sequence", "failed", "locks", "enqueue", "periodic", "ratelimits", "audit", "error"}
+var pageNames = []string{"queues", "tasks", "task", "workflow", "batches", "batch", "sequence", "failed", "locks", "enqueue", "periodic", "ratelimits", "audit", "error"}
 
 // parsePages parses every page, whose links begin with {{base}}: prefix.
 func parsePages(prefix string) (map[string]*template.Template, error) {
@@ -521,6 +521,99 @@ func (h *handler) workflowPage(w http.ResponseWriter, r *http.Request) {
 		Levels   [][]workflowNode
 		Summary  string
 	}{wf, levels, strings.Join(summary, ", ")})
+}
+
+// batchStates are the states the batches page filters by.
+var batchStates = []string{"running", "finished"}
+
+func (h *handler) batchesPage(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	f := queue.BatchFilter{State: q.Get("state"), Limit: PageSize + 1}
+	if b := q.Get("before"); b != "" {
+		id, err := strconv.ParseInt(b, 10, 64)
+		if err != nil || id <= 0 {
+			h.fail(w, r, http.StatusBadRequest, fmt.Errorf("before must be a batch ID, got %q", b))
+			return
+		}
+		f.BeforeID = id
+	}
+	batches, err := h.client.ListBatches(r.Context(), f)
+	if err != nil {
+		h.failList(w, r, err)
+		return
+	}
+	v := struct {
+		State    string
+		States   []string
+		Rows     []*queue.BatchInfo
+		NextURL  string
+		FirstURL string
+	}{State: f.State, States: batchStates, Rows: batches}
+	if len(batches) > PageSize {
+		v.Rows = batches[:PageSize]
+		v.NextURL = h.pageURL(r, "before", strconv.FormatInt(v.Rows[len(v.Rows)-1].ID, 10))
+	}
+	if f.BeforeID != 0 {
+		v.FirstURL = h.pageURL(r, "before", "")
+	}
+	h.render(w, r, http.StatusOK, "batches", "Batches", "batches", v)
+}
+
+// batchRow is one task on a batch's page.
+type batchRow struct {
+	*queue.Task
+	Role  string // member, on finish, on success
+	Phase queue.Phase
+	Why   string
+}
+
+func (h *handler) batchPage(w http.ResponseWriter, r *http.Request) {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || id <= 0 {
+		h.fail(w, r, http.StatusNotFound, fmt.Errorf("%q is not a batch ID", r.PathValue("id")))
+		return
+	}
+	b, err := h.client.GetBatch(r.Context(), id)
+	if errors.Is(err, queue.ErrBatchNotFound) {
+		h.fail(w, r, http.StatusNotFound, fmt.Errorf("no batch %d", id))
+		return
+	}
+	if err != nil {
+		h.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
+	tasks, err := h.client.BatchTasks(r.Context(), id)
+	if err != nil {
+		h.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
+	now := time.Now()
+	rows := make([]batchRow, 0, len(tasks))
+	stored := b.Total
+	if b.OnFinishTaskID != 0 {
+		stored++
+	}
+	if b.OnSuccessTaskID != 0 {
+		stored++
+	}
+	for _, t := range tasks {
+		row := batchRow{Task: t, Role: "member", Phase: t.PhaseAt(now), Why: t.Why(now)}
+		switch t.ID {
+		case b.OnFinishTaskID:
+			row.Role = "on finish"
+		case b.OnSuccessTaskID:
+			row.Role = "on success"
+		}
+		if (t.Status == queue.StatusCancelled || t.Status == queue.StatusFailed) && len(t.Errors) > 0 {
+			row.Why = t.Errors[len(t.Errors)-1].Error
+		}
+		rows = append(rows, row)
+	}
+	h.render(w, r, http.StatusOK, "batch", fmt.Sprintf("Batch %d", id), "batches", struct {
+		Batch *queue.BatchInfo
+		Rows  []batchRow
+		Gone  int
+	}{b, rows, stored - len(tasks)})
 }
 
 // sequenceRow is one task on a sequence's page.

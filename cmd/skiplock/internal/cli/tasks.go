@@ -49,6 +49,8 @@ type taskJSON struct {
 	WorkflowID int64   `json:"workflow_id,omitempty"`
 	DependsOn  []int64 `json:"depends_on,omitempty"`
 	WaitingFor int     `json:"waiting_for,omitempty"`
+	// BatchID is the batch the task is a member or a callback of.
+	BatchID int64 `json:"batch_id,omitempty"`
 	// SequenceKey and SequenceHold place a task in its sequence.
 	SequenceKey  string     `json:"sequence_key,omitempty"`
 	SequenceHold bool       `json:"sequence_hold,omitempty"`
@@ -104,7 +106,7 @@ func toJSON(t *queue.Task) taskJSON {
 		ID:           t.ID, Queue: t.Queue, Name: t.Name, Status: t.Status, Phase: t.Phase(), Permanent: t.FailedPermanently(), Priority: t.Priority,
 		Attempt: t.Attempt, MaxAttempts: t.MaxAttempts, TimeoutMS: t.Timeout.Milliseconds(),
 		Payload: t.Payload, Metadata: t.Metadata, Output: t.Output, Progress: t.Progress, Checkpoint: t.Checkpoint, RunAt: t.RunAt, CreatedAt: t.CreatedAt,
-		WorkflowID: t.WorkflowID, DependsOn: t.DependsOn, WaitingFor: t.WaitingFor,
+		WorkflowID: t.WorkflowID, DependsOn: t.DependsOn, WaitingFor: t.WaitingFor, BatchID: t.BatchID,
 		SequenceKey: t.SequenceKey, SequenceHold: t.SequenceHold,
 		StartedAt: t.StartedAt, FinishedAt: t.FinishedAt, WorkerID: t.WorkerID,
 		Attempts: attempts(t),
@@ -369,6 +371,9 @@ func printTask(w io.Writer, t *queue.Task, holder *queue.TaskLock) {
 	}
 	if t.WorkflowID != 0 {
 		row(tw, "  Workflow:", fmt.Sprintf("%d (skiplock workflow show %d)", t.WorkflowID, t.WorkflowID))
+	}
+	if t.BatchID != 0 {
+		row(tw, "  Batch:", fmt.Sprintf("%d (skiplock batch show %d)", t.BatchID, t.BatchID))
 	}
 	if t.SequenceKey != "" {
 		hold := ""
