@@ -271,7 +271,8 @@ SET last_granted = greatest(0, least(excluded.used,
          + greatest(0, least(excluded.used,
         $3::integer - CASE WHEN r.window_start = excluded.window_start THEN r.used ELSE 0 END)),
     window_start = excluded.window_start
-RETURNING last_granted, window_start
+RETURNING last_granted, window_start,
+          floor(date_part('epoch', clock_timestamp() - window_start) * 1000)::bigint AS ms_elapsed
 `
 
 type RateLimitTakeParams struct {
@@ -284,13 +285,15 @@ type RateLimitTakeParams struct {
 type RateLimitTakeRow struct {
 	LastGranted int32
 	WindowStart time.Time
+	MsElapsed   int64
 }
 
 // Takes up to want of a limit's budget in the current fixed window (on the
 // database clock) and returns how many were granted and the window. The row
 // lock serializes every claimer of the limit; under READ COMMITTED a waiting
 // claimer recomputes the SET list on the row its predecessor committed, so
-// grants never exceed the limit.
+// grants never exceed the limit. ms_elapsed, how far into its window the
+// database clock is, tells the claimer when the next window begins.
 func (q *Queries) RateLimitTake(ctx context.Context, db DBTX, arg RateLimitTakeParams) (RateLimitTakeRow, error) {
 	row := db.QueryRow(ctx, rateLimitTake,
 		arg.Key,
@@ -299,7 +302,7 @@ func (q *Queries) RateLimitTake(ctx context.Context, db DBTX, arg RateLimitTakeP
 		arg.PeriodSeconds,
 	)
 	var i RateLimitTakeRow
-	err := row.Scan(&i.LastGranted, &i.WindowStart)
+	err := row.Scan(&i.LastGranted, &i.WindowStart, &i.MsElapsed)
 	return i, err
 }
 

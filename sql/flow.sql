@@ -14,7 +14,8 @@ SELECT name, paused_at FROM skiplock_queues WHERE paused_at IS NOT NULL ORDER BY
 -- database clock) and returns how many were granted and the window. The row
 -- lock serializes every claimer of the limit; under READ COMMITTED a waiting
 -- claimer recomputes the SET list on the row its predecessor committed, so
--- grants never exceed the limit.
+-- grants never exceed the limit. ms_elapsed, how far into its window the
+-- database clock is, tells the claimer when the next window begins.
 INSERT INTO skiplock_rate_limits AS r (key, window_start, used, last_granted)
 SELECT sqlc.arg(key)::text, cw.win,
        least(sqlc.arg(want)::integer, sqlc.arg(lim)::integer), least(sqlc.arg(want)::integer, sqlc.arg(lim)::integer)
@@ -27,7 +28,8 @@ SET last_granted = greatest(0, least(excluded.used,
          + greatest(0, least(excluded.used,
         sqlc.arg(lim)::integer - CASE WHEN r.window_start = excluded.window_start THEN r.used ELSE 0 END)),
     window_start = excluded.window_start
-RETURNING last_granted, window_start;
+RETURNING last_granted, window_start,
+          floor(date_part('epoch', clock_timestamp() - window_start) * 1000)::bigint AS ms_elapsed;
 
 -- name: RateLimitGiveBack :exec
 -- Returns budget that a claim did not use, if its window is still current.
