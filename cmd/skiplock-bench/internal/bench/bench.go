@@ -41,10 +41,11 @@ const (
 	WorkloadSustained     = "sustained"
 	WorkloadPinned        = "pinned"
 	WorkloadGated         = "gated"
+	WorkloadRateKey       = "rate-key"
 )
 
 // Workloads lists every workload in run order.
-var Workloads = []string{WorkloadThroughput, WorkloadWorkflow, WorkloadBurst, WorkloadEnqueueCopy, WorkloadEnqueueSingle, WorkloadLatency, WorkloadScaling, WorkloadGated, WorkloadSustained, WorkloadPinned}
+var Workloads = []string{WorkloadThroughput, WorkloadWorkflow, WorkloadBurst, WorkloadEnqueueCopy, WorkloadEnqueueSingle, WorkloadLatency, WorkloadScaling, WorkloadGated, WorkloadRateKey, WorkloadSustained, WorkloadPinned}
 
 // DefaultWorkloads are the workloads run when none are named: all but
 // sustained and pinned, which take minutes, and workflow, which measures a
@@ -153,6 +154,9 @@ type Options struct {
 	// the CPU, so that other work on a shared machine does not skew the
 	// numbers. Every run reports the share other processes took.
 	WaitQuiet time.Duration
+	// RateKeyBacklog is the rate-key workload's backlog per key. Defaults
+	// to DefaultRateKeyBacklog (200: 20 one-second windows at 10 per key).
+	RateKeyBacklog int
 	// JSON prints the report as JSON instead of a table.
 	JSON bool
 	// SVGDir, when set, receives charts of the results as SVG files.
@@ -220,6 +224,9 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Pin == 0 {
 		o.Pin = DefaultPin
 	}
+	if o.RateKeyBacklog == 0 {
+		o.RateKeyBacklog = DefaultRateKeyBacklog
+	}
 	if len(o.Self) == 0 {
 		exe, err := os.Executable()
 		if err != nil {
@@ -258,6 +265,7 @@ func (o Options) withDefaults() (Options, error) {
 		check(n > 0, "procs must be positive, got %d", n)
 	}
 	check(o.Producers > 0, "producers must be positive, got %d", o.Producers)
+	check(o.RateKeyBacklog > 0, "rate-key backlog must be positive, got %d", o.RateKeyBacklog)
 	check(o.PoolConns > 0, "pool connections must be positive, got %d", o.PoolConns)
 	check(o.EnqueueDuration > 0, "enqueue duration must be positive, got %s", o.EnqueueDuration)
 	for _, r := range o.Rates {
@@ -393,6 +401,7 @@ func Run(ctx context.Context, opts Options, w io.Writer) error {
 		WorkloadSustained:     b.sustained,
 		WorkloadPinned:        b.pinned,
 		WorkloadGated:         b.gated,
+		WorkloadRateKey:       b.rateKey,
 	}
 	for _, name := range Workloads {
 		if !slices.Contains(opts.Workloads, name) {
