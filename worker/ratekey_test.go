@@ -51,7 +51,7 @@ func TestRateLimitPerKeyAcrossProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The hot key's backlog first in claim order, then three keys of 3.
-	const hot = 18
+	const hot = 24
 	var tasks []queue.NewTask
 	for range hot {
 		tasks = append(tasks, queue.NewTask{Name: "call", Payload: "hot", Options: []queue.Option{queue.WithLimitKey("hot")}})
@@ -92,7 +92,7 @@ func TestRateLimitPerKeyAcrossProcesses(t *testing.T) {
 	}
 
 	// The keys behind the backlog run while the hot key still waits: it
-	// needs six windows.
+	// needs eight windows.
 	waitFor(t, 10*time.Second, "the tasks of keys a, b and c", func() bool {
 		return b.count(t, "limit_key IN ('a', 'b', 'c') AND status = 'completed'") == 9
 	})
@@ -157,7 +157,7 @@ func rateKeyChild() {
 	defer pool.Close()
 	w := worker.New(pool, worker.Config{
 		WorkerID:     os.Getenv("SKIPLOCK_WORKER_ID"),
-		Concurrency:  4,
+		Concurrency:  10,
 		PollInterval: 10 * time.Second,
 		RateLimits:   []worker.RateLimit{keyedLimit},
 	})
@@ -170,27 +170,58 @@ func rateKeyChild() {
 }
 
 // Tasks without a limit key share one key, the empty one, under a per-key
-// limit; a per-key limit needs a task name.
+// limit, in either mode.
 func TestRateLimitPerKeyWithoutKey(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	for i := range 5 {
-		b.enqueue(t, "call", i)
+	for _, mode := range []worker.Mode{worker.ModeAdvisory, worker.ModeLease} {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			for i := range 5 {
+				b.enqueue(t, "call", i)
+			}
+			b.enqueue(t, "call", "k", queue.WithLimitKey("k"))
+			b.enqueue(t, "free", nil)
+			polls := b.startThreeCounted(t, worker.Config{Mode: mode, RateLimits: []worker.RateLimit{{Name: "call", Limit: 2, Per: time.Hour, PerKey: true}}},
+				worker.Handlers{
+					"call": func(context.Context, *worker.Task) error { return nil },
+					"free": func(context.Context, *worker.Task) error { return nil },
+				})
+			waitFor(t, 10*time.Second, "the keyed task and the unlimited one", func() bool {
+				return b.count(t, "(limit_key = 'k' OR name = 'free') AND status = 'completed'") == 2
+			})
+			waitClaims(t, 10, polls...)
+			done, pending := b.count(t, "limit_key IS NULL AND name = 'call' AND status = 'completed'"), b.count(t, "limit_key IS NULL AND status = 'pending'")
+			// Two per hour-long window, or four if the test straddled a boundary.
+			if (done != 2 && done != 4) || done+pending != 5 {
+				t.Fatalf("tasks without a key: %d completed, %d pending; want 2 (4 across an hour boundary) and the rest pending", done, pending)
+			}
+		})
 	}
-	b.enqueue(t, "call", "k", queue.WithLimitKey("k"))
-	polls := b.startThreeCounted(t, worker.Config{RateLimits: []worker.RateLimit{{Name: "call", Limit: 2, Per: time.Hour, PerKey: true}}},
-		worker.Handlers{"call": func(context.Context, *worker.Task) error { return nil }})
-	waitFor(t, 10*time.Second, "the keyed task", func() bool { return b.count(t, "limit_key = 'k' AND status = 'completed'") == 1 })
-	waitClaims(t, 10, polls...)
-	done, pending := b.count(t, "limit_key IS NULL AND status = 'completed'"), b.count(t, "limit_key IS NULL AND status = 'pending'")
-	// Two per hour-long window, or four if the test straddled a boundary.
-	if (done != 2 && done != 4) || done+pending != 5 {
-		t.Fatalf("tasks without a key: %d completed, %d pending; want 2 (4 across an hour boundary) and the rest pending", done, pending)
-	}
+}
 
-	err := worker.New(b.pool, worker.Config{RateLimits: []worker.RateLimit{{Queue: "default", Limit: 2, Per: time.Second, PerKey: true}}}).
-		Run(context.Background(), worker.Handlers{"call": func(context.Context, *worker.Task) error { return nil }})
-	if err == nil || !strings.Contains(err.Error(), "RateLimits[0]: PerKey needs Name") {
-		t.Fatalf("PerKey on a queue: %v", err)
+// A per-key limit on a queue, or without a positive limit, is refused by
+// name.
+func TestRateLimitPerKeyBadConfig(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, c := range []struct {
+		limit worker.RateLimit
+		want  string
+	}{
+		{worker.RateLimit{Queue: "default", Limit: 2, Per: time.Second, PerKey: true}, "RateLimits[0]: PerKey needs Name"},
+		{worker.RateLimit{Name: "call", Per: time.Second, PerKey: true}, "RateLimits[0].Limit must be positive"},
+		{worker.RateLimit{Name: "call", Limit: 2, Per: time.Millisecond, PerKey: true}, "RateLimits[0].Per must be at least 1s"},
+	} {
+		err := worker.New(b.pool, worker.Config{RateLimits: []worker.RateLimit{c.limit}}).
+			Run(context.Background(), worker.Handlers{"call": func(context.Context, *worker.Task) error { return nil }})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want %q", c.limit, err, c.want)
+		}
+	}
+	// A limit key past queue.MaxKeyLength is refused at enqueue, naming it.
+	_, err := b.client.Enqueue(context.Background(), "call", nil, queue.WithLimitKey(strings.Repeat("k", queue.MaxKeyLength+1)))
+	if !errors.Is(err, queue.ErrInvalidTask) || !strings.Contains(err.Error(), "limit key") {
+		t.Errorf("a limit key of %d bytes: %v", queue.MaxKeyLength+1, err)
 	}
 }
