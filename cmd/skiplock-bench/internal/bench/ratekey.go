@@ -16,7 +16,8 @@ import (
 // Options.RateKeyBacklog tasks for each of rateKeyKeys keys, enqueued key
 // after key. Per key, the rate is its tasks over the whole windows (one
 // second each, aligned to the epoch on the database clock) from its first
-// start to its last: the ideal is rateKeyLimit. "most in a window" is the
+// start to its last (all keys: the windows of all), at least one: the
+// ideal is rateKeyLimit. "most in a window" is the
 // most tasks of one key that started within one window, as the claims'
 // start times (taken just after the grant) place them.
 const (
@@ -83,7 +84,7 @@ func (b *bencher) workRateKey(ctx context.Context, label string) ([]measure, err
 	var perKey, slowest, fastest, most float64
 	if err := s.pool.QueryRow(ctx, `
 		WITH k AS (
-			SELECT limit_key, count(*)::float8 / (ceil(extract(epoch FROM max(started_at))) - floor(extract(epoch FROM min(started_at)))) AS rate
+			SELECT limit_key, count(*)::float8 / greatest(1, ceil(extract(epoch FROM max(started_at))) - floor(extract(epoch FROM min(started_at)))) AS rate
 			FROM skiplock_tasks GROUP BY limit_key
 		), w AS (
 			SELECT count(*) AS n FROM skiplock_tasks GROUP BY limit_key, floor(extract(epoch FROM started_at))
@@ -93,7 +94,8 @@ func (b *bencher) workRateKey(ctx context.Context, label string) ([]measure, err
 	}
 	var all float64
 	if err := s.pool.QueryRow(ctx, `
-		SELECT count(*)::float8 / extract(epoch FROM max(started_at) - min(started_at)) FROM skiplock_tasks`).Scan(&all); err != nil {
+		SELECT count(*)::float8 / greatest(1, ceil(extract(epoch FROM max(started_at))) - floor(extract(epoch FROM min(started_at))))
+		FROM skiplock_tasks`).Scan(&all); err != nil {
 		return nil, err
 	}
 	return []measure{
