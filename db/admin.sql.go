@@ -430,6 +430,67 @@ func (q *Queries) QueueStats(ctx context.Context, db DBTX) ([]QueueStatsRow, err
 	return items, nil
 }
 
+const rateKeyList = `-- name: RateKeyList :many
+SELECT s.scope, s.keys, s.used, s.window_start, b.busiest_keys, b.busiest_used
+FROM (
+    SELECT r.scope, count(*)::bigint AS keys, sum(r.used)::bigint AS used, max(r.window_start)::timestamptz AS window_start
+    FROM skiplock_rate_keys AS r
+    WHERE r.window_end > clock_timestamp()
+    GROUP BY r.scope
+) AS s
+CROSS JOIN LATERAL (
+    SELECT coalesce(array_agg(t.key ORDER BY t.used DESC, t.key), '{}')::text[] AS busiest_keys,
+           coalesce(array_agg(t.used ORDER BY t.used DESC, t.key), '{}')::integer[] AS busiest_used
+    FROM (
+        SELECT k.key, k.used
+        FROM skiplock_rate_keys AS k
+        WHERE k.scope = s.scope AND k.window_end > clock_timestamp()
+        ORDER BY k.used DESC, k.key
+        LIMIT $1::integer
+    ) AS t
+) AS b
+ORDER BY s.scope
+`
+
+type RateKeyListRow struct {
+	Scope       string
+	Keys        int64
+	Used        int64
+	WindowStart time.Time
+	BusiestKeys []string
+	BusiestUsed []int32
+}
+
+// The per-key rate limits (worker.RateLimit with PerKey) with a window
+// open now: how many keys have one, what those windows have taken, all
+// keys together, and the busiest keys, most used first.
+func (q *Queries) RateKeyList(ctx context.Context, db DBTX, busiest int32) ([]RateKeyListRow, error) {
+	rows, err := db.Query(ctx, rateKeyList, busiest)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []RateKeyListRow{}
+	for rows.Next() {
+		var i RateKeyListRow
+		if err := rows.Scan(
+			&i.Scope,
+			&i.Keys,
+			&i.Used,
+			&i.WindowStart,
+			&i.BusiestKeys,
+			&i.BusiestUsed,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const rateLimitList = `-- name: RateLimitList :many
 SELECT r.key, r.window_start, r.used, r.last_granted
 FROM skiplock_rate_limits AS r

@@ -86,6 +86,160 @@ func (q *Queries) QueueResume(ctx context.Context, db DBTX, name string) error {
 	return err
 }
 
+const rateKeyGiveBack = `-- name: RateKeyGiveBack :exec
+UPDATE skiplock_rate_keys AS r
+SET used = greatest(0, r.used - u.unused)
+FROM (SELECT unnest($3::text[]) AS key, unnest($4::integer[]) AS unused) AS u
+WHERE r.scope = $1::text AND r.key = u.key AND r.window_start = $2::timestamptz
+`
+
+type RateKeyGiveBackParams struct {
+	Scope         string
+	CurrentWindow time.Time
+	Keys          []string
+	Unused        []int32
+}
+
+// Returns budget that a claim did not use, per key, if its window is
+// still current.
+func (q *Queries) RateKeyGiveBack(ctx context.Context, db DBTX, arg RateKeyGiveBackParams) error {
+	_, err := db.Exec(ctx, rateKeyGiveBack,
+		arg.Scope,
+		arg.CurrentWindow,
+		arg.Keys,
+		arg.Unused,
+	)
+	return err
+}
+
+const rateKeyRetire = `-- name: RateKeyRetire :execrows
+DELETE FROM skiplock_rate_keys WHERE window_end < clock_timestamp()
+`
+
+// Deletes the rows of per-key rate limits whose window has ended: the next
+// claim of such a key starts its window afresh whether or not the row is
+// there.
+func (q *Queries) RateKeyRetire(ctx context.Context, db DBTX) (int64, error) {
+	result, err := db.Exec(ctx, rateKeyRetire)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const rateKeyTake = `-- name: RateKeyTake :one
+WITH cw AS MATERIALIZED (
+    SELECT to_timestamp(b.n * $1::float8) AS win,
+           to_timestamp((b.n + 1) * $1::float8) AS win_end,
+           $2::integer AS lim
+    FROM (SELECT floor(extract(epoch FROM clock_timestamp()) / $1::float8) AS n) AS b
+), seen AS MATERIALIZED (
+    SELECT r.key, r.used
+    FROM skiplock_rate_keys AS r
+    WHERE r.scope = $3::text AND r.window_start = (SELECT cw.win FROM cw)
+), cand AS MATERIALIZED (
+    SELECT p.id, coalesce(p.limit_key, '') AS key, p.priority, p.run_at
+    FROM skiplock_tasks AS p
+    WHERE p.status = 'pending'
+      AND p.queue = $4::text
+      AND p.run_at <= now()
+      AND p.name = $5::text
+      AND coalesce(p.limit_key, '') NOT IN (SELECT s.key FROM seen AS s WHERE s.used >= (SELECT cw.lim FROM cw))
+    ORDER BY p.priority, p.run_at, p.id
+    LIMIT $6::integer
+), ranked AS MATERIALIZED (
+    SELECT c.id, c.key,
+           row_number() OVER (PARTITION BY c.key ORDER BY c.priority, c.run_at, c.id) AS n,
+           row_number() OVER (ORDER BY c.priority, c.run_at, c.id) AS pos
+    FROM cand AS c
+), chosen AS MATERIALIZED (
+    -- The first want tasks that their key's budget, as this snapshot
+    -- sees it, allows: per key, its first ones (n is 1, 2, ... in it).
+    SELECT r.id, r.key, r.n, r.pos
+    FROM ranked AS r
+    LEFT JOIN seen AS s ON s.key = r.key
+    CROSS JOIN cw
+    WHERE r.n + coalesce(s.used, 0) <= cw.lim
+    ORDER BY r.pos
+    LIMIT $7::integer
+), took AS MATERIALIZED (
+    INSERT INTO skiplock_rate_keys AS r (scope, key, window_start, window_end, used, last_granted)
+    SELECT $3::text, w.key, cw.win, cw.win_end, w.want, w.want
+    FROM (SELECT c.key, count(*)::integer AS want FROM chosen AS c GROUP BY c.key) AS w
+    CROSS JOIN cw
+    ORDER BY w.key
+    ON CONFLICT (scope, key) DO UPDATE
+    SET last_granted = greatest(0, least(excluded.used,
+            (SELECT cw.lim FROM cw) - CASE WHEN r.window_start = excluded.window_start THEN r.used ELSE 0 END)),
+        used = CASE WHEN r.window_start = excluded.window_start THEN r.used ELSE 0 END
+             + greatest(0, least(excluded.used,
+            (SELECT cw.lim FROM cw) - CASE WHEN r.window_start = excluded.window_start THEN r.used ELSE 0 END)),
+        window_start = excluded.window_start,
+        window_end = excluded.window_end
+    RETURNING r.key, r.last_granted
+), granted AS MATERIALIZED (
+    SELECT c.id, c.key, c.pos
+    FROM chosen AS c
+    JOIN took AS t ON t.key = c.key
+    WHERE c.n <= t.last_granted
+)
+SELECT coalesce((SELECT array_agg(g.id ORDER BY g.pos) FROM granted AS g), '{}')::bigint[] AS ids,
+       coalesce((SELECT array_agg(g.key ORDER BY g.pos) FROM granted AS g), '{}')::text[] AS keys,
+       w.win::timestamptz AS window_start,
+       greatest(0, ceil(date_part('epoch', w.win_end - clock_timestamp()) * 1000))::bigint AS ms_left
+FROM cw AS w
+`
+
+type RateKeyTakeParams struct {
+	PeriodSeconds float64
+	Lim           int32
+	Scope         string
+	Queue         string
+	Name          string
+	Scan          int32
+	Want          int32
+}
+
+type RateKeyTakeRow struct {
+	Ids         []int64
+	Keys        []string
+	WindowStart time.Time
+	MsLeft      int64
+}
+
+// A per-key rate limit's grant (worker.RateLimit with PerKey): looks at up
+// to scan due pending tasks of the name in the queue, in claim order,
+// passing over keys with nothing left in the current fixed window (on the
+// database clock); picks the first want of them that the window's budget
+// of their keys (the task's limit_key; the empty key for none) allows; takes that
+// budget per key from skiplock_rate_keys under each row's lock, keys in
+// a fixed order; and returns the tasks granted, in claim order, with their
+// keys, and how long the window has left. As in RateLimitTake, a claimer
+// that waited on a row lock recomputes the SET list on the row its
+// predecessor committed, so grants never pass the limit; a key that lost
+// budget to a concurrent claimer gets only its first tasks. The caller
+// claims the tasks by id (TaskClaim's only_ids) and gives back what it did
+// not claim (RateKeyGiveBack).
+func (q *Queries) RateKeyTake(ctx context.Context, db DBTX, arg RateKeyTakeParams) (RateKeyTakeRow, error) {
+	row := db.QueryRow(ctx, rateKeyTake,
+		arg.PeriodSeconds,
+		arg.Lim,
+		arg.Scope,
+		arg.Queue,
+		arg.Name,
+		arg.Scan,
+		arg.Want,
+	)
+	var i RateKeyTakeRow
+	err := row.Scan(
+		&i.Ids,
+		&i.Keys,
+		&i.WindowStart,
+		&i.MsLeft,
+	)
+	return i, err
+}
+
 const rateLimitGiveBack = `-- name: RateLimitGiveBack :exec
 UPDATE skiplock_rate_limits
 SET used = greatest(0, used - $1::integer)
@@ -117,7 +271,8 @@ SET last_granted = greatest(0, least(excluded.used,
          + greatest(0, least(excluded.used,
         $3::integer - CASE WHEN r.window_start = excluded.window_start THEN r.used ELSE 0 END)),
     window_start = excluded.window_start
-RETURNING last_granted, window_start
+RETURNING last_granted, window_start,
+          floor(date_part('epoch', clock_timestamp() - window_start) * 1000)::bigint AS ms_elapsed
 `
 
 type RateLimitTakeParams struct {
@@ -130,13 +285,15 @@ type RateLimitTakeParams struct {
 type RateLimitTakeRow struct {
 	LastGranted int32
 	WindowStart time.Time
+	MsElapsed   int64
 }
 
 // Takes up to want of a limit's budget in the current fixed window (on the
 // database clock) and returns how many were granted and the window. The row
 // lock serializes every claimer of the limit; under READ COMMITTED a waiting
 // claimer recomputes the SET list on the row its predecessor committed, so
-// grants never exceed the limit.
+// grants never exceed the limit. ms_elapsed, how far into its window the
+// database clock is, tells the claimer when the next window begins.
 func (q *Queries) RateLimitTake(ctx context.Context, db DBTX, arg RateLimitTakeParams) (RateLimitTakeRow, error) {
 	row := db.QueryRow(ctx, rateLimitTake,
 		arg.Key,
@@ -145,7 +302,7 @@ func (q *Queries) RateLimitTake(ctx context.Context, db DBTX, arg RateLimitTakeP
 		arg.PeriodSeconds,
 	)
 	var i RateLimitTakeRow
-	err := row.Scan(&i.LastGranted, &i.WindowStart)
+	err := row.Scan(&i.LastGranted, &i.WindowStart, &i.MsElapsed)
 	return i, err
 }
 

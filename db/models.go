@@ -61,6 +61,15 @@ type SkiplockQueue struct {
 	UpdatedAt time.Time
 }
 
+type SkiplockRateKey struct {
+	Scope       string
+	Key         string
+	WindowStart time.Time
+	WindowEnd   time.Time
+	Used        int32
+	LastGranted int32
+}
+
 type SkiplockRateLimit struct {
 	Key         string
 	WindowStart time.Time

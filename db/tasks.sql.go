@@ -112,13 +112,14 @@ WITH released AS MATERIALIZED (
            OR (p.priority, p.run_at, p.id) > ($9::smallint, $10::timestamptz, $11::bigint))
       AND (cardinality($12::text[]) = 0 OR p.name = ANY($12::text[]))
       AND NOT (p.name = ANY($13::text[]))
+      AND (coalesce(cardinality($14::bigint[]), 0) = 0 OR p.id = ANY($14::bigint[]))
       AND (p.exclusive_key IS NULL OR NOT EXISTS (
           SELECT 1 FROM skiplock_tasks AS r WHERE r.exclusive_key = p.exclusive_key AND r.status = 'running'))
       AND NOT EXISTS (SELECT 1 FROM full_scopes AS f WHERE f.kind = 'queue')
       AND p.name NOT IN (SELECT f.val FROM full_scopes AS f WHERE f.kind = 'name')
       AND (p.limit_key IS NULL OR p.limit_key NOT IN (SELECT f.val FROM full_scopes AS f WHERE f.kind = 'key'))
     ORDER BY p.priority, p.run_at, p.id
-    LIMIT $14::integer
+    LIMIT $15::integer
     FOR UPDATE SKIP LOCKED
 ), exclusive_ok AS MATERIALIZED (
     -- A row with an exclusive key is the first of its key in the batch and
@@ -127,7 +128,7 @@ WITH released AS MATERIALIZED (
     FROM picked AS p
     WHERE CASE WHEN p.exclusive_key IS NULL THEN true
                WHEN p.id <> (SELECT min(k.id) FROM picked AS k WHERE k.exclusive_key = p.exclusive_key) THEN false
-               ELSE pg_try_advisory_xact_lock(hashtextextended(p.exclusive_key, $15::bigint)) END
+               ELSE pg_try_advisory_xact_lock(hashtextextended(p.exclusive_key, $16::bigint)) END
 ), bound AS MATERIALIZED (
     -- Every (row, limit) pair. The CTEs below never join two of these
     -- row sets with each other: a backlog without statistics has every
@@ -163,7 +164,7 @@ WITH released AS MATERIALIZED (
         -- CASE, unlike AND, fixes the order: the planner puts cheaper
         -- quals first, and a lock tried before the check would be taken
         -- a second time.
-        WHERE CASE WHEN c.key = ANY($16::integer[]) THEN false
+        WHERE CASE WHEN c.key = ANY($17::integer[]) THEN false
                    ELSE pg_try_advisory_lock($5::integer, c.key) END
         LIMIT s.want
     ) AS g
@@ -176,7 +177,7 @@ WITH released AS MATERIALIZED (
               AND CASE s.kind WHEN 'queue' THEN r.queue = s.val WHEN 'name' THEN r.name = s.val
                               ELSE r.limit_key = s.val END) AS running
     FROM scopes AS s
-    WHERE $2::bigint > 0 AND $17::boolean
+    WHERE $2::bigint > 0 AND $18::boolean
 ), verdict AS MATERIALIZED (
     -- Each limited row: whether it has a place in every scope, and the
     -- slot locks it holds (to keep with its task, or give back).
@@ -239,6 +240,7 @@ type TaskClaimParams struct {
 	AfterID          int64
 	OnlyNames        []string
 	SkipNames        []string
+	OnlyIds          []int64
 	Max              int32
 	ExclusiveSeed    int64
 	HeldLimitLocks   []int32
@@ -274,7 +276,9 @@ type TaskClaimRow struct {
 // skipped and stays pending.
 //
 // Flow control rides along: a paused queue yields nothing; only_names and
-// skip_names split a queue for rate-limited names; a task with an exclusive
+// skip_names split a queue for rate-limited names; only_ids, when not
+// empty, restricts the claim to the tasks a per-key rate limit granted
+// (RateKeyTake; such claims use no cursor); a task with an exclusive
 // key is picked only while no task of its key runs, at most one per key per
 // claim, and under a transaction-level lock on the key so that two claimers
 // cannot both take one (a unique index on running exclusive keys backs this).
@@ -327,6 +331,7 @@ func (q *Queries) TaskClaim(ctx context.Context, db DBTX, arg TaskClaimParams) (
 		arg.AfterID,
 		arg.OnlyNames,
 		arg.SkipNames,
+		arg.OnlyIds,
 		arg.Max,
 		arg.ExclusiveSeed,
 		arg.HeldLimitLocks,

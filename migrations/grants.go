@@ -111,6 +111,12 @@ var tableGrants = []struct {
 		Observer: "SELECT",
 		Operator: "SELECT",
 	}},
+	{table: "skiplock_rate_keys", kinds: map[RoleKind]string{
+		// Per-key rate limits; the retirer deletes rows of ended windows.
+		Worker:   "SELECT, INSERT, UPDATE, DELETE",
+		Observer: "SELECT",
+		Operator: "SELECT",
+	}},
 	{table: "skiplock_periodic", kinds: map[RoleKind]string{
 		Worker:   "SELECT, INSERT, UPDATE",
 		Observer: "SELECT",

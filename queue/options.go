@@ -100,8 +100,10 @@ func WithExclusiveKey(key string) Option { return func(o *options) { o.exclusive
 // WithLimitKey sets the key that concurrency limits of kind "key" match
 // (Client.SetLimit with Limit.Key, `skiplock limit set --key`): a tenant,
 // say, "tenant:42", limited with the pattern "tenant:*" to at most N running
-// tasks per tenant across every worker. A key no limit matches costs
-// nothing. At most 1024 bytes.
+// tasks per tenant across every worker. Per-key rate limits count by it too
+// (worker.RateLimit with PerKey: at most N starts a second per key, say).
+// A key no limit matches costs nothing. At most 1024 bytes
+// (MaxKeyLength).
 func WithLimitKey(key string) Option { return func(o *options) { o.limitKey = key } }
 
 func buildOptions(opts []Option) (options, error) {

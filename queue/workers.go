@@ -125,3 +125,51 @@ func (c *Client) RateLimits(ctx context.Context) ([]RateLimitUsage, error) {
 	}
 	return out, nil
 }
+
+// RateKeyUsage is the open windows of a per-key rate limit (a worker's
+// RateLimit with PerKey): each key of it that claims have used lately has
+// a window of its own.
+type RateKeyUsage struct {
+	// Limit is "name:TASKNAME".
+	Limit string
+	// Keys is how many keys have a window open now.
+	Keys int
+	// Used is how many task starts those windows have taken, all keys
+	// together.
+	Used int
+	// WindowStart is when the current window started; the limit and its
+	// period live in the workers' configuration.
+	WindowStart time.Time
+	// Busiest are the keys whose windows have taken the most, most first,
+	// at most MaxBusiestKeys.
+	Busiest []KeyUsage
+}
+
+// KeyUsage is what one limit key's current window has taken.
+type KeyUsage struct {
+	// Key is the tasks' limit key (WithLimitKey), "" for tasks without one.
+	Key  string
+	Used int
+}
+
+// MaxBusiestKeys is how many keys RateKeyUsage.Busiest lists.
+const MaxBusiestKeys = 10
+
+// RateKeys lists the per-key rate limits with a window open now, by limit.
+// A limit whose keys' windows have all ended is not listed: nothing holds
+// its tasks back.
+func (c *Client) RateKeys(ctx context.Context) ([]RateKeyUsage, error) {
+	rows, err := c.queries.RateKeyList(ctx, c.exec, MaxBusiestKeys)
+	if err != nil {
+		return nil, fmt.Errorf("listing per-key rate limits: %w", err)
+	}
+	out := make([]RateKeyUsage, len(rows))
+	for i, r := range rows {
+		u := RateKeyUsage{Limit: r.Scope, Keys: int(r.Keys), Used: int(r.Used), WindowStart: r.WindowStart}
+		for j, k := range r.BusiestKeys {
+			u.Busiest = append(u.Busiest, KeyUsage{Key: k, Used: int(r.BusiestUsed[j])})
+		}
+		out[i] = u
+	}
+	return out, nil
+}

@@ -438,6 +438,30 @@ SELECT r.key, r.window_start, r.used, r.last_granted
 FROM skiplock_rate_limits AS r
 ORDER BY r.key;
 
+-- name: RateKeyList :many
+-- The per-key rate limits (worker.RateLimit with PerKey) with a window
+-- open now: how many keys have one, what those windows have taken, all
+-- keys together, and the busiest keys, most used first.
+SELECT s.scope, s.keys, s.used, s.window_start, b.busiest_keys, b.busiest_used
+FROM (
+    SELECT r.scope, count(*)::bigint AS keys, sum(r.used)::bigint AS used, max(r.window_start)::timestamptz AS window_start
+    FROM skiplock_rate_keys AS r
+    WHERE r.window_end > clock_timestamp()
+    GROUP BY r.scope
+) AS s
+CROSS JOIN LATERAL (
+    SELECT coalesce(array_agg(t.key ORDER BY t.used DESC, t.key), '{}')::text[] AS busiest_keys,
+           coalesce(array_agg(t.used ORDER BY t.used DESC, t.key), '{}')::integer[] AS busiest_used
+    FROM (
+        SELECT k.key, k.used
+        FROM skiplock_rate_keys AS k
+        WHERE k.scope = s.scope AND k.window_end > clock_timestamp()
+        ORDER BY k.used DESC, k.key
+        LIMIT @busiest::integer
+    ) AS t
+) AS b
+ORDER BY s.scope;
+
 -- name: LockList :many
 -- Who holds which task lock: the advisory locks of lock class
 -- lock_class_oid in this database, with the running task each one guards,

@@ -50,7 +50,9 @@ WHERE (unique_key = ANY(@unique_keys::text[]) AND status IN ('pending', 'running
 -- skipped and stays pending.
 --
 -- Flow control rides along: a paused queue yields nothing; only_names and
--- skip_names split a queue for rate-limited names; a task with an exclusive
+-- skip_names split a queue for rate-limited names; only_ids, when not
+-- empty, restricts the claim to the tasks a per-key rate limit granted
+-- (RateKeyTake; such claims use no cursor); a task with an exclusive
 -- key is picked only while no task of its key runs, at most one per key per
 -- claim, and under a transaction-level lock on the key so that two claimers
 -- cannot both take one (a unique index on running exclusive keys backs this).
@@ -130,6 +132,7 @@ WITH released AS MATERIALIZED (
            OR (p.priority, p.run_at, p.id) > (@after_priority::smallint, @after_run_at::timestamptz, @after_id::bigint))
       AND (cardinality(@only_names::text[]) = 0 OR p.name = ANY(@only_names::text[]))
       AND NOT (p.name = ANY(@skip_names::text[]))
+      AND (coalesce(cardinality(@only_ids::bigint[]), 0) = 0 OR p.id = ANY(@only_ids::bigint[]))
       AND (p.exclusive_key IS NULL OR NOT EXISTS (
           SELECT 1 FROM skiplock_tasks AS r WHERE r.exclusive_key = p.exclusive_key AND r.status = 'running'))
       AND NOT EXISTS (SELECT 1 FROM full_scopes AS f WHERE f.kind = 'queue')

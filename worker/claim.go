@@ -35,7 +35,7 @@ func (w *Worker) claimLoop(ctx context.Context, queueName string) {
 			w.slots.release(qslots, n)
 			return
 		}
-		claimed, err := w.claimRound(queueName, n, qslots)
+		claimed, refill, err := w.claimRound(queueName, n, qslots)
 		w.slots.release(qslots, n-claimed)
 		if err != nil {
 			w.claimFailed(queueName, err, o)
@@ -59,23 +59,30 @@ func (w *Worker) claimLoop(ctx context.Context, queueName string) {
 		if saturated {
 			continue // the queue may hold more
 		}
-		if !w.idle(ctx, queueName, poll.C) {
+		if !w.idle(ctx, queueName, poll.C, refill) {
 			return
 		}
 	}
 }
 
 // idle waits until the claim loop of queueName should claim again: a
-// notification, the poll, or the head claim of a cursor in use falling due
+// notification, the poll, the head claim of a cursor in use falling due
 // (a cursor claims from the head only now and then, and a row behind it, a
-// higher priority say, must not wait for the poll however long that is).
-// It reports false when ctx ends.
-func (w *Worker) idle(ctx context.Context, queueName string, poll <-chan time.Time) bool {
-	var headDue <-chan time.Time
+// higher priority say, must not wait for the poll however long that is),
+// or, after refill when it is positive, the next window of a rate limit
+// that held the last round back (its tasks are due then, whatever the
+// poll). It reports false when ctx ends.
+func (w *Worker) idle(ctx context.Context, queueName string, poll <-chan time.Time, refill time.Duration) bool {
+	var headDue, refilled <-chan time.Time
 	if d, ok := w.cursors.headDue(queueName, time.Now()); ok {
 		t := time.NewTimer(d)
 		defer t.Stop()
 		headDue = t.C
+	}
+	if refill > 0 {
+		t := time.NewTimer(refill)
+		defer t.Stop()
+		refilled = t.C
 	}
 	select {
 	case <-ctx.Done():
@@ -83,30 +90,57 @@ func (w *Worker) idle(ctx context.Context, queueName string, poll <-chan time.Ti
 	case <-w.wakes[queueName]:
 	case <-poll:
 	case <-headDue:
+	case <-refilled:
 	}
 	return true
 }
 
+// refillMargin is how long after a window's end, on the database clock as
+// the worker reads it, the claim loop looks again: past the boundary, so
+// that the claim meets the new window.
+const refillMargin = 5 * time.Millisecond
+
+// soonest keeps the earlier of two waits, zero meaning none.
+func soonest(a, b time.Duration) time.Duration {
+	if b <= 0 {
+		return a
+	}
+	b = max(b, 0) + refillMargin
+	if a <= 0 || b < a {
+		return b
+	}
+	return a
+}
+
 // claimRound claims up to n tasks of a queue within its rate limits and
 // starts them. Rate-limited names are claimed first, each within its own
-// budget; the rest of the queue after them.
-func (w *Worker) claimRound(queueName string, n int, qslots *semaphore.Weighted) (claimed int, err error) {
+// budget (per key for PerKey limits); the rest of the queue after them.
+// refill is how long until the next window of a rate limit that held the
+// round back, zero if none did.
+func (w *Worker) claimRound(queueName string, n int, qslots *semaphore.Weighted) (claimed int, refill time.Duration, err error) {
 	budget := n
 	if limit, ok := w.limits.byQueue[queueName]; ok {
-		granted, window, err := w.takeBudget(limit, n)
+		granted, window, left, err := w.takeBudget(limit, n)
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		budget = granted
+		if granted < n {
+			refill = soonest(refill, left)
+		}
 		defer func() { w.giveBack(limit, window, granted-claimed) }()
 	}
 	for _, limit := range w.limits.byName {
 		if claimed >= budget {
-			return claimed, nil
+			return claimed, refill, nil
 		}
-		granted, window, err := w.takeBudget(limit, budget-claimed)
+		want := budget - claimed
+		granted, window, left, err := w.takeBudget(limit, want)
 		if err != nil {
-			return claimed, err
+			return claimed, refill, err
+		}
+		if granted < want {
+			refill = soonest(refill, left)
 		}
 		if granted == 0 {
 			continue
@@ -115,17 +149,30 @@ func (w *Worker) claimRound(queueName string, n int, qslots *semaphore.Weighted)
 		w.giveBack(limit, window, granted-got)
 		claimed += got
 		if err != nil {
-			return claimed, err
+			return claimed, refill, err
 		}
+	}
+	for _, limit := range w.limits.byKey {
+		if claimed >= budget {
+			return claimed, refill, nil
+		}
+		got, left, err := w.claimKeyed(queueName, limit, budget-claimed, qslots)
+		claimed += got
+		if err != nil {
+			return claimed, refill, err
+		}
+		// Keys may be over their limit with tasks waiting: look again
+		// when the window turns.
+		refill = soonest(refill, left)
 	}
 	if claimed < budget {
 		got, err := w.claimAndStart(queueName, budget-claimed, nil, w.limits.limitedNames, qslots)
 		claimed += got
 		if err != nil {
-			return claimed, err
+			return claimed, refill, err
 		}
 	}
-	return claimed, nil
+	return claimed, refill, nil
 }
 
 func (w *Worker) claimAndStart(queueName string, max int, only, skip []string, qslots *semaphore.Weighted) (int, error) {
@@ -193,17 +240,92 @@ func nonNil(s []string) []string {
 	return s
 }
 
-// takeBudget takes up to want starts from a rate limit's current window.
-func (w *Worker) takeBudget(limit RateLimit, want int) (int, time.Time, error) {
+// takeBudget takes up to want starts from a rate limit's current window,
+// and says how long that window has left.
+func (w *Worker) takeBudget(limit RateLimit, want int) (int, time.Time, time.Duration, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	row, err := w.queries.RateLimitTake(ctx, w.pool, db.RateLimitTakeParams{
 		Key: limit.key(), Want: int32(want), Lim: int32(limit.Limit), PeriodSeconds: limit.Per.Seconds(),
 	})
 	if err != nil {
-		return 0, time.Time{}, err
+		return 0, time.Time{}, 0, err
 	}
-	return int(row.LastGranted), row.WindowStart, nil
+	left := max(limit.Per-time.Duration(row.MsElapsed)*time.Millisecond, 0)
+	return int(row.LastGranted), row.WindowStart, left, nil
+}
+
+// rateKeyScan is how many due tasks of a name a per-key claim of max looks
+// at to find keys with budget left (keys without any are passed over).
+func rateKeyScan(max int) int { return min(1000, 100+10*max) }
+
+// claimKeyed claims up to max tasks of a name under a per-key rate limit
+// and starts them: RateKeyTake grants tasks, at most what each key has
+// left of its window, and TaskClaim takes those tasks by id (no cursor:
+// the ids say where the tasks are); budget a key was granted and did not
+// use (its task taken by another claimer meanwhile, say) is given back.
+// left is how long the window has left.
+func (w *Worker) claimKeyed(queueName string, limit RateLimit, max int, qslots *semaphore.Weighted) (claimed int, left time.Duration, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	g, err := w.queries.RateKeyTake(ctx, w.pool, db.RateKeyTakeParams{
+		Scope: limit.key(), Queue: queueName, Name: limit.Name, Lim: int32(limit.Limit), PeriodSeconds: limit.Per.Seconds(),
+		Want: int32(max), Scan: int32(rateKeyScan(max)),
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	left = time.Duration(g.MsLeft) * time.Millisecond
+	if len(g.Ids) == 0 {
+		return 0, left, nil
+	}
+	granted := make(map[int64]string, len(g.Ids))
+	for i, id := range g.Ids {
+		granted[id] = g.Keys[i]
+	}
+	defer func() { w.giveBackKeys(limit, g.WindowStart, granted) }()
+	limited := w.limitsSeen.any(w.queries, w.pool, false)
+	rows, gen, err := w.guard.claim(db.TaskClaimParams{
+		WorkerID:      w.cfg.WorkerID,
+		Queue:         queueName,
+		OnlyNames:     []string{limit.Name},
+		SkipNames:     []string{},
+		OnlyIds:       g.Ids,
+		Max:           int32(len(g.Ids)),
+		ExclusiveSeed: w.classOID,
+		LimitClass:    w.limitClass,
+	}, true)
+	if err != nil {
+		return 0, left, err
+	}
+	w.cfg.Observer.Claimed(queueName, max, len(rows))
+	for _, r := range rows {
+		delete(granted, r.ID)
+		w.launch(r, gen, qslots, limited)
+	}
+	return len(rows), left, nil
+}
+
+// giveBackKeys returns the budget of granted tasks a per-key claim did not
+// take, per key, while its window lasts.
+func (w *Worker) giveBackKeys(limit RateLimit, window time.Time, unclaimed map[int64]string) {
+	if len(unclaimed) == 0 {
+		return
+	}
+	byKey := map[string]int32{}
+	for _, k := range unclaimed {
+		byKey[k]++
+	}
+	p := db.RateKeyGiveBackParams{Scope: limit.key(), CurrentWindow: window}
+	for k, n := range byKey {
+		p.Keys = append(p.Keys, k)
+		p.Unused = append(p.Unused, n)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := w.queries.RateKeyGiveBack(ctx, w.pool, p); err != nil {
+		w.log.Warn("skiplock: returning unused per-key rate-limit budget", "limit", limit.key(), "error", err)
+	}
 }
 
 // giveBack returns budget a claim did not use, while its window lasts.

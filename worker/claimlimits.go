@@ -12,7 +12,8 @@ type claimLimits struct {
 	queueSlots   map[string]*semaphore.Weighted // queues with their own cap
 	byQueue      map[string]RateLimit           // rate limits by queue
 	byName       []RateLimit                    // rate limits by task name
-	limitedNames []string                       // the names of byName, which the rest of a claim skips
+	byKey        []RateLimit                    // per-key rate limits by task name (PerKey)
+	limitedNames []string                       // the names of byName and byKey, which the rest of a claim skips
 }
 
 func newClaimLimits(cfg Config) claimLimits {
@@ -23,9 +24,13 @@ func newClaimLimits(cfg Config) claimLimits {
 		}
 	}
 	for _, r := range cfg.RateLimits {
-		if r.Queue != "" {
+		switch {
+		case r.Queue != "":
 			l.byQueue[r.Queue] = r
-		} else {
+		case r.PerKey:
+			l.byKey = append(l.byKey, r)
+			l.limitedNames = append(l.limitedNames, r.Name)
+		default:
 			l.byName = append(l.byName, r)
 			l.limitedNames = append(l.limitedNames, r.Name)
 		}

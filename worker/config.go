@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -294,11 +295,19 @@ type Config struct {
 // shares. Set exactly one of Queue and Name. Windows are fixed and aligned
 // to the Unix epoch on the database clock; each attempt counts, retries
 // included, since each is a call to whatever the limit protects.
+//
+// With PerKey, the limit applies to each key on its own: at most Limit
+// tasks of Name start per window for each limit key (the key a producer
+// set with queue.WithLimitKey, "customer:42" say), counted in a row per
+// key of skiplock_rate_keys, so a key over its limit holds back only its
+// own tasks. Tasks of the name without a key share one key, the empty
+// one. PerKey needs Name.
 type RateLimit struct {
-	Queue string // limit the tasks of this queue
-	Name  string // limit the tasks with this name, in any queue
-	Limit int
-	Per   time.Duration
+	Queue  string // limit the tasks of this queue
+	Name   string // limit the tasks with this name, in any queue
+	Limit  int
+	Per    time.Duration
+	PerKey bool // count each limit key on its own (needs Name)
 }
 
 // RetryPolicy is how the failed attempts of one task name are retried, in
@@ -450,7 +459,9 @@ func (c Config) withDefaults() (Config, error) {
 	for i, r := range c.RateLimits {
 		check((r.Queue == "") != (r.Name == ""), "RateLimits[%d]: set exactly one of Queue and Name", i)
 		check(r.Limit > 0, "RateLimits[%d].Limit must be positive, got %d", i, r.Limit)
+		check(r.Limit <= math.MaxInt32, "RateLimits[%d].Limit must be at most %d, got %d", i, math.MaxInt32, r.Limit)
 		check(r.Per >= time.Second, "RateLimits[%d].Per must be at least 1s, got %s", i, r.Per)
+		check(!r.PerKey || r.Name != "", "RateLimits[%d]: PerKey needs Name: a per-key limit counts the tasks of a name by their limit key (queue.WithLimitKey), not a whole queue", i)
 		check(!limited[r.key()], "RateLimits[%d]: %s is limited twice", i, r.key())
 		limited[r.key()] = true
 	}

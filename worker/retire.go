@@ -20,7 +20,8 @@ const (
 
 // retirer deletes finished tasks past their retention (RetainCompleted,
 // RetainFailed, RetainCancelled), workflows with no task left, audit
-// records past RetainAudit, and the rows of workers stopped for
+// records past RetainAudit, the rows of per-key rate limits whose window
+// has ended, and the rows of workers stopped for
 // workerRetention. It works only while leads says
 // this worker leads (the rescuer's election), so that one worker does it.
 type retirer struct {
@@ -103,6 +104,9 @@ func (r *retirer) retire(ctx context.Context) {
 	r.retireWorkflows(ctx)
 	r.retireBatches(ctx)
 	r.retireAudit(ctx)
+	if _, err := r.queries.RateKeyRetire(ctx, r.pool); err != nil && ctx.Err() == nil {
+		r.log.Warn("skiplock: deleting the rows of ended per-key rate-limit windows", "error", err)
+	}
 }
 
 // retireAudit deletes the audit records older than RetainAudit, a batch at

@@ -729,10 +729,16 @@ func (h *handler) rateLimitsPage(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
+	keyed, err := h.client.RateKeys(r.Context())
+	if err != nil {
+		h.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
 	h.render(w, r, http.StatusOK, "ratelimits", "Limits", "ratelimits", struct {
 		Limits      []queue.RateLimitUsage
+		Keyed       []queue.RateKeyUsage
 		Concurrency []queue.Limit
-	}{limits, concurrency})
+	}{limits, keyed, concurrency})
 }
 
 // errReadOnly is the error of an action in read-only mode.

@@ -42,10 +42,11 @@ const (
 	WorkloadPinned        = "pinned"
 	WorkloadGated         = "gated"
 	WorkloadBatch         = "batch"
+	WorkloadRateKey       = "rate-key"
 )
 
 // Workloads lists every workload in run order.
-var Workloads = []string{WorkloadThroughput, WorkloadWorkflow, WorkloadBurst, WorkloadEnqueueCopy, WorkloadEnqueueSingle, WorkloadLatency, WorkloadScaling, WorkloadGated, WorkloadBatch, WorkloadSustained, WorkloadPinned}
+var Workloads = []string{WorkloadThroughput, WorkloadWorkflow, WorkloadBurst, WorkloadEnqueueCopy, WorkloadEnqueueSingle, WorkloadLatency, WorkloadScaling, WorkloadGated, WorkloadBatch, WorkloadRateKey, WorkloadSustained, WorkloadPinned}
 
 // DefaultWorkloads are the workloads run when none are named: all but
 // sustained and pinned, which take minutes, and workflow, which measures a
@@ -155,6 +156,9 @@ type Options struct {
 	// the CPU, so that other work on a shared machine does not skew the
 	// numbers. Every run reports the share other processes took.
 	WaitQuiet time.Duration
+	// RateKeyBacklog is the rate-key workload's backlog per key. Defaults
+	// to DefaultRateKeyBacklog (200: 20 one-second windows at 10 per key).
+	RateKeyBacklog int
 	// JSON prints the report as JSON instead of a table.
 	JSON bool
 	// SVGDir, when set, receives charts of the results as SVG files.
@@ -222,6 +226,9 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Pin == 0 {
 		o.Pin = DefaultPin
 	}
+	if o.RateKeyBacklog == 0 {
+		o.RateKeyBacklog = DefaultRateKeyBacklog
+	}
 	if len(o.Self) == 0 {
 		exe, err := os.Executable()
 		if err != nil {
@@ -260,6 +267,7 @@ func (o Options) withDefaults() (Options, error) {
 		check(n > 0, "procs must be positive, got %d", n)
 	}
 	check(o.Producers > 0, "producers must be positive, got %d", o.Producers)
+	check(o.RateKeyBacklog > 0, "rate-key backlog must be positive, got %d", o.RateKeyBacklog)
 	check(o.PoolConns > 0, "pool connections must be positive, got %d", o.PoolConns)
 	check(o.EnqueueDuration > 0, "enqueue duration must be positive, got %s", o.EnqueueDuration)
 	for _, r := range o.Rates {
@@ -396,6 +404,7 @@ func Run(ctx context.Context, opts Options, w io.Writer) error {
 		WorkloadPinned:        b.pinned,
 		WorkloadGated:         b.gated,
 		WorkloadBatch:         b.batch,
+		WorkloadRateKey:       b.rateKey,
 	}
 	for _, name := range Workloads {
 		if !slices.Contains(opts.Workloads, name) {

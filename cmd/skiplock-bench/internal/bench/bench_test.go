@@ -52,6 +52,7 @@ func TestRunEveryWorkload(t *testing.T) {
 		Duration:        4500 * time.Millisecond,
 		Purge:           time.Second,
 		Pin:             2 * time.Second,
+		RateKeyBacklog:  10,
 		Trace:           true,
 		JSON:            true,
 		SVGDir:          svgDir,

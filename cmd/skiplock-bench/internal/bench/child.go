@@ -60,6 +60,9 @@ type workerSpec struct {
 	// its lock session only: experiments such as synchronous_commit=off.
 	Settings     []string `json:"settings,omitempty"`
 	LockSettings []string `json:"lock_settings,omitempty"`
+	// RateLimits are the worker's Config.RateLimits (the rate-key
+	// workload's).
+	RateLimits []worker.RateLimit `json:"rate_limits,omitempty"`
 }
 
 // workerProcess is the child's side: a worker with default settings (but
@@ -99,6 +102,7 @@ func workerProcess(ctx context.Context, stdin io.Reader, stdout, stderr io.Write
 	w := worker.New(pool, worker.Config{
 		Mode:        workerMode(spec.Mode),
 		Concurrency: spec.Concurrency,
+		RateLimits:  spec.RateLimits,
 		Logger:      slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 

@@ -33,14 +33,16 @@ Examples:
   skiplock-bench --workload pinned --pin 4m --rate-sustained 5000
 
 Workloads: throughput, workflow, burst, enqueue-copy, enqueue-single,
-latency, scaling, gated, batch, sustained and pinned. Not run unless named: workflow
-(throughput with the backlog made of workflows: a root, --workflow-size
-minus 2 tasks depending on it, a final task depending on all of those),
-gated (300 tasks of 36 ms under a cluster-wide limit of 3, then under 3
-exclusive keys, worked by 3 workers: how fast a freed place is taken),
-batch (--tasks tasks that each insert a row, by a handler per task with a
-one-row INSERT, then by a batch handler of 100 with one multi-row INSERT),
-sustained and pinned (they take minutes; pinned holds the server's xmin
+latency, scaling, gated, batch, rate-key, sustained and pinned. Not run
+unless named: workflow (throughput with the backlog made of workflows: a
+root, --workflow-size minus 2 tasks depending on it, a final task depending
+on all of those), gated (300 tasks of 36 ms under a cluster-wide limit of 3,
+then under 3 exclusive keys, worked by 3 workers: how fast a freed place is
+taken), batch (--tasks tasks that each insert a row, by a handler per task
+with a one-row INSERT, then by a batch handler of 100 with one multi-row
+INSERT), rate-key (--rate-key-backlog tasks for each of 5 keys under a
+per-key rate limit of 10/s, worked by 3 worker processes: the rate each key
+gets), sustained and pinned (they take minutes; pinned holds the server's xmin
 horizon back for --pin, so give it a server of its own). With --runs > 1,
 the runs of the throughput and workflow cases alternate, so that a shared
 machine's drift skews them alike.
@@ -87,6 +89,7 @@ func Command(ctx context.Context, self, args []string, stdout, stderr io.Writer)
 	fs.DurationVar(&o.LatencyDuration, "latency-duration", DefaultLatencyDuration, "how long each latency case enqueues")
 	fs.Float64Var(&o.SustainedRate, "rate-sustained", DefaultSustainedRate, "enqueue rate of the sustained workload, tasks/s")
 	fs.DurationVar(&o.Duration, "duration", DefaultDuration, "how long the sustained workload runs")
+	fs.IntVar(&o.RateKeyBacklog, "rate-key-backlog", DefaultRateKeyBacklog, "rate-key: tasks per key (5 keys, a limit of 10/s per key, 3 worker processes)")
 	fs.DurationVar(&o.Pin, "pin", DefaultPin, "pinned: how long another session holds the xmin horizon back (idle in transaction) while --rate-sustained is offered")
 	fs.DurationVar(&o.Purge, "purge", 0, "sustained: every `interval`, purge completed tasks older than it (as a scheduled skiplock purge would)")
 	fs.BoolVar(&o.Vacuum, "vacuum", false, "run VACUUM ANALYZE after preloading a backlog, before the workers start (cases are labelled vacuumed); off by default, as for a burst that has just arrived")

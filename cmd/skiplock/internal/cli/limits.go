@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -116,8 +117,12 @@ func toLimitJSON(l queue.Limit) limitJSON {
 
 func (a *app) limitListCommand() *cobra.Command {
 	return newCommand(&cobra.Command{
-		Use:     "list",
-		Short:   "List the limits and how many of their tasks run now",
+		Use:   "list",
+		Short: "List the limits and how many of their tasks run now, and the per-key rate limits' open windows",
+		Long: `Lists the concurrency limits with how many of their tasks run now, then the
+per-key rate limits (the workers' Config.RateLimits with PerKey) that have a
+window open: how many keys have one, what those windows have taken, and the
+busiest keys.`,
 		Example: "  skiplock limit list\n  skiplock limit list --json",
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -130,9 +135,71 @@ func (a *app) limitListCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return a.printLimits(limits, true)
+			keyed, err := client.RateKeys(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if a.json {
+				out := make([]limitJSON, len(limits))
+				for i, l := range limits {
+					out[i] = toLimitJSON(l)
+				}
+				rates := make([]rateKeysJSON, len(keyed))
+				for i, k := range keyed {
+					rates[i] = toRateKeysJSON(k)
+				}
+				return a.printJSON(map[string]any{"limits": out, "rate_keys": rates})
+			}
+			if err := a.printLimits(limits, true); err != nil {
+				return err
+			}
+			return a.printRateKeys(keyed)
 		},
 	})
+}
+
+// rateKeysJSON is a per-key rate limit's open windows in --json output.
+type rateKeysJSON struct {
+	Limit       string       `json:"limit"`
+	Keys        int          `json:"keys"`
+	Used        int          `json:"used"`
+	WindowStart time.Time    `json:"window_start"`
+	Busiest     []keyUseJSON `json:"busiest"`
+}
+
+type keyUseJSON struct {
+	Key  string `json:"key"`
+	Used int    `json:"used"`
+}
+
+func toRateKeysJSON(k queue.RateKeyUsage) rateKeysJSON {
+	out := rateKeysJSON{Limit: k.Limit, Keys: k.Keys, Used: k.Used, WindowStart: k.WindowStart, Busiest: []keyUseJSON{}}
+	for _, b := range k.Busiest {
+		out.Busiest = append(out.Busiest, keyUseJSON{Key: b.Key, Used: b.Used})
+	}
+	return out
+}
+
+// printRateKeys prints the per-key rate limits with a window open, after a
+// blank line; nothing when there are none.
+func (a *app) printRateKeys(keyed []queue.RateKeyUsage) error {
+	if len(keyed) == 0 {
+		return nil
+	}
+	fmt.Fprintln(a.env.Stdout, "\nPer-key rate limits (windows open now):")
+	tw := table(a.env.Stdout, "RATE LIMIT", "WINDOW STARTED", "KEYS", "USED", "BUSIEST KEYS")
+	for _, k := range keyed {
+		var busiest []string
+		for _, b := range k.Busiest {
+			key := b.Key
+			if key == "" {
+				key = "(no key)"
+			}
+			busiest = append(busiest, fmt.Sprintf("%s=%d", key, b.Used))
+		}
+		row(tw, k.Limit, ago(k.WindowStart), k.Keys, k.Used, strings.Join(busiest, " "))
+	}
+	return tw.Flush()
 }
 
 // printLimits prints limits as a table (none: a line saying so, when
