@@ -195,7 +195,7 @@ WITH held AS MATERIALIZED (
       AND l.classid::bigint = 'skiplock_locks'::regclass::oid::bigint
       AND l.database = (SELECT d.oid FROM pg_catalog.pg_database AS d WHERE d.datname = current_database())
 ), names AS MATERIALIZED (
-    SELECT n.key::bigint & 4294967295 AS key, string_agg(n.name, ', ' ORDER BY n.name) AS names
+    SELECT n.key::bigint & 4294967295 AS key, array_agg(n.name ORDER BY n.name)::text[] AS names
     FROM skiplock_locks AS n
     GROUP BY 1
 ), sessions AS MATERIALIZED (
@@ -205,7 +205,7 @@ WITH held AS MATERIALIZED (
 SELECT held.pid::integer AS pid,
        held.key::bigint AS key,
        (held.mode = 'ShareLock')::boolean AS shared,
-       coalesce(names.names, '')::text AS names,
+       coalesce(names.names, '{}')::text[] AS names,
        coalesce(sessions.client_addr, '')::text AS client_addr,
        coalesce(sessions.application_name, '')::text AS application_name,
        coalesce(extract(epoch FROM now() - sessions.backend_start), 0)::double precision AS session_seconds
@@ -219,7 +219,7 @@ type LockSessionListRow struct {
 	Pid             int32
 	Key             int64
 	Shared          bool
-	Names           string
+	Names           []string
 	ClientAddr      string
 	ApplicationName string
 	SessionSeconds  float64
@@ -278,6 +278,17 @@ func (q *Queries) LockSessionRelease(ctx context.Context, db DBTX, arg LockSessi
 	var released bool
 	err := row.Scan(&released)
 	return released, err
+}
+
+const lockSessionReleaseAll = `-- name: LockSessionReleaseAll :exec
+SELECT pg_advisory_unlock_all()
+`
+
+// Releases every session-level advisory lock of the session, before it is
+// closed, so that they are gone when Close returns.
+func (q *Queries) LockSessionReleaseAll(ctx context.Context, db DBTX) error {
+	_, err := db.Exec(ctx, lockSessionReleaseAll)
+	return err
 }
 
 const lockSessionTry = `-- name: LockSessionTry :one
