@@ -214,26 +214,33 @@ func checkTimeout(d time.Duration) error {
 }
 
 // register records name in skiplock_locks through the pool, once per
-// client, so that `skiplock locks` can name its key.
-func (c *Client) register(ctx context.Context, name string, key int32) error {
+// client, so that `skiplock locks` can name its key. It runs in the
+// background, never delaying a lock: the insert waits while a transaction
+// that recorded the same name (InTx) is open.
+func (c *Client) register(ctx context.Context, name string, key int32) {
 	c.regMu.Lock()
 	done := c.registered[name]
+	if !done {
+		if len(c.registered) >= 10000 {
+			clear(c.registered)
+		}
+		c.registered[name] = true
+	}
 	c.regMu.Unlock()
 	if done {
-		return nil
+		return
 	}
-	err := c.queries.LockNameRegister(ctx, c.pool, db.LockNameRegisterParams{Name: name, Key: key})
-	if err != nil {
-		return fmt.Errorf("lock %q: recording its name: %w", name, pgerr.Interpret(err))
-	}
-	// A bounded memory: past 10,000 names, start again.
-	c.regMu.Lock()
-	if len(c.registered) >= 10000 {
-		clear(c.registered)
-	}
-	c.registered[name] = true
-	c.regMu.Unlock()
-	return nil
+	go func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		err := c.queries.LockNameRegister(ctx, c.pool, db.LockNameRegisterParams{Name: name, Key: key})
+		if err != nil {
+			c.regMu.Lock()
+			delete(c.registered, name)
+			c.regMu.Unlock()
+			c.log.Warn("skiplock lock: recording a lock's name for `skiplock locks`", "name", name, "error", pgerr.Interpret(err))
+		}
+	}()
 }
 
 // poll calls try until it acquires, fails with an error other than

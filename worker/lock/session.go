@@ -118,9 +118,7 @@ func (s *session) try(ctx context.Context, name string, mode Mode) (*Lock, error
 		return nil, fmt.Errorf("lock %q: %w", name, context.Cause(ctx))
 	}
 	key := Key(name)
-	if err := s.c.register(ctx, name, key); err != nil {
-		return nil, err
-	}
+	s.c.register(ctx, name, key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
