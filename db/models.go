@@ -49,6 +49,15 @@ type SkiplockLimit struct {
 	UpdatedAt  time.Time
 }
 
+type SkiplockLock struct {
+	Name       string
+	Key        int32
+	Holder     *string
+	Token      *int64
+	AcquiredAt *time.Time
+	ExpiresAt  *time.Time
+}
+
 type SkiplockPeriodic struct {
 	Schedule  string
 	LastTick  time.Time

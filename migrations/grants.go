@@ -134,6 +134,16 @@ var tableGrants = []struct {
 		// Every change records itself, and a batched one its progress.
 		Operator: "SELECT, INSERT, UPDATE",
 	}},
+	{table: "skiplock_locks", kinds: map[RoleKind]string{
+		// Named application locks (package worker/lock), which services
+		// take as producers or as workers: a name recorded on first use,
+		// leases taken (INSERT ... ON CONFLICT DO UPDATE ... WHERE reads
+		// the row), renewed and released.
+		Producer: "SELECT, INSERT, UPDATE",
+		Worker:   "SELECT, INSERT, UPDATE",
+		Observer: "SELECT",
+		Operator: "SELECT",
+	}},
 	// Kept by skiplock's own migration runner (missing when another tool
 	// applied the migrations): every client reads its dirty flag.
 	{table: Table, optional: true, kinds: map[RoleKind]string{
@@ -146,12 +156,15 @@ var tableGrants = []struct {
 
 // sequenceGrants: nextval on the tasks' identity sequence reserves the
 // IDs of a batch written with COPY, or of a workflow's tasks (an INSERT
-// that takes the identity's default needs no grant).
+// that takes the identity's default needs no grant); on the lock tokens'
+// it numbers a lease.
 var sequenceGrants = []struct {
 	sequence string
 	kinds    []RoleKind
 }{
 	{"skiplock_tasks_id_seq", []RoleKind{Producer, Worker}},
+	// A lease lock's fencing token (package worker/lock).
+	{"skiplock_locks_token_seq", []RoleKind{Producer, Worker}},
 }
 
 // functionGrants: EXECUTE, which PostgreSQL grants to PUBLIC unless the

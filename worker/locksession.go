@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -111,13 +110,9 @@ func (s *lockSession) installConn(ctx context.Context, conn *pgx.Conn) error {
 	rawJSONB(conn.TypeMap())
 	backend, err := s.queries.SessionBackendPID(ctx, conn)
 	if err == nil {
-		t := s.tuning
-		err = s.queries.SessionTune(ctx, conn, db.SessionTuneParams{
-			KeepaliveIdleSeconds:     seconds(t.keepIdle),
-			KeepaliveIntervalSeconds: seconds(t.keepInterval),
-			KeepaliveCount:           strconv.Itoa(max(t.keepCount, 0)),
-			UserTimeoutMs:            strconv.FormatInt(max(t.userTimeout.Milliseconds(), 0), 10),
-		})
+		var p db.SessionTuneParams
+		p.KeepaliveIdleSeconds, p.KeepaliveIntervalSeconds, p.KeepaliveCount, p.UserTimeoutMs = s.tuning.tcp().ServerSettings()
+		err = s.queries.SessionTune(ctx, conn, p)
 	}
 	if err == nil && s.register != nil {
 		err = s.register(ctx, conn, backend)

@@ -3,14 +3,13 @@ package worker
 import (
 	"context"
 	"errors"
-	"net"
-	"strconv"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
+
+	"github.com/skiplock/skiplock/internal/sessiontune"
 )
 
 // How the lock session (locksession.go) connects: TCP settings that notice
@@ -40,14 +39,12 @@ func (c Config) sessionTuning() sessionTuning {
 	}
 }
 
-// appName clips an application_name as PostgreSQL would (63 bytes), on a
-// rune boundary.
-func appName(s string) string {
-	for len(s) > 63 {
-		_, size := utf8.DecodeLastRuneInString(s)
-		s = s[:len(s)-size]
-	}
-	return s
+// appName clips an application_name as PostgreSQL would (63 bytes).
+func appName(s string) string { return sessiontune.AppName(s) }
+
+// tcp is the TCP part of t, as package sessiontune takes it.
+func (t sessionTuning) tcp() sessiontune.TCP {
+	return sessiontune.TCP{KeepIdle: t.keepIdle, KeepInterval: t.keepInterval, KeepCount: t.keepCount, UserTimeout: t.userTimeout}
 }
 
 // apply returns a copy of config that connects and reacts to cancelled
@@ -57,14 +54,7 @@ func (t sessionTuning) apply(config *pgx.ConnConfig) *pgx.ConnConfig {
 	// A dead peer must be noticed in seconds, not after the kernel's two
 	// hours: keepalives probe an idle socket, and TCP_USER_TIMEOUT bounds
 	// data left unacknowledged (and probes left unanswered).
-	dialer := &net.Dialer{
-		Timeout: 10 * time.Second,
-		KeepAliveConfig: net.KeepAliveConfig{
-			Enable: true, Idle: t.keepIdle, Interval: t.keepInterval, Count: t.keepCount,
-		},
-		Control: setUserTimeout(t.userTimeout),
-	}
-	config.DialFunc = dialer.DialContext
+	config.DialFunc = t.tcp().Dialer().DialContext
 	// pgx's default reaction to a cancelled context is to break the
 	// connection, which here would drop every task lock at once. Send a
 	// cancel request instead and give up on the socket only if the server
@@ -103,13 +93,4 @@ func (h *watchHandler) HandleUnwatchAfterCancel() {
 		return
 	}
 	h.soft.HandleUnwatchAfterCancel()
-}
-
-// seconds is a duration as the server's whole-second settings take it; 0
-// leaves the system's.
-func seconds(d time.Duration) string {
-	if d <= 0 {
-		return "0"
-	}
-	return strconv.FormatInt(int64((d+time.Second-1)/time.Second), 10)
 }

@@ -178,9 +178,14 @@ address and application_name, and the worker process that registered it.
 
 Then list the sessions of this database that wait for a lock, with the
 sessions blocking them (pg_blocking_pids): a long wait there is a stuck
-transaction, a migration waiting for its table lock, or a contended row.`,
+transaction, a migration waiting for its table lock, or a contended row.
+
+Then the named locks of application code (package worker/lock): session
+and transaction locks with their names, mode and the session holding them,
+and leases with their holder, fencing token and expiry.`,
 		Example: `  skiplock locks
-  skiplock locks --json | jq '.locks[] | select(.held_seconds > 600)'`,
+  skiplock locks --json | jq '.locks[] | select(.held_seconds > 600)'
+  skiplock locks --json | jq '.leases[] | select(.expired)'`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			client, done, err := a.open(cmd.Context())
@@ -196,11 +201,18 @@ transaction, a migration waiting for its table lock, or a contended row.`,
 			if err != nil {
 				return err
 			}
+			named, leases, err := namedLocks(cmd.Context(), a.pool)
+			if err != nil {
+				return err
+			}
 			if a.json {
 				out := struct {
-					Locks []lockJSON `json:"locks"`
-					Waits []waitJSON `json:"waits"`
+					Locks      []lockJSON      `json:"locks"`
+					Waits      []waitJSON      `json:"waits"`
+					NamedLocks []namedLockJSON `json:"named_locks"`
+					Leases     []leaseJSON     `json:"leases"`
 				}{Locks: make([]lockJSON, len(locks)), Waits: make([]waitJSON, len(waits))}
+				out.NamedLocks, out.Leases = namedLocksJSON(named, leases)
 				for i, l := range locks {
 					out.Locks[i] = toLockJSON(l)
 				}
@@ -234,19 +246,23 @@ transaction, a migration waiting for its table lock, or a contended row.`,
 			fmt.Fprintln(w)
 			if len(waits) == 0 {
 				fmt.Fprintln(w, "No sessions are waiting for a lock.")
-				return nil
-			}
-			fmt.Fprintf(w, "Sessions waiting for a lock (%d):\n", len(waits))
-			tw := table(w, "PID", "WAITING", "FOR", "BLOCKED BY", "CLIENT", "APPLICATION", "QUERY")
-			for _, x := range waits {
-				by := make([]string, len(x.BlockedBy))
-				for i, p := range x.BlockedBy {
-					by[i] = fmt.Sprint(p)
+			} else {
+				fmt.Fprintf(w, "Sessions waiting for a lock (%d):\n", len(waits))
+				tw := table(w, "PID", "WAITING", "FOR", "BLOCKED BY", "CLIENT", "APPLICATION", "QUERY")
+				for _, x := range waits {
+					by := make([]string, len(x.BlockedBy))
+					for i, p := range x.BlockedBy {
+						by[i] = fmt.Sprint(p)
+					}
+					row(tw, x.PID, short(x.Waiting), orDash(x.WaitEvent), strings.Join(by, ","), orDash(x.ClientAddr),
+						orDash(x.ApplicationName), clip(x.Query, 60))
 				}
-				row(tw, x.PID, short(x.Waiting), orDash(x.WaitEvent), strings.Join(by, ","), orDash(x.ClientAddr),
-					orDash(x.ApplicationName), clip(x.Query, 60))
+				if err := tw.Flush(); err != nil {
+					return err
+				}
 			}
-			return tw.Flush()
+			fmt.Fprintln(w)
+			return printNamedLocks(w, named, leases)
 		},
 	})
 }
