@@ -56,6 +56,8 @@ type Worker struct {
 
 	schedules []schedule
 	producer  *queue.Client
+	// schedulesChanged: the stored schedules changed (control.Schedules).
+	schedulesChanged chan struct{}
 
 	guard guard // advisory locks or leases, as Config.Mode says
 
@@ -104,6 +106,8 @@ func New(pool *pgxpool.Pool, cfg Config) *Worker {
 		execs:     newExecutors(),
 		wakes:     map[string]chan struct{}{},
 		stops:     newStopRequests(),
+
+		schedulesChanged: make(chan struct{}, 1),
 	}
 	w.freed.send = w.sendFreed
 	w.guard = newGuard(guardDeps{
