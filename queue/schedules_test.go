@@ -39,7 +39,7 @@ func TestScheduleBadInput(t *testing.T) {
 		{with(func(s *queue.Schedule) { s.Every = time.Minute }), "set exactly one of a cron expression and an interval"},
 		{with(func(s *queue.Schedule) { s.Cron = "" }), "set exactly one of a cron expression and an interval"},
 		{with(func(s *queue.Schedule) { s.Cron, s.Every = "", 500*time.Millisecond }), "interval must be at least 1s, got 500ms"},
-		{with(func(s *queue.Schedule) { s.Cron, s.Every = "", time.Second + time.Microsecond }), "whole number of milliseconds"},
+		{with(func(s *queue.Schedule) { s.Cron, s.Every = "", time.Second+time.Microsecond }), "whole number of milliseconds"},
 		{with(func(s *queue.Schedule) { s.Name = "" }), "schedule name must be 1 to 255 bytes"},
 		{with(func(s *queue.Schedule) { s.Name = " padded" }), "white space"},
 		{with(func(s *queue.Schedule) { s.Task = "" }), "task name must be 1 to 255 bytes"},

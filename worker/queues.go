@@ -27,7 +27,7 @@ var ErrStopped = errors.New("skiplock: worker is shutting down or stopped")
 
 // ErrUnknownQueue is wrapped by RemoveQueue's error for a queue the worker
 // does not claim from.
-var ErrUnknownQueue = errors.New("skiplock: worker does not claim from this queue")
+var ErrUnknownQueue = errors.New("skiplock: the worker does not claim from queue")
 
 type queueSet struct {
 	mu    sync.Mutex
@@ -99,18 +99,18 @@ func (w *Worker) Queues() []string {
 func (w *Worker) AddQueue(name string, concurrency int) error {
 	switch {
 	case name == "" || len(name) > queue.MaxNameLength:
-		return fmt.Errorf("skiplock: AddQueue: queue name must be 1 to %d bytes, got %q", queue.MaxNameLength, name)
+		return fmt.Errorf("skiplock: queue name must be 1 to %d bytes, got %d", queue.MaxNameLength, len(name))
 	case concurrency < 0:
-		return fmt.Errorf("skiplock: AddQueue(%q): concurrency must not be negative, got %d", name, concurrency)
+		return fmt.Errorf("skiplock: queue %q: concurrency must not be negative, got %d", name, concurrency)
 	}
 	qs := w.queues
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	switch {
 	case qs.closed:
-		return fmt.Errorf("skiplock: AddQueue(%q): %w", name, ErrStopped)
+		return fmt.Errorf("%w: cannot add queue %q", ErrStopped, name)
 	case slices.Contains(qs.names, name):
-		return fmt.Errorf("skiplock: AddQueue(%q): the worker already claims from this queue", name)
+		return fmt.Errorf("skiplock: the worker already claims from queue %q", name)
 	}
 	qs.names = append(qs.names, name)
 	if concurrency > 0 {
@@ -142,10 +142,10 @@ func (w *Worker) RemoveQueue(ctx context.Context, name string) error {
 	switch {
 	case qs.closed:
 		qs.mu.Unlock()
-		return fmt.Errorf("skiplock: RemoveQueue(%q): %w", name, ErrStopped)
+		return fmt.Errorf("%w: cannot remove queue %q", ErrStopped, name)
 	case i < 0:
 		qs.mu.Unlock()
-		return fmt.Errorf("skiplock: RemoveQueue(%q): %w (it claims from %q)", name, ErrUnknownQueue, qs.names)
+		return fmt.Errorf("%w %q (it claims from %q)", ErrUnknownQueue, name, qs.names)
 	}
 	qs.names = slices.Delete(qs.names, i, i+1)
 	delete(qs.conc, name)
@@ -166,7 +166,7 @@ func (w *Worker) RemoveQueue(ctx context.Context, name string) error {
 	case <-loop.done:
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("skiplock: RemoveQueue(%q): waiting for its claim loop: %w", name, ctx.Err())
+		return fmt.Errorf("skiplock: removing queue %q: waiting for its claim loop: %w", name, ctx.Err())
 	}
 }
 
