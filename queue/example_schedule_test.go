@@ -27,6 +27,7 @@ func ExampleClient_AddSchedule() {
 		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
 	finished := make(chan error)
 	go func() {
 		finished <- w.Run(runCtx, worker.Handlers{"cache.refresh": func(ctx context.Context, t *worker.Task) error {

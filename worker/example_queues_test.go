@@ -28,6 +28,7 @@ func ExampleWorker_AddQueue() {
 		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
 	finished := make(chan error)
 	go func() {
 		finished <- w.Run(runCtx, worker.Handlers{"report.build": func(ctx context.Context, t *worker.Task) error {
