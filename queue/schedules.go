@@ -179,11 +179,21 @@ func (s Schedule) columns() (cron *string, everyMs *int64, payload, options json
 // ErrScheduleExists for a name already stored. The change and its audit
 // record are one transaction.
 func (c *Client) AddSchedule(ctx context.Context, s Schedule) error {
+	return c.addSchedule(ctx, nil, s)
+}
+
+// AddScheduleTx is AddSchedule in the caller's transaction: workers hear of
+// the schedule when it commits.
+func (c *Client) AddScheduleTx(ctx context.Context, tx Executor, s Schedule) error {
+	return c.addSchedule(ctx, pgerr.Interpreting(tx), s)
+}
+
+func (c *Client) addSchedule(ctx context.Context, tx pgerr.Executor, s Schedule) error {
 	if err := s.Validate(); err != nil {
 		return err
 	}
 	cron, every, payload, options := s.columns()
-	return c.changeSchedule(ctx, AuditScheduleAdd, s.request(), "adding", s.Name, func(x pgerr.Executor) (int64, error) {
+	return c.changeSchedule(ctx, tx, AuditScheduleAdd, s.request(), "adding", s.Name, func(x pgerr.Executor) (int64, error) {
 		n, err := c.queries.ScheduleCreate(ctx, x, db.ScheduleCreateParams{
 			Name: s.Name, Cron: cron, EveryMs: every, TaskName: s.Task, Payload: payload, Options: options,
 			CatchUp: s.CatchUp, Paused: s.Paused,
@@ -201,11 +211,20 @@ func (c *Client) AddSchedule(ctx context.Context, s Schedule) error {
 // again. It fails with an error wrapping ErrInvalidRequest for an invalid
 // schedule, and ErrScheduleNotFound when none of that name is stored.
 func (c *Client) UpdateSchedule(ctx context.Context, s Schedule) error {
+	return c.updateSchedule(ctx, nil, s)
+}
+
+// UpdateScheduleTx is UpdateSchedule in the caller's transaction.
+func (c *Client) UpdateScheduleTx(ctx context.Context, tx Executor, s Schedule) error {
+	return c.updateSchedule(ctx, pgerr.Interpreting(tx), s)
+}
+
+func (c *Client) updateSchedule(ctx context.Context, tx pgerr.Executor, s Schedule) error {
 	if err := s.Validate(); err != nil {
 		return err
 	}
 	cron, every, payload, options := s.columns()
-	return c.changeSchedule(ctx, AuditScheduleUpdate, s.request(), "updating", s.Name, func(x pgerr.Executor) (int64, error) {
+	return c.changeSchedule(ctx, tx, AuditScheduleUpdate, s.request(), "updating", s.Name, func(x pgerr.Executor) (int64, error) {
 		return c.queries.ScheduleUpdate(ctx, x, db.ScheduleUpdateParams{
 			Name: s.Name, Cron: cron, EveryMs: every, TaskName: s.Task, Payload: payload, Options: options, CatchUp: s.CatchUp,
 		})
@@ -217,7 +236,16 @@ func (c *Client) UpdateSchedule(ctx context.Context, s Schedule) error {
 // schedule changes nothing. It fails with ErrScheduleNotFound when none of
 // that name is stored.
 func (c *Client) PauseSchedule(ctx context.Context, name string) error {
-	return c.changeSchedule(ctx, AuditSchedulePause, map[string]any{"schedule": name}, "pausing", name, func(x pgerr.Executor) (int64, error) {
+	return c.pauseSchedule(ctx, nil, name)
+}
+
+// PauseScheduleTx is PauseSchedule in the caller's transaction.
+func (c *Client) PauseScheduleTx(ctx context.Context, tx Executor, name string) error {
+	return c.pauseSchedule(ctx, pgerr.Interpreting(tx), name)
+}
+
+func (c *Client) pauseSchedule(ctx context.Context, tx pgerr.Executor, name string) error {
+	return c.changeSchedule(ctx, tx, AuditSchedulePause, map[string]any{"schedule": name}, "pausing", name, func(x pgerr.Executor) (int64, error) {
 		return c.queries.SchedulePause(ctx, x, name)
 	})
 }
@@ -227,7 +255,16 @@ func (c *Client) PauseSchedule(ctx context.Context, name string) error {
 // once). It fails with ErrScheduleNotFound when none of that name is
 // stored.
 func (c *Client) ResumeSchedule(ctx context.Context, name string) error {
-	return c.changeSchedule(ctx, AuditScheduleResume, map[string]any{"schedule": name}, "resuming", name, func(x pgerr.Executor) (int64, error) {
+	return c.resumeSchedule(ctx, nil, name)
+}
+
+// ResumeScheduleTx is ResumeSchedule in the caller's transaction.
+func (c *Client) ResumeScheduleTx(ctx context.Context, tx Executor, name string) error {
+	return c.resumeSchedule(ctx, pgerr.Interpreting(tx), name)
+}
+
+func (c *Client) resumeSchedule(ctx context.Context, tx pgerr.Executor, name string) error {
+	return c.changeSchedule(ctx, tx, AuditScheduleResume, map[string]any{"schedule": name}, "resuming", name, func(x pgerr.Executor) (int64, error) {
 		return c.queries.ScheduleResume(ctx, x, name)
 	})
 }
@@ -237,21 +274,31 @@ func (c *Client) ResumeSchedule(ctx context.Context, name string) error {
 // again. It fails with ErrScheduleNotFound when none of that name is
 // stored.
 func (c *Client) RemoveSchedule(ctx context.Context, name string) error {
-	return c.changeSchedule(ctx, AuditScheduleRemove, map[string]any{"schedule": name}, "removing", name, func(x pgerr.Executor) (int64, error) {
+	return c.removeSchedule(ctx, nil, name)
+}
+
+// RemoveScheduleTx is RemoveSchedule in the caller's transaction.
+func (c *Client) RemoveScheduleTx(ctx context.Context, tx Executor, name string) error {
+	return c.removeSchedule(ctx, pgerr.Interpreting(tx), name)
+}
+
+func (c *Client) removeSchedule(ctx context.Context, tx pgerr.Executor, name string) error {
+	return c.changeSchedule(ctx, tx, AuditScheduleRemove, map[string]any{"schedule": name}, "removing", name, func(x pgerr.Executor) (int64, error) {
 		return c.queries.ScheduleDelete(ctx, x, name)
 	})
 }
 
 // changeSchedule makes one change of a stored schedule with its audit
-// record, and tells the workers, in one transaction. change returns how
+// record, and tells the workers, in one transaction: tx, or one of its own
+// when tx is nil. change returns how
 // many schedules it changed: none is ErrScheduleNotFound.
-func (c *Client) changeSchedule(ctx context.Context, action AuditAction, req map[string]any, verb, name string,
+func (c *Client) changeSchedule(ctx context.Context, tx pgerr.Executor, action AuditAction, req map[string]any, verb, name string,
 	change func(x pgerr.Executor) (int64, error)) error {
 	fail := func(err error) error { return fmt.Errorf("%s schedule %q: %w", verb, name, err) }
 	if name == "" {
 		return fail(fmt.Errorf("%w: schedule name is empty", ErrInvalidRequest))
 	}
-	a, err := c.newAudit(ctx, nil, action, req)
+	a, err := c.newAudit(ctx, tx, action, req)
 	if err != nil {
 		return fail(err)
 	}

@@ -131,3 +131,41 @@ func TestScheduleAudited(t *testing.T) {
 		t.Errorf("audit trail: %v, want %s", actions, want)
 	}
 }
+
+// TestScheduleTx: a change made in the caller's transaction, rolled back,
+// leaves neither the schedule nor an audit record; committed, both.
+func TestScheduleTx(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	c := queue.New(pool)
+	ctx := context.Background()
+	s := queue.Schedule{Name: "tx", Every: time.Minute, Task: "t"}
+	for _, commit := range []bool{false, true} {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.AddScheduleTx(ctx, tx, s); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.PauseScheduleTx(ctx, tx, "tx"); err != nil {
+			t.Fatal(err)
+		}
+		if commit {
+			err = tx.Commit(ctx)
+		} else {
+			err = tx.Rollback(ctx)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := c.GetSchedule(ctx, "tx")
+		log, _ := c.AuditLog(ctx, queue.AuditFilter{})
+		if commit && (err != nil || !got.Paused || len(log) != 2) {
+			t.Errorf("committed: %+v, %v, %d audit records", got, err, len(log))
+		}
+		if !commit && (!errors.Is(err, queue.ErrScheduleNotFound) || len(log) != 0) {
+			t.Errorf("rolled back: %v, %d audit records", err, len(log))
+		}
+	}
+}
