@@ -280,10 +280,12 @@ func TestAddRemoveQueue(t *testing.T) {
 	if s := b.get(t, first).Status; s != queue.StatusPending {
 		t.Fatalf("task of queue b is %s before AddQueue", s)
 	}
+	added := time.Now()
 	if err := w.AddQueue("b", 1); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, time.Second, "the task of the added queue completed", func() bool { return b.get(t, first).Status == queue.StatusCompleted })
+	t.Logf("AddQueue to its pending task completed: %s", time.Since(added).Round(time.Millisecond))
 	if got := w.Queues(); strings.Join(got, ",") != "a,b" {
 		t.Errorf("Queues() = %v", got)
 	}
@@ -310,9 +312,11 @@ func TestAddRemoveQueue(t *testing.T) {
 	if id := <-started; id != running {
 		t.Fatalf("started %d, want %d", id, running)
 	}
+	removing := time.Now()
 	if err := w.RemoveQueue(ctx, "b"); err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("RemoveQueue returned in %s", time.Since(removing).Round(time.Microsecond))
 	claimsOfB := counted.of("b")
 	left := b.enqueue(t, "work", nil, queue.WithQueue("b"))
 	close(release)
@@ -379,4 +383,18 @@ func (c *queueClaims) of(q string) int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.seen[q]
+}
+
+// TestStoredScheduleWithoutNotify: a worker that hears no notification (in
+// lease mode without ListenURL) picks up a stored schedule on its reload
+// poll.
+func TestStoredScheduleWithoutNotify(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	noop := func(context.Context, *worker.Task) error { return nil }
+	start(t, b.pool, storedConfig(worker.Config{Mode: worker.ModeLease}), worker.Handlers{"tick": noop})
+	if err := b.client.AddSchedule(context.Background(), queue.Schedule{Name: "polled", Every: time.Second, Task: "tick"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 2*time.Second, "a tick of the schedule, found by the poll", func() bool { return len(b.ticksOf(t, "tick")) >= 1 })
 }
