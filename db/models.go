@@ -86,6 +86,19 @@ type SkiplockRateLimit struct {
 	LastGranted int32
 }
 
+type SkiplockSchedule struct {
+	Name      string
+	Cron      *string
+	EveryMs   *int64
+	TaskName  string
+	Payload   json.RawMessage
+	Options   json.RawMessage
+	CatchUp   bool
+	PausedAt  *time.Time
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
 type SkiplockSchemaMigration struct {
 	Version int64
 	Dirty   bool

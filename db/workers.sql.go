@@ -183,6 +183,22 @@ func (q *Queries) WorkerSessionHeartbeat(ctx context.Context, db DBTX, id string
 	return result.RowsAffected(), nil
 }
 
+const workerSetQueues = `-- name: WorkerSetQueues :exec
+UPDATE skiplock_workers SET queues = $1::text[] WHERE id = $2::text
+`
+
+type WorkerSetQueuesParams struct {
+	Queues []string
+	ID     string
+}
+
+// Records the queues a running worker claims from, after it added or
+// removed one (worker.Worker.AddQueue, RemoveQueue).
+func (q *Queries) WorkerSetQueues(ctx context.Context, db DBTX, arg WorkerSetQueuesParams) error {
+	_, err := db.Exec(ctx, workerSetQueues, arg.Queues, arg.ID)
+	return err
+}
+
 const workerTerminateStale = `-- name: WorkerTerminateStale :many
 WITH stale AS MATERIALIZED (
     SELECT w.id, w.lock_backend_pid AS pid, w.heartbeat_at

@@ -122,6 +122,14 @@ var tableGrants = []struct {
 		Observer: "SELECT",
 		Operator: "SELECT",
 	}},
+	{table: "skiplock_schedules", kinds: map[RoleKind]string{
+		// The elected scheduler reads the stored schedules; their last
+		// ticks are skiplock_periodic's.
+		Worker:   "SELECT",
+		Observer: "SELECT",
+		// schedules add, set, pause, resume, remove.
+		Operator: "SELECT, INSERT, UPDATE, DELETE",
+	}},
 	{table: "skiplock_leaders", kinds: map[RoleKind]string{
 		Worker:   "SELECT, INSERT, UPDATE, DELETE", // lease mode's elections
 		Observer: "SELECT",

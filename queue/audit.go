@@ -17,7 +17,8 @@ import (
 
 // The audit trail: every operator change (Requeue, Cancel, CancelRunning,
 // CancelRunningMatching, Delete, Purge, RunNow, PauseQueue, ResumeQueue,
-// SetLimit, RemoveLimit, and an enqueue made with an Actor) records who
+// SetLimit, RemoveLimit, the changes of stored schedules, and an enqueue
+// made with an Actor) records who
 // made it, what was asked, when, and how many tasks it changed, in
 // skiplock_audit.
 //
@@ -120,12 +121,19 @@ const (
 	AuditLimitSet      AuditAction = "limit-set"      // SetLimit
 	AuditLimitRemove   AuditAction = "limit-remove"   // RemoveLimit
 	AuditEnqueue       AuditAction = "enqueue"        // an enqueue with an Actor
+	// The stored periodic schedules.
+	AuditScheduleAdd    AuditAction = "schedule-add"    // AddSchedule
+	AuditScheduleUpdate AuditAction = "schedule-set"    // UpdateSchedule
+	AuditSchedulePause  AuditAction = "schedule-pause"  // PauseSchedule
+	AuditScheduleResume AuditAction = "schedule-resume" // ResumeSchedule
+	AuditScheduleRemove AuditAction = "schedule-remove" // RemoveSchedule
 )
 
 // AuditActions lists every AuditAction.
 var AuditActions = []AuditAction{
 	AuditRequeue, AuditCancel, AuditCancelRunning, AuditDelete, AuditPurge, AuditRunNow,
 	AuditPause, AuditResume, AuditLimitSet, AuditLimitRemove, AuditEnqueue,
+	AuditScheduleAdd, AuditScheduleUpdate, AuditSchedulePause, AuditScheduleResume, AuditScheduleRemove,
 }
 
 // AuditEntry is one operator change as the audit trail recorded it.
@@ -144,8 +152,8 @@ type AuditEntry struct {
 	// and the options ("queue", "limit", "reason", ...).
 	Request json.RawMessage
 	// Affected is how many tasks the change changed; for a queue paused or
-	// resumed, or a limit set or removed, 1 (RemoveLimit: 0 when there was
-	// none).
+	// resumed, a limit set or removed, or a schedule changed, 1
+	// (RemoveLimit: 0 when there was none).
 	Affected int64
 	// FinishedAt is when the change ended. Nil only for a batched change
 	// still running, or interrupted before it could record its end.

@@ -148,3 +148,8 @@ WHERE id IN (
     LIMIT @batch_size::integer
     FOR UPDATE SKIP LOCKED
 );
+
+-- name: WorkerSetQueues :exec
+-- Records the queues a running worker claims from, after it added or
+-- removed one (worker.Worker.AddQueue, RemoveQueue).
+UPDATE skiplock_workers SET queues = @queues::text[] WHERE id = @id::text;

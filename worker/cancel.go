@@ -19,6 +19,12 @@ func (w *Worker) handleControl(msg string) {
 	if id, ok := control.ParseCancel(msg); ok {
 		w.cancelTasks([]int64{id})
 	}
+	if msg == control.Schedules {
+		select {
+		case w.schedulesChanged <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // cancelTasks cancels the handlers of the given tasks, if they run here.

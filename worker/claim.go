@@ -14,8 +14,8 @@ import (
 // claimLoop claims tasks of one queue while there is capacity, until ctx
 // ends. It sleeps when the queue is drained (or over its rate limit), until
 // a notification, the poll interval, or ctx.
-func (w *Worker) claimLoop(ctx context.Context, queueName string) {
-	qslots := w.limits.queueSlots[queueName]
+// qslots are the queue's own slots, nil when it has none.
+func (w *Worker) claimLoop(ctx context.Context, queueName string, qslots *semaphore.Weighted) {
 	poll := time.NewTicker(w.cfg.PollInterval)
 	defer poll.Stop()
 	// After a failed claim: the next as soon as the server can be reached
@@ -87,7 +87,7 @@ func (w *Worker) idle(ctx context.Context, queueName string, poll <-chan time.Ti
 	select {
 	case <-ctx.Done():
 		return false
-	case <-w.wakes[queueName]:
+	case <-w.queues.wakeChan(queueName):
 	case <-poll:
 	case <-headDue:
 	case <-refilled:

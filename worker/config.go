@@ -285,6 +285,9 @@ type Config struct {
 	MaxOutputSize int
 
 	now func() time.Time // the scheduler's clock; tests move it
+	// scheduleReload is how often the elected scheduler reloads the stored
+	// schedules without an announcement; defaultScheduleReload when 0.
+	scheduleReload time.Duration
 	// rescuePassed, if set, is called after each rescue pass of the
 	// elected rescuer: a signal for tests.
 	rescuePassed func()

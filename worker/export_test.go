@@ -18,3 +18,7 @@ func ForceCursor(w *Worker, queueName string) {
 	defer c.mu.Unlock()
 	c.costly, c.lastHead, c.headCost = true, time.Now(), 0
 }
+
+// SetScheduleReload sets how often the elected scheduler reloads the
+// stored schedules when no change is announced.
+func SetScheduleReload(cfg *Config, d time.Duration) { cfg.scheduleReload = d }

@@ -15,6 +15,7 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/skiplock/skiplock/db"
+	"github.com/skiplock/skiplock/internal/cronspec"
 	"github.com/skiplock/skiplock/internal/pgerr"
 	"github.com/skiplock/skiplock/internal/schema"
 	"github.com/skiplock/skiplock/queue"
@@ -64,12 +65,13 @@ type PeriodicTask struct {
 	Missed MissedTicks
 }
 
-var cronParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
-
 // schedule is a parsed PeriodicTask.
 type schedule struct {
 	PeriodicTask
 	cron cron.Schedule
+	// A stored schedule's pause, and when it was last changed.
+	paused    bool
+	changedAt time.Time
 }
 
 func parseSchedules(tasks []PeriodicTask) ([]schedule, error) {
@@ -92,13 +94,7 @@ func parseSchedules(tasks []PeriodicTask) ([]schedule, error) {
 			return nil, fmt.Errorf("skiplock: worker.Config.Periodic[%d] (%s): use Every, not %q: @every counts from each process's start, so processes would disagree on ticks", i, p.Name, p.Cron)
 		}
 		if p.Cron != "" {
-			spec := p.Cron
-			if !strings.HasPrefix(spec, "CRON_TZ=") && !strings.HasPrefix(spec, "TZ=") {
-				// The parser's default is the machine's zone; processes in
-				// different zones would disagree on ticks.
-				spec = "CRON_TZ=UTC " + spec
-			}
-			c, err := cronParser.Parse(spec)
+			c, err := cronspec.Parse(p.Cron)
 			if err != nil {
 				return nil, fmt.Errorf("skiplock: worker.Config.Periodic[%d] (%s): cron %q: %w", i, p.Name, p.Cron, err)
 			}
@@ -157,39 +153,81 @@ func (s schedule) latestTick(after, now time.Time) (tick time.Time, count int) {
 // says this worker leads. Two schedulers that both believe they lead (a
 // handover, clocks apart) still enqueue each tick once: the tick's unique
 // key decides.
+//
+// Its schedules are Config.Periodic's and the ones stored in
+// skiplock_schedules (queue.Client.AddSchedule), which it loads when it
+// becomes the leader, when a change is announced on the control channel,
+// and every reloadEvery in case an announcement was missed. A stored
+// schedule replaces a configured one of the same ID. A worker with no
+// schedule at all tries for the leadership only every reloadEvery, or on
+// an announcement.
 type scheduler struct {
-	schedules []schedule
-	lead      func(ctx context.Context) bool // the scheduler's election (elector.lead)
-	pool      *pgxpool.Pool
-	queries   *db.Queries
-	producer  *queue.Client
-	now       func() time.Time
-	every     time.Duration
-	log       *slog.Logger
-	passed    func() // after each pass it leads, if set (a test signal)
+	config      []schedule // Config.Periodic
+	stored      []schedule // the stored schedules, while this worker leads
+	loaded      time.Time  // when stored was loaded; zero: not loaded
+	lastTry     time.Time  // the last pass that asked for the leadership
+	load        func(ctx context.Context) ([]queue.Schedule, error)
+	changed     <-chan struct{} // a change of the stored schedules was announced
+	reloadEvery time.Duration
+	warned      map[string]string              // what was last logged about a schedule, to log it once
+	lead        func(ctx context.Context) bool // the scheduler's election (elector.lead)
+	pool        *pgxpool.Pool
+	queries     *db.Queries
+	producer    *queue.Client
+	now         func() time.Time
+	every       time.Duration
+	log         *slog.Logger
+	passed      func() // after each pass it leads, if set (a test signal)
 }
 
+// defaultScheduleReload is how often the elected scheduler reloads the
+// stored schedules when no change was announced.
+const defaultScheduleReload = 5 * time.Second
+
 func (w *Worker) scheduler() *scheduler {
+	reload := w.cfg.scheduleReload
+	if reload <= 0 {
+		reload = defaultScheduleReload
+	}
 	return &scheduler{
-		schedules: w.schedules, lead: newElector(schedulerJob, w.guard, w.log, w.cfg.WorkerID).lead,
+		config: w.schedules, lead: newElector(schedulerJob, w.guard, w.log, w.cfg.WorkerID).lead,
+		load: w.producer.Schedules, changed: w.schedulesChanged, reloadEvery: reload, warned: map[string]string{},
 		pool: w.pool, queries: w.queries, producer: w.producer, now: w.now,
 		every: min(time.Second, w.cfg.PollInterval), log: w.log,
 	}
 }
 
 func (s *scheduler) run(ctx context.Context) {
-	if len(s.schedules) == 0 {
-		return
+	tick := time.NewTicker(s.every)
+	defer tick.Stop()
+	for {
+		announced := false
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		case <-s.changed:
+			announced = true
+		}
+		s.pass(ctx, announced)
 	}
-	every(ctx, s.every, s.pass)
 }
 
-// pass enqueues the ticks that came due, if this worker leads.
-func (s *scheduler) pass(ctx context.Context) {
-	if !s.lead(ctx) {
+// pass enqueues the ticks that came due, if this worker leads. announced:
+// a change of the stored schedules was announced.
+func (s *scheduler) pass(ctx context.Context, announced bool) {
+	if len(s.config) == 0 && len(s.stored) == 0 && !announced && time.Since(s.lastTry) < s.reloadEvery {
 		return
 	}
-	for _, sc := range s.schedules {
+	s.lastTry = time.Now()
+	if !s.lead(ctx) {
+		s.stored, s.loaded = nil, time.Time{}
+		return
+	}
+	if announced || s.loaded.IsZero() || time.Since(s.loaded) >= s.reloadEvery {
+		s.reload(ctx)
+	}
+	for _, sc := range s.schedules() {
 		if err := s.scheduleOne(ctx, sc); err != nil && ctx.Err() == nil {
 			s.log.Warn("skiplock: enqueueing a periodic task", "schedule", sc.ID, "error", err)
 		}
@@ -197,6 +235,102 @@ func (s *scheduler) pass(ctx context.Context) {
 	if s.passed != nil {
 		s.passed()
 	}
+}
+
+// reload loads the stored schedules; on failure it keeps the last ones.
+func (s *scheduler) reload(ctx context.Context) {
+	if s.load == nil {
+		return // only Config.Periodic (a test's scheduler)
+	}
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	rows, err := s.load(lctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("skiplock: loading the stored periodic schedules", "error", err)
+		}
+		return
+	}
+	stored := make([]schedule, 0, len(rows))
+	for _, r := range rows {
+		sc, err := storedSchedule(r)
+		if err != nil {
+			s.once(r.Name, "skiplock: stored periodic schedule skipped", "error", err)
+			continue
+		}
+		s.once(r.Name, "")
+		stored = append(stored, sc)
+	}
+	s.stored, s.loaded = stored, time.Now()
+}
+
+// once logs msg about a schedule unless it was the last thing logged about
+// it; "" forgets.
+func (s *scheduler) once(name, msg string, args ...any) {
+	key := msg + fmt.Sprint(args...)
+	if msg == "" {
+		delete(s.warned, name)
+		return
+	}
+	if s.warned[name] == key {
+		return
+	}
+	if s.warned == nil {
+		s.warned = map[string]string{}
+	}
+	s.warned[name] = key
+	s.log.Warn(msg, append([]any{"schedule", name}, args...)...)
+}
+
+// schedules merges the configured schedules with the stored ones: a stored
+// schedule replaces a configured one of the same ID.
+func (s *scheduler) schedules() []schedule {
+	if len(s.stored) == 0 {
+		return s.config
+	}
+	names := make(map[string]bool, len(s.stored))
+	for _, sc := range s.stored {
+		names[sc.ID] = true
+	}
+	out := append([]schedule{}, s.stored...)
+	for _, sc := range s.config {
+		if names[sc.ID] {
+			s.once("config:"+sc.ID, "skiplock: a stored schedule replaces Config.Periodic's schedule of the same ID while it is stored")
+			continue
+		}
+		s.once("config:"+sc.ID, "")
+		out = append(out, sc)
+	}
+	return out
+}
+
+// storedSchedule is a stored schedule as the scheduler runs it: its name
+// is its ID.
+func storedSchedule(r queue.Schedule) (schedule, error) {
+	missed := SkipMissed
+	if r.CatchUp {
+		missed = CatchUpOnce
+	}
+	sc := schedule{
+		PeriodicTask: PeriodicTask{
+			ID: r.Name, Cron: r.Cron, Every: r.Every, Name: r.Task, Payload: r.Payload, Options: r.Options(), Missed: missed,
+		},
+		paused: r.Paused, changedAt: r.UpdatedAt,
+	}
+	if r.Payload == nil {
+		sc.Payload = nil
+	}
+	if err := r.Validate(); err != nil {
+		return sc, err
+	}
+	if r.Cron != "" {
+		c, err := cronspec.Parse(r.Cron)
+		if err != nil {
+			return sc, err
+		}
+		sc.cron = c
+	}
+	return sc, nil
 }
 
 // scheduleOne enqueues the due tick of one schedule, if any, and records it
@@ -220,8 +354,15 @@ func (sc *scheduler) scheduleOne(ctx context.Context, s schedule) error {
 		if tick.IsZero() {
 			return nil
 		}
+		if s.paused {
+			// A paused schedule's ticks pass unenqueued.
+			return sc.queries.PeriodicSetLastTick(ctx, tx, db.PeriodicSetLastTickParams{Schedule: s.ID, LastTick: tick})
+		}
 		late := now.Sub(tick) > onTimeWithin
-		if count > 1 || late {
+		// A schedule changed since its last tick (a shorter interval, say)
+		// has ticks since then that it did not miss.
+		changed := s.changedAt.After(last)
+		if (count > 1 && !changed) || late {
 			sc.log.Warn("skiplock: periodic schedule missed ticks while no worker ran", "schedule", s.ID,
 				"missed", count-1+map[bool]int{true: 1, false: 0}[late], "policy", map[MissedTicks]string{SkipMissed: "skip", CatchUpOnce: "catch up once"}[s.Missed])
 		}

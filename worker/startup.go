@@ -44,9 +44,6 @@ func (w *Worker) start(ctx context.Context) error {
 		return err
 	}
 	w.channel, w.control = schema.Channels(table.Schema)
-	for _, q := range w.cfg.Queues {
-		w.wakes[q] = make(chan struct{}, 1)
-	}
 	w.limits = newClaimLimits(w.cfg)
 
 	w.classOID = table.Oid

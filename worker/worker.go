@@ -49,13 +49,15 @@ type Worker struct {
 	mu       sync.Mutex
 	started  bool
 	inflight map[*execution]struct{}
-	wakes    map[string]chan struct{}
+	queues   *queueSet      // the queues claimed from, and their claim loops (queues.go)
 	freed    freedAnnouncer // tells other workers that a place is free (freed.go)
 
 	stops stopRequests // Stop and StopAndCancel (shutdown.go)
 
 	schedules []schedule
 	producer  *queue.Client
+	// schedulesChanged: the stored schedules changed (control.Schedules).
+	schedulesChanged chan struct{}
 
 	guard guard // advisory locks or leases, as Config.Mode says
 
@@ -103,8 +105,10 @@ func New(pool *pgxpool.Pool, cfg Config) *Worker {
 		pid:       os.Getpid(),
 		inflight:  map[*execution]struct{}{},
 		execs:     newExecutors(),
-		wakes:     map[string]chan struct{}{},
+		queues:    newQueueSet(cfg),
 		stops:     newStopRequests(),
+
+		schedulesChanged: make(chan struct{}, 1),
 	}
 	w.freed.send = w.sendFreed
 	w.guard = newGuard(guardDeps{
@@ -192,18 +196,11 @@ func (w *Worker) Run(ctx context.Context, handlers Handlers) error {
 		w.log.Warn("skiplock: LISTEN not established after 5s; relying on polling until it is")
 	}
 
-	var claimers sync.WaitGroup
-	for _, q := range w.cfg.Queues {
-		claimers.Add(1)
-		go func() {
-			defer claimers.Done()
-			w.claimLoop(ctx, q)
-		}()
-	}
-	w.log.Info("skiplock: worker started", "worker_id", w.cfg.WorkerID, "mode", w.cfg.Mode, "queues", w.cfg.Queues, "concurrency", w.cfg.Concurrency)
+	w.startClaiming(ctx)
+	w.log.Info("skiplock: worker started", "worker_id", w.cfg.WorkerID, "mode", w.cfg.Mode, "queues", w.Queues(), "concurrency", w.cfg.Concurrency)
 
 	<-ctx.Done()
-	claimers.Wait()
+	w.stopClaiming()
 	w.flushBatches()
 	w.shutdown()
 	w.comp.close()
@@ -256,7 +253,7 @@ func (w *Worker) wake(queueName string) {
 		w.wakeAll()
 		return
 	}
-	if ch, ok := w.wakes[queueName]; ok {
+	if ch := w.queues.wakeChan(queueName); ch != nil {
 		select {
 		case ch <- struct{}{}:
 		default:
@@ -265,7 +262,7 @@ func (w *Worker) wake(queueName string) {
 }
 
 func (w *Worker) wakeAll() {
-	for q := range w.wakes {
+	for _, q := range w.queues.wakeNames() {
 		w.wake(q)
 	}
 }

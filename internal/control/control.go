@@ -10,6 +10,10 @@ import (
 
 const cancelPrefix = "cancel:"
 
+// Schedules is the command telling the workers that the stored periodic
+// schedules changed: the elected scheduler reloads them.
+const Schedules = "schedules"
+
 // Cancel is the command asking the worker running task id to cancel it.
 func Cancel(id int64) string { return cancelPrefix + strconv.FormatInt(id, 10) }
 

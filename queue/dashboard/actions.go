@@ -297,6 +297,37 @@ func (h *handler) resume(w http.ResponseWriter, r *http.Request) {
 	h.done(w, r, "/", "Resumed queue %s.", name)
 }
 
+// scheduleChange pauses, resumes or removes the stored schedule that the
+// form's "schedule" field names.
+func (h *handler) scheduleChange(kind queue.AuditAction) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		name := r.PostFormValue("schedule")
+		ctx, ok := h.authorize(w, r, Action{Kind: kind, Schedule: name})
+		if !ok {
+			return
+		}
+		var err error
+		var done string
+		switch kind {
+		case queue.AuditSchedulePause:
+			err, done = h.client.PauseSchedule(ctx, name), "Paused schedule %s: its ticks pass, nothing is enqueued."
+		case queue.AuditScheduleResume:
+			err, done = h.client.ResumeSchedule(ctx, name), "Resumed schedule %s, from its next tick."
+		default:
+			err, done = h.client.RemoveSchedule(ctx, name), "Removed schedule %s; the tasks it enqueued stay."
+		}
+		if errors.Is(err, queue.ErrScheduleNotFound) {
+			h.done(w, r, "/periodic", "No stored schedule %s; nothing was changed.", name)
+			return
+		}
+		if err != nil {
+			h.actionFailed(w, r, err)
+			return
+		}
+		h.done(w, r, "/periodic", done, name)
+	}
+}
+
 // knownQueue refuses, as the command does, to pause or resume a queue that
 // has no tasks and was never paused: a forged or stale form must not make
 // a phantom queue.

@@ -78,7 +78,8 @@ type Options struct {
 type Action struct {
 	// Kind is the change: queue.AuditRequeue, AuditCancel,
 	// AuditCancelRunning, AuditRunNow, AuditDelete, AuditPause,
-	// AuditResume or AuditEnqueue.
+	// AuditResume, AuditEnqueue, AuditSchedulePause, AuditScheduleResume
+	// or AuditScheduleRemove.
 	Kind queue.AuditAction
 	// IDs are the tasks named, for an action on tasks picked one by one.
 	IDs []int64
@@ -90,6 +91,8 @@ type Action struct {
 	Queue string
 	// Task is the name of a task to enqueue.
 	Task string
+	// Schedule is the stored schedule to pause, resume or remove.
+	Schedule string
 }
 
 // String describes the action: "requeue tasks 4, 7", "pause queue mail".
@@ -99,6 +102,8 @@ func (a Action) String() string {
 	switch {
 	case a.Kind == queue.AuditEnqueue:
 		fmt.Fprintf(&b, " task %s in queue %s", a.Task, a.Queue)
+	case a.Schedule != "":
+		fmt.Fprintf(&b, " schedule %s", a.Schedule)
 	case a.Queue != "":
 		fmt.Fprintf(&b, " queue %s", a.Queue)
 	case a.Filter != nil:
@@ -216,6 +221,9 @@ func (h *handler) actions() map[string]http.HandlerFunc {
 		"/cancel":                    h.cancelMany,
 		"/queues/{name}/pause":       h.pause,
 		"/queues/{name}/resume":      h.resume,
+		"/schedules/pause":           h.scheduleChange(queue.AuditSchedulePause),
+		"/schedules/resume":          h.scheduleChange(queue.AuditScheduleResume),
+		"/schedules/remove":          h.scheduleChange(queue.AuditScheduleRemove),
 	}
 }
 

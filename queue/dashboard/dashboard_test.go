@@ -409,3 +409,61 @@ func (b *bundle) paused(t *testing.T) map[string]bool {
 	}
 	return out
 }
+
+// TestPeriodicPageStoredSchedules: the Periodic page lists the stored
+// schedules with their actions; pause, resume and remove work, are
+// recorded in the audit trail, and an unknown schedule changes nothing.
+func TestPeriodicPageStoredSchedules(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dashboard.Options{})
+	ctx := context.Background()
+	if err := b.client.AddSchedule(ctx, queue.Schedule{Name: "nightly <report>", Cron: "0 3 * * *", Task: "report.build", Queue: "reports"}); err != nil {
+		t.Fatal(err)
+	}
+	c := browserless(t)
+	code, body := get(t, c, b.url+"/periodic")
+	for _, want := range []string{"nightly &lt;report&gt;", "0 3 * * *", "report.build", "reports", `action="/schedules/pause"`, `action="/schedules/remove"`} {
+		if code != http.StatusOK || !strings.Contains(body, want) {
+			t.Fatalf("GET /periodic: %d, lacks %q\n%s", code, want, body)
+		}
+	}
+	token := csrfField.FindStringSubmatch(body)[1]
+	post := func(path, name string) {
+		t.Helper()
+		resp, err := c.PostForm(b.url+path, url.Values{"csrf": {token}, "schedule": {name}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusSeeOther {
+			t.Fatalf("POST %s: %s", path, resp.Status)
+		}
+	}
+	post("/schedules/pause", "nightly <report>")
+	if s, err := b.client.GetSchedule(ctx, "nightly <report>"); err != nil || !s.Paused {
+		t.Fatalf("after pause: %+v, %v", s, err)
+	}
+	if _, body := get(t, c, b.url+"/periodic"); !strings.Contains(body, `action="/schedules/resume"`) || !strings.Contains(body, "badge paused") {
+		t.Fatalf("paused schedule shown without its resume:\n%s", body)
+	}
+	post("/schedules/resume", "nightly <report>")
+	post("/schedules/remove", "ghost") // unknown: nothing changes
+	if _, body := get(t, c, b.url+"/periodic"); !strings.Contains(body, "No stored schedule ghost; nothing was changed.") {
+		t.Errorf("no message for an unknown schedule:\n%s", body)
+	}
+	post("/schedules/remove", "nightly <report>")
+	if got, err := b.client.Schedules(ctx); err != nil || len(got) != 0 {
+		t.Fatalf("after remove: %+v, %v", got, err)
+	}
+	records, err := b.client.AuditLog(ctx, queue.AuditFilter{Source: queue.SourceDashboard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var actions []string
+	for _, r := range records {
+		actions = append(actions, string(r.Action))
+	}
+	if strings.Join(actions, " ") != "schedule-remove schedule-resume schedule-pause" {
+		t.Errorf("dashboard audit records: %v", actions)
+	}
+}

@@ -186,6 +186,9 @@ func forgeries(ids actionIDs) map[string]url.Values {
 		"/cancel":               {"scope": {"filter"}, "queue": {"mail"}},
 		"/queues/mail/pause":    {},
 		"/queues/paused/resume": {},
+		"/schedules/pause":      {"schedule": {"nightly"}},
+		"/schedules/resume":     {"schedule": {"held"}},
+		"/schedules/remove":     {"schedule": {"doomed"}},
 	}
 }
 
@@ -214,6 +217,15 @@ func seedActions(t *testing.T, b *bundle) actionIDs {
 	if err := b.client.PauseQueue(ctx, "paused"); err != nil {
 		t.Fatal(err)
 	}
+	for _, s := range []queue.Schedule{
+		{Name: "nightly", Cron: "0 3 * * *", Task: "report"},
+		{Name: "held", Every: time.Hour, Task: "report", Paused: true},
+		{Name: "doomed", Every: time.Hour, Task: "report"},
+	} {
+		if err := b.client.AddSchedule(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
 	return ids
 }
 
@@ -225,6 +237,7 @@ func snapshot(t *testing.T, pool *pgxpool.Pool) string {
 	err := pool.QueryRow(context.Background(), `SELECT concat_ws(' | ',
 		(SELECT string_agg(id || ':' || status || ':' || (run_at > now()) || ':' || (cancel_requested_at IS NOT NULL), ',' ORDER BY id) FROM skiplock_tasks),
 		(SELECT string_agg(name, ',' ORDER BY name) FROM skiplock_queues WHERE paused_at IS NOT NULL),
+		(SELECT string_agg(name || ':' || (paused_at IS NOT NULL), ',' ORDER BY name) FROM skiplock_schedules),
 		(SELECT count(*) FROM skiplock_audit WHERE source = 'dashboard'))`).Scan(&s)
 	if err != nil {
 		t.Fatal(err)
@@ -331,8 +344,11 @@ func TestAuthorize(t *testing.T) {
 		}
 	}
 	mu.Unlock()
-	if len(kinds) != 8 {
-		t.Errorf("the hook saw %d kinds of action, want 8: %+v", len(kinds), seen)
+	if len(kinds) != 11 {
+		t.Errorf("the hook saw %d kinds of action, want 11: %+v", len(kinds), seen)
+	}
+	if a := kinds[queue.AuditScheduleRemove]; a.Schedule != "doomed" || a.String() != "schedule-remove schedule doomed" {
+		t.Errorf("a schedule removal reached the hook as %+v (%s)", a, a)
 	}
 	if bulk == nil || !slices.Equal(bulk.Filter.Queues, []string{"mail"}) || bulk.String() != "cancel every matching task" {
 		t.Errorf("a cancel of every matching task reached the hook as %+v", bulk)
@@ -367,7 +383,7 @@ func TestAuthorize(t *testing.T) {
 		actors[r.Actor]++
 		actions[r.Action] = true
 	}
-	if actors["alice@example.com"] != 10 || actors[dashboard.DefaultActor] != 1 || len(actions) != 8 {
+	if actors["alice@example.com"] != 13 || actors[dashboard.DefaultActor] != 1 || len(actions) != 11 {
 		t.Fatalf("dashboard records by actor %v, actions %v", actors, actions)
 	}
 	if after := snapshot(t, b.pool); after == before {

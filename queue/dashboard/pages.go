@@ -713,9 +713,15 @@ func (h *handler) periodicPage(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
+	stored, err := h.client.Schedules(r.Context())
+	if err != nil {
+		h.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
 	h.render(w, r, http.StatusOK, "periodic", "Periodic schedules", "periodic", struct {
+		Stored    []queue.Schedule
 		Schedules []queue.PeriodicSchedule
-	}{schedules})
+	}{stored, schedules})
 }
 
 func (h *handler) rateLimitsPage(w http.ResponseWriter, r *http.Request) {
