@@ -93,6 +93,7 @@ type SkiplockTask struct {
 	SequenceHold      *bool
 	Progress          json.RawMessage
 	Checkpoint        json.RawMessage
+	ReplaceKey        *string
 }
 
 type SkiplockWorker struct {
