@@ -125,7 +125,7 @@ func buildOptions(opts []Option) (options, error) {
 		{"exclusive key", o.exclusiveKey, false, MaxKeyLength, "queue.MaxKeyLength"},
 		{"limit key", o.limitKey, false, MaxKeyLength, "queue.MaxKeyLength"},
 		{"sequence key", o.sequenceKey, o.sequenceSet, MaxKeyLength, "queue.MaxKeyLength"},
-		{"replace key", o.replaceKey, o.replaceSet, MaxKeyLength, "queue.MaxKeyLength"},
+		{"replace key", o.replaceKey, false, MaxKeyLength, "queue.MaxKeyLength"},
 	} {
 		if err := checkLength(c.what, c.s, c.required, c.max, c.constant); err != nil {
 			return o, err
