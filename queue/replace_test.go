@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -336,6 +339,109 @@ func TestReplaceKeyConcurrentCalls(t *testing.T) {
 	if got := keyTasks(t, pool, "hot"); len(got) != 1 || !strings.HasSuffix(got[0], ":pending") {
 		t.Fatalf("hot has %v", got)
 	}
+}
+
+// Producers in separate OS processes, calling at once with one key, leave
+// exactly one pending task; none gets an error, and every process was
+// handed that task's ID.
+func TestReplaceKeyProcesses(t *testing.T) {
+	if url := os.Getenv("SKIPLOCK_REPLACE_CHILD_URL"); url != "" {
+		replaceChild(url, os.Getenv("SKIPLOCK_REPLACE_CHILD_SCHEMA"))
+		return
+	}
+	t.Parallel()
+	schema := pgtest.Schema(t, true)
+	pool := pgtest.NewPool(t, schema)
+	const procs = 4
+	cmds := make([]*exec.Cmd, procs)
+	outs := make([]strings.Builder, procs)
+	for i := range cmds {
+		cmds[i] = exec.Command(os.Args[0], "-test.run=^TestReplaceKeyProcesses$")
+		cmds[i].Env = append(os.Environ(), "SKIPLOCK_REPLACE_CHILD_URL="+pgtest.Server(t).URL, "SKIPLOCK_REPLACE_CHILD_SCHEMA="+schema)
+		cmds[i].Stdout, cmds[i].Stderr = &outs[i], &outs[i]
+	}
+	for _, cmd := range cmds {
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var inserted int
+	ids := map[string]bool{}
+	for i, cmd := range cmds {
+		err := cmd.Wait()
+		out := outs[i].String()
+		var n, r int
+		var id string
+		at := strings.Index(out, "replace-child: inserted")
+		if err != nil || at < 0 {
+			t.Fatalf("process %d: %v:\n%s", i, err, out)
+		}
+		if _, err := fmt.Sscanf(out[at:], "replace-child: inserted %d replaced %d id %s", &n, &r, &id); err != nil {
+			t.Fatalf("process %d: %v:\n%s", i, err, out)
+		}
+		inserted += n
+		ids[id] = true
+	}
+	if inserted != 1 || len(ids) != 1 {
+		t.Fatalf("%d inserted, ids %v; want one task", inserted, ids)
+	}
+	if got := keyTasks(t, pool, "proc"); len(got) != 1 || !strings.HasSuffix(got[0], ":pending") {
+		t.Fatalf("proc has %v", got)
+	}
+}
+
+// replaceChild is one process of TestReplaceKeyProcesses: it calls
+// WithDebounce 50 times and prints what it got.
+func replaceChild(url, schema string) {
+	fail := func(err error) {
+		fmt.Println("replace-child: error:", err)
+		os.Exit(1)
+	}
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		fail(err)
+	}
+	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	cfg.MaxConns = 4
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		fail(err)
+	}
+	c := queue.New(pool)
+	var mu sync.Mutex
+	inserted, replacedN := 0, 0
+	ids := map[int64]bool{}
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 25 {
+				var replaced bool
+				id, err := c.Enqueue(context.Background(), "recount", fmt.Sprint(os.Getpid(), g, i), queue.WithDebounce("proc", time.Hour), queue.Replaced(&replaced))
+				if err != nil {
+					fail(err)
+				}
+				mu.Lock()
+				ids[id] = true
+				if replaced {
+					replacedN++
+				} else {
+					inserted++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if len(ids) != 1 {
+		fail(fmt.Errorf("ids %v", ids))
+	}
+	for id := range ids {
+		fmt.Printf("replace-child: inserted %d replaced %d id %d\n", inserted, replacedN, id)
+	}
+	pool.Close()
+	os.Exit(0)
 }
 
 // In two transactions of two connections: the second waits for the first
