@@ -750,9 +750,9 @@ func TestReplaceKeyFromSQL(t *testing.T) {
 		t.Fatalf("from Go: %d %v %v", got, replaced, err)
 	}
 	for sql, want := range map[string]string{
-		`SELECT * FROM skiplock_enqueue_replace('x', '1')`:                                                   "replace key is NULL",
-		`SELECT * FROM skiplock_enqueue_replace('x', '1', replace_key => '')`:                                "replace key is empty",
-		`SELECT * FROM skiplock_enqueue_replace('x', '1', replace_key => 'k', debounce => '-1 second')`:      "debounce must not be negative",
+		`SELECT * FROM skiplock_enqueue_replace('x', '1')`:                                                        "replace key is NULL",
+		`SELECT * FROM skiplock_enqueue_replace('x', '1', replace_key => '')`:                                     "replace key is empty",
+		`SELECT * FROM skiplock_enqueue_replace('x', '1', replace_key => 'k', debounce => '-1 second')`:           "debounce must not be negative",
 		`SELECT * FROM skiplock_enqueue_replace('x', '1', replace_key => 'k', debounce => '1s', run_at => now())`: "cannot be combined with run_at",
 	} {
 		_, _, err := call(sql)
