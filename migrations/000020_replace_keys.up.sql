@@ -13,7 +13,10 @@
 --
 -- Plain tasks pay nothing else: the column is NULL (a bit of the row's
 -- null bitmap, no rewrite to add it) and neither the claim nor the outcome
--- write reads it.
+-- write reads it. No update that was HOT stays out of reach of HOT
+-- because of the index: besides the key it reads status (already in the
+-- claim index's predicate), and started_at and errors, which change only
+-- with status.
 ALTER TABLE skiplock_tasks ADD COLUMN replace_key text;
 
 CREATE UNIQUE INDEX skiplock_tasks_replace_key_idx
