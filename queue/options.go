@@ -20,7 +20,7 @@ const (
 	// The SQL enqueue functions refuse longer ones too; it is not
 	// configurable.
 	MaxNameLength = 255
-	// MaxKeyLength bounds unique, exclusive, limit and sequence keys, in
+	// MaxKeyLength bounds unique, exclusive, limit, sequence and replace keys, in
 	// bytes: 1024, room for a few IDs and a digest. Not configurable.
 	MaxKeyLength = 1024
 )
