@@ -46,10 +46,11 @@ func WithDebounce(key string, d time.Duration) Option {
 	}
 }
 
-// Replaced reports through p, once the call succeeds, whether a task with
-// WithReplaceKey or WithDebounce replaced a pending task of its key (true)
-// or was inserted as a new task (false). In EnqueueMany, give each task
-// its own p. It needs WithReplaceKey or WithDebounce.
+// Replaced reports through p whether a task with WithReplaceKey or
+// WithDebounce replaced a pending task of its key (true) or was inserted
+// as a new task (false). It holds only if the call succeeds (and, in a
+// caller's transaction, the transaction commits). In EnqueueMany, give
+// each task its own p. It needs WithReplaceKey or WithDebounce.
 func Replaced(p *bool) Option { return func(o *options) { o.replaced = p } }
 
 // replaceRetries bounds the rounds of TaskInsertReplacing lost to other
