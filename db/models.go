@@ -138,6 +138,7 @@ type SkiplockTask struct {
 	Progress          json.RawMessage
 	Checkpoint        json.RawMessage
 	BatchID           *int64
+	ReplaceKey        *string
 }
 
 type SkiplockWorker struct {

@@ -657,7 +657,7 @@ func (q *Queries) TaskFinishMany(ctx context.Context, db DBTX, arg TaskFinishMan
 }
 
 const taskGet = `-- name: TaskGet :one
-SELECT id, queue, name, payload, metadata, status, priority, run_at, attempt, max_attempts, timeout_ms, errors, worker_id, created_at, started_at, finished_at, unique_key, unique_window_key, exclusive_key, cancel_requested_at, locked_until, output, workflow_id, depends_on, dependents, deps_pending, dependency_failure, limit_key, sequence_key, sequence_hold, progress, checkpoint, batch_id FROM skiplock_tasks WHERE id = $1::bigint
+SELECT id, queue, name, payload, metadata, status, priority, run_at, attempt, max_attempts, timeout_ms, errors, worker_id, created_at, started_at, finished_at, unique_key, unique_window_key, exclusive_key, cancel_requested_at, locked_until, output, workflow_id, depends_on, dependents, deps_pending, dependency_failure, limit_key, sequence_key, sequence_hold, progress, checkpoint, batch_id, replace_key FROM skiplock_tasks WHERE id = $1::bigint
 `
 
 func (q *Queries) TaskGet(ctx context.Context, db DBTX, id int64) (SkiplockTask, error) {
@@ -697,6 +697,7 @@ func (q *Queries) TaskGet(ctx context.Context, db DBTX, id int64) (SkiplockTask,
 		&i.Progress,
 		&i.Checkpoint,
 		&i.BatchID,
+		&i.ReplaceKey,
 	)
 	return i, err
 }

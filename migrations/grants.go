@@ -189,6 +189,7 @@ var functionGrants = []struct {
 	{"skiplock_enqueue", []RoleKind{Producer, Worker}},
 	{"skiplock_enqueue_task", []RoleKind{Producer, Worker}},
 	{"skiplock_enqueue_many", []RoleKind{Producer, Worker}},
+	{"skiplock_enqueue_replace", []RoleKind{Producer, Worker}},
 	{"skiplock_sequence_enter", []RoleKind{Producer, Worker}},
 	{"skiplock_sequence_lock_key", []RoleKind{Producer, Worker, Operator}},
 	{"skiplock_sequence_release", []RoleKind{Worker, Operator}},

@@ -20,7 +20,7 @@ const (
 	// The SQL enqueue functions refuse longer ones too; it is not
 	// configurable.
 	MaxNameLength = 255
-	// MaxKeyLength bounds unique, exclusive, limit and sequence keys, in
+	// MaxKeyLength bounds unique, exclusive, limit, sequence and replace keys, in
 	// bytes: 1024, room for a few IDs and a digest. Not configurable.
 	MaxKeyLength = 1024
 )
@@ -46,6 +46,11 @@ type options struct {
 	sequenceKey  string
 	sequenceSet  bool
 	sequenceHold bool
+	replaceKey   string
+	replaceSet   bool
+	debounce     time.Duration
+	debounceSet  bool
+	replaced     *bool
 }
 
 // WithQueue puts the task in the named queue. Defaults to "default".
@@ -122,6 +127,7 @@ func buildOptions(opts []Option) (options, error) {
 		{"exclusive key", o.exclusiveKey, false, MaxKeyLength, "queue.MaxKeyLength"},
 		{"limit key", o.limitKey, false, MaxKeyLength, "queue.MaxKeyLength"},
 		{"sequence key", o.sequenceKey, o.sequenceSet, MaxKeyLength, "queue.MaxKeyLength"},
+		{"replace key", o.replaceKey, false, MaxKeyLength, "queue.MaxKeyLength"},
 	} {
 		if err := checkLength(c.what, c.s, c.required, c.max, c.constant); err != nil {
 			return o, err
@@ -157,6 +163,9 @@ func buildOptions(opts []Option) (options, error) {
 		// ones: a waiting task could not hold its key, and its release
 		// could collide with a task that took the key meanwhile.
 		return o, fmt.Errorf("%w: WithDependsOn cannot be combined with a unique key unless it has a WithUniqueWindow", ErrInvalidTask)
+	}
+	if err := checkReplace(&o); err != nil {
+		return o, err
 	}
 	for _, id := range o.dependsOn {
 		if id <= 0 {

@@ -138,7 +138,7 @@ func (c *Client) enqueue(ctx context.Context, name string, payload any, opts []O
 		var dups []*DuplicateError
 		err := a.once(ctx, func(tx pgerr.Executor) (int64, error) {
 			var err error
-			if len(rows[0].dependsOn) > 0 {
+			if len(rows[0].dependsOn) > 0 || rows[0].replaceKey != "" {
 				ids, dups, err = c.insertEach(ctx, tx, rows)
 			} else {
 				ids, dups, err = c.insertRows(ctx, tx, rows, nil)
@@ -157,6 +157,17 @@ func (c *Client) enqueue(ctx context.Context, name string, payload any, opts []O
 		}
 		c.afterEnqueue(ctx, hooked, ids)
 		return ids[0], nil
+	}
+	if rows[0].replaceKey != "" {
+		// Not group-committed: its statement may wait for the row lock
+		// of the task it replaces, and the tasks of other callers would
+		// wait with it.
+		id, err := c.insertReplacing(ctx, c.pool, rows[0])
+		if err != nil {
+			return 0, err
+		}
+		c.afterEnqueue(ctx, hooked, []int64{id})
+		return id, nil
 	}
 	if rows[0].sequenceKey != "" || len(rows[0].dependsOn) > 0 {
 		// Not group-committed: a sequenced task waits for the lock of its
@@ -316,7 +327,9 @@ func (c *Client) insert(ctx context.Context, tx Executor, tasks []NewTask) ([]in
 	}
 	var ids []int64
 	var dups []*DuplicateError
-	if withDependencies(rows) {
+	if withReplaceKeys(rows) {
+		ids, dups, err = c.insertWithReplaceKeys(ctx, tx, rows)
+	} else if withDependencies(rows) {
 		ids, dups, err = c.insertEach(ctx, tx, rows)
 	} else if cp, ok := copyable(tx, rows); ok && len(rows) > 1 {
 		ids, err = c.copyRows(ctx, tx, cp, rows)
@@ -376,6 +389,8 @@ type row struct {
 	limitKey                                 string
 	sequenceKey                              string
 	sequenceHold                             bool
+	replaceKey                               string
+	replaced                                 *bool // WithReplaceKey's Replaced
 }
 
 // prepare validates a task and encodes it, encrypting its payload with kr's
@@ -402,6 +417,7 @@ func prepare(t NewTask, limits inputLimits, kr *Keyring) (row, error) {
 		maxAttempts: int32(o.maxAttempts), timeoutMs: o.timeout.Milliseconds(), exclusiveKey: o.exclusiveKey,
 		dependsOn: o.dependsOn, depFailure: o.depFailure,
 		limitKey: o.limitKey, sequenceKey: o.sequenceKey, sequenceHold: o.sequenceHold,
+		replaceKey: o.replaceKey, replaced: o.replaced,
 	}
 	if !o.runAt.IsZero() {
 		r.runAt = o.runAt

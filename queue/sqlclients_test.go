@@ -117,6 +117,11 @@ func TestEnqueueFromSQLClients(t *testing.T) {
 		delayed != "pending mail -1 5 30000 welcome:42 account:42" {
 		t.Fatalf("psql's delayed email.send: %q, %v", delayed, err)
 	}
+	var debounced string
+	if err := pool.QueryRow(ctx, `SELECT string_agg(format('%s %s %s', status, payload->>'rev', run_at > now() + interval '4 minutes'), ',')
+		FROM skiplock_tasks WHERE replace_key = 'doc:42'`).Scan(&debounced); err != nil || debounced != "pending 2 t" {
+		t.Fatalf("psql's debounced search.index: %q, %v", debounced, err)
+	}
 
 	// Python: docs/SQL.md's snippet.
 	dir := t.TempDir()

@@ -87,6 +87,9 @@ type Task struct {
 	// (WithSequenceHold).
 	SequenceKey  string
 	SequenceHold bool
+	// ReplaceKey is the task's replace key (WithReplaceKey, WithDebounce);
+	// empty for none.
+	ReplaceKey string
 }
 
 // AttemptError records one attempt that did not succeed.
@@ -159,6 +162,9 @@ func taskFromRow(r db.SkiplockTask) (*Task, error) {
 	if r.SequenceKey != nil {
 		t.SequenceKey = *r.SequenceKey
 		t.SequenceHold = r.SequenceHold != nil && *r.SequenceHold
+	}
+	if r.ReplaceKey != nil {
+		t.ReplaceKey = *r.ReplaceKey
 	}
 	if len(r.Errors) > 0 {
 		if err := json.Unmarshal(r.Errors, &t.Errors); err != nil {

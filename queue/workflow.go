@@ -263,6 +263,9 @@ func prepareWorkflow(wf Workflow, limits inputLimits, kr *Keyring) ([]row, [][]i
 		if r.uniqueKey != "" || r.uniqueWindowKey != "" || len(r.dependsOn) > 0 {
 			return nil, nil, invalid("step %q: unique keys and WithDependsOn do not apply to a step (use Step.DependsOn)", s.Name)
 		}
+		if r.replaceKey != "" {
+			return nil, nil, invalid("step %q: WithReplaceKey and WithDebounce do not apply to a step (a step is one task of its workflow)", s.Name)
+		}
 		if r.sequenceKey != "" {
 			return nil, nil, invalid("step %q: WithSequence does not apply to a step (a step waits for its dependencies)", s.Name)
 		}
@@ -341,6 +344,8 @@ func checkWorkflowOptions(opts []Option) error {
 		return refuse("WithSequenceHold", "a step waits for its dependencies, not for a sequence")
 	case len(o.dependsOn) > 0:
 		return refuse("WithDependsOn", "use Step.DependsOn")
+	case o.replaceSet, o.debounceSet:
+		return refuse("WithReplaceKey or WithDebounce", "a step is one task of its workflow")
 	}
 	_, err := buildOptions(opts)
 	return err
@@ -373,13 +378,20 @@ func withDependencies(rows []row) bool {
 }
 
 // insertEach inserts rows one by one, in order: a task with dependencies
-// through insertDependent, the others as usual.
+// through insertDependent, one with a replace key through insertReplacing,
+// the others as usual.
 func (c *Client) insertEach(ctx context.Context, tx Executor, rows []row) ([]int64, []*DuplicateError, error) {
 	ids := make([]int64, len(rows))
 	var dups []*DuplicateError
 	for i := range rows {
 		var dup *DuplicateError
-		if len(rows[i].dependsOn) > 0 {
+		if rows[i].replaceKey != "" {
+			id, err := c.insertReplacing(ctx, tx, rows[i])
+			if err != nil {
+				return nil, nil, err
+			}
+			ids[i] = id
+		} else if len(rows[i].dependsOn) > 0 {
 			id, err := c.insertDependent(ctx, tx, rows[i])
 			if err != nil {
 				return nil, nil, err

@@ -52,13 +52,15 @@ type taskJSON struct {
 	// BatchID is the batch the task is a member or a callback of.
 	BatchID int64 `json:"batch_id,omitempty"`
 	// SequenceKey and SequenceHold place a task in its sequence.
-	SequenceKey  string     `json:"sequence_key,omitempty"`
-	SequenceHold bool       `json:"sequence_hold,omitempty"`
-	RunAt        time.Time  `json:"run_at"`
-	CreatedAt    time.Time  `json:"created_at"`
-	StartedAt    *time.Time `json:"started_at"`
-	FinishedAt   *time.Time `json:"finished_at"`
-	WorkerID     string     `json:"worker_id,omitempty"`
+	SequenceKey  string `json:"sequence_key,omitempty"`
+	SequenceHold bool   `json:"sequence_hold,omitempty"`
+	// ReplaceKey is the task's replace key (WithReplaceKey, WithDebounce).
+	ReplaceKey string     `json:"replace_key,omitempty"`
+	RunAt      time.Time  `json:"run_at"`
+	CreatedAt  time.Time  `json:"created_at"`
+	StartedAt  *time.Time `json:"started_at"`
+	FinishedAt *time.Time `json:"finished_at"`
+	WorkerID   string     `json:"worker_id,omitempty"`
 	// Attempts is the history: every attempt that did not succeed, then
 	// the current or successful one.
 	Attempts []attemptJSON `json:"attempts"`
@@ -107,7 +109,7 @@ func toJSON(t *queue.Task) taskJSON {
 		Attempt: t.Attempt, MaxAttempts: t.MaxAttempts, TimeoutMS: t.Timeout.Milliseconds(),
 		Payload: t.Payload, Metadata: t.Metadata, Output: t.Output, Progress: t.Progress, Checkpoint: t.Checkpoint, RunAt: t.RunAt, CreatedAt: t.CreatedAt,
 		WorkflowID: t.WorkflowID, DependsOn: t.DependsOn, WaitingFor: t.WaitingFor, BatchID: t.BatchID,
-		SequenceKey: t.SequenceKey, SequenceHold: t.SequenceHold,
+		SequenceKey: t.SequenceKey, SequenceHold: t.SequenceHold, ReplaceKey: t.ReplaceKey,
 		StartedAt: t.StartedAt, FinishedAt: t.FinishedAt, WorkerID: t.WorkerID,
 		Attempts: attempts(t),
 	}
@@ -382,6 +384,9 @@ func printTask(w io.Writer, t *queue.Task, holder *queue.TaskLock) {
 		}
 		row(tw, "  Sequence:", fmt.Sprintf("%s%s (skiplock sequence show %s)", t.SequenceKey, hold, shellQuote(t.SequenceKey)))
 	}
+	if t.ReplaceKey != "" {
+		row(tw, "  Replace key:", t.ReplaceKey)
+	}
 	if len(t.DependsOn) > 0 {
 		deps := make([]string, len(t.DependsOn))
 		for i, d := range t.DependsOn {
@@ -496,6 +501,8 @@ func (a *app) enqueueCommand() *cobra.Command {
 		exclusive   string
 		sequence    string
 		seqHold     bool
+		replaceKey  string
+		debounce    time.Duration
 	)
 	c := newCommand(&cobra.Command{
 		Use:   "enqueue NAME [PAYLOAD|-]",
@@ -509,7 +516,11 @@ prints the existing task's ID, says so on stderr and exits 0 (with
 --unique-window, at most one task per key per window, whatever its status).
 With --exclusive-key, at most one task with the key runs at a time. With
 --sequence, the tasks of the key run one at a time, in the order they were
-enqueued (--sequence-hold: a failure for good holds the rest).`,
+enqueued (--sequence-hold: a failure for good holds the rest). With
+--replace-key, a task of the key that has not started yet is replaced by
+this one (payload, run time, ...; it keeps its ID, and stderr says so)
+instead of adding a task; --debounce D also sets its run time to D from
+now, so a burst of calls runs once, D after the last.`,
 		Example: `  skiplock enqueue email.send '{"to":"ada@example.com"}'
   skiplock enqueue report.build --queue reports --priority -1 --delay 10m
   skiplock enqueue sync --run-at 2026-01-02T03:00:00Z --max-attempts 3 --timeout 5m
@@ -517,7 +528,8 @@ enqueued (--sequence-hold: a failure for good holds the rest).`,
   skiplock enqueue sync.account '{"id":7}' --unique-key sync:7     # not twice while one waits or runs
   skiplock enqueue digest.send --unique --unique-window 24h           # once a day per name and payload
   skiplock enqueue ledger.post '{"account":7}' --exclusive-key account:7
-  skiplock enqueue ledger.apply '{"account":7,"amount":5}' --sequence account:7 --sequence-hold`,
+  skiplock enqueue ledger.apply '{"account":7,"amount":5}' --sequence account:7 --sequence-hold
+  skiplock enqueue search.index '{"doc":42}' --replace-key doc:42 --debounce 5s   # once, 5s after the last call`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) < 1 || len(args) > 2 {
 				return usageErrorf("enqueue needs a task name and at most one payload, got %d arguments (see `%s --help`)", len(args), cmd.CommandPath())
@@ -605,6 +617,15 @@ enqueued (--sequence-hold: a failure for good holds the rest).`,
 				}
 				opts = append(opts, queue.WithSequenceHold())
 			}
+			var replaced bool
+			switch {
+			case cmd.Flags().Changed("debounce") && !cmd.Flags().Changed("replace-key"):
+				return usageErrorf("--debounce needs --replace-key")
+			case cmd.Flags().Changed("debounce"):
+				opts = append(opts, queue.WithDebounce(replaceKey, debounce), queue.Replaced(&replaced))
+			case cmd.Flags().Changed("replace-key"):
+				opts = append(opts, queue.WithReplaceKey(replaceKey), queue.Replaced(&replaced))
+			}
 			// Names, keys and sizes are checked by the client, which
 			// reports them to Go code: bad input all the same (ExitUsage).
 			client, done, err := a.open(cmd.Context())
@@ -623,6 +644,9 @@ enqueued (--sequence-hold: a failure for good holds the rest).`,
 			}
 			if err != nil {
 				return err
+			}
+			if replaced {
+				fmt.Fprintf(a.env.Stderr, "skiplock: enqueue: replaced pending task %d of replace key %q\n", id, replaceKey)
 			}
 			if !a.json {
 				fmt.Fprintln(a.env.Stdout, id)
@@ -648,6 +672,8 @@ enqueued (--sequence-hold: a failure for good holds the rest).`,
 	fl.DurationVar(&uniqueFor, "unique-window", 0, "with --unique-key or --unique: one task per key per window (e.g. 1h, 24h), whatever its status")
 	fl.StringVar(&exclusive, "exclusive-key", "", "run at most one task with this key at a time, across every worker")
 	fl.StringVar(&sequence, "sequence", "", "run the tasks of this key one at a time, in the order they were enqueued")
+	fl.StringVar(&replaceKey, "replace-key", "", "replace the task of this key that has not started yet, instead of adding one")
+	fl.DurationVar(&debounce, "debounce", 0, "with --replace-key: run this long after this call (e.g. 5s), each call moving it")
 	fl.BoolVar(&seqHold, "sequence-hold", false, "with --sequence: if this task fails for good, the rest of its sequence waits until it is requeued or cancelled")
 	return c
 }
