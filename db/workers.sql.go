@@ -108,6 +108,22 @@ func (q *Queries) TaskRetire(ctx context.Context, db DBTX, arg TaskRetireParams)
 	return result.RowsAffected(), nil
 }
 
+const workerCountLive = `-- name: WorkerCountLive :one
+SELECT count(*)::integer AS live
+FROM skiplock_workers
+WHERE heartbeat_at > now() - make_interval(secs => $1::double precision)
+`
+
+// The workers whose heartbeat is recent: the processes that share the
+// server's lock table with this one, for the in-flight window
+// (worker/window.go).
+func (q *Queries) WorkerCountLive(ctx context.Context, db DBTX, withinSeconds float64) (int32, error) {
+	row := db.QueryRow(ctx, workerCountLive, withinSeconds)
+	var live int32
+	err := row.Scan(&live)
+	return live, err
+}
+
 const workerHeartbeat = `-- name: WorkerHeartbeat :exec
 UPDATE skiplock_workers SET heartbeat_at = now() WHERE id = $1::text
 `

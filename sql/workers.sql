@@ -153,3 +153,11 @@ WHERE id IN (
 -- Records the queues a running worker claims from, after it added or
 -- removed one (worker.Worker.AddQueue, RemoveQueue).
 UPDATE skiplock_workers SET queues = @queues::text[] WHERE id = @id::text;
+
+-- name: WorkerCountLive :one
+-- The workers whose heartbeat is recent: the processes that share the
+-- server's lock table with this one, for the in-flight window
+-- (worker/window.go).
+SELECT count(*)::integer AS live
+FROM skiplock_workers
+WHERE heartbeat_at > now() - make_interval(secs => @within_seconds::double precision);

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/semaphore"
@@ -62,28 +63,38 @@ type completer struct {
 	done    chan struct{}
 	outage  *outage // retries of outcome writes, logged once per outage
 
-	// writers holds a token per outcome write in flight. Across a network
+	// Outcome writes in flight, at most writes at once. Across a network
 	// a write waits a round trip for its commit, and the slots of its
-	// tasks stay taken until it is done: outcomes that arrive meanwhile go
-	// out in a write of their own instead of waiting for it.
-	writers  chan struct{}
+	// tasks stay taken until it is done: there, outcomes that arrive
+	// meanwhile go out in a write of their own instead of waiting for it
+	// (the window sizer, window.go, allows maxWrites once the round trip
+	// passes parallelWritesRTT). On loopback one write at a time gathers
+	// more outcomes per commit, and was faster.
+	writes   atomic.Int32
+	writing  int           // under mu
+	wrote    chan struct{} // a write ended
 	inFlight sync.WaitGroup
 }
 
-// maxWrites bounds the outcome writes in flight at once, each on a
-// connection of the pool.
+// maxWrites bounds the outcome writes in flight at once across a network,
+// each on a connection of the pool.
 const maxWrites = 3
 
 func newCompleter(write func(context.Context, db.TaskFinishManyParams) ([]int64, error), release, free func([]finish), wake func(string), log *slog.Logger, writes int) *completer {
-	return &completer{
+	c := &completer{
 		write: write, release: release, free: free, wake: wake, log: log,
 		outage:  &outage{log: log, what: "recording task outcomes"},
 		signal:  make(chan struct{}, 1),
 		closing: make(chan struct{}),
 		done:    make(chan struct{}),
-		writers: make(chan struct{}, max(writes, 1)),
+		wrote:   make(chan struct{}, 1),
 	}
+	c.writes.Store(int32(max(writes, 1)))
+	return c
 }
+
+// allowWrites sets how many outcome writes may be in flight at once.
+func (c *completer) allowWrites(n int) { c.writes.Store(int32(max(n, 1))) }
 
 func (c *completer) add(f finish) {
 	c.mu.Lock()
@@ -136,25 +147,35 @@ func (c *completer) close() {
 }
 
 // flushAll sends what is pending, in writes of up to finishBatch, each
-// as soon as fewer than maxWrites are in flight; a write waits for the
-// previous ones only when that many are.
+// as soon as fewer writes than allowed are in flight.
 func (c *completer) flushAll() {
 	for {
-		c.writers <- struct{}{} // a token, or wait for a write to end
 		c.mu.Lock()
+		for c.writing >= int(c.writes.Load()) {
+			c.mu.Unlock()
+			<-c.wrote
+			c.mu.Lock()
+		}
 		n := min(len(c.pending), finishBatch)
 		batch := c.pending[:n:n]
 		c.pending = c.pending[n:]
-		c.mu.Unlock()
 		if n == 0 {
-			<-c.writers
+			c.mu.Unlock()
 			return
 		}
+		c.writing++
+		c.mu.Unlock()
 		c.inFlight.Add(1)
 		go func() {
 			defer c.inFlight.Done()
-			defer func() { <-c.writers }()
 			c.flush(batch)
+			c.mu.Lock()
+			c.writing--
+			c.mu.Unlock()
+			select {
+			case c.wrote <- struct{}{}:
+			default:
+			}
 		}()
 	}
 }

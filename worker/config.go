@@ -89,7 +89,16 @@ type Config struct {
 	// (max_locks_per_transaction × max_connections, about 6,400 entries by
 	// default, shared by every session) bounds the total across every
 	// worker; Run warns when Concurrency alone takes more than a quarter of
-	// it. Defaults to DefaultConcurrency (500).
+	// it.
+	//
+	// Left at zero, the worker sizes it itself, every few seconds:
+	// DefaultConcurrency (500) on a local network, more as the measured
+	// round trip to the server grows (each task is held for two round
+	// trips, its claim's and its outcome's: 1,000 at 0.75 ms, 2,000 from
+	// 2.25 ms), at most MaxAutoConcurrency (2,000), and never more than
+	// this worker's share of half the server's lock table among the
+	// workers whose heartbeat is recent (but never below 500). Set it to
+	// fix how many handlers may run at once.
 	Concurrency int
 
 	// Queues are the queues this worker claims from. Defaults to
@@ -111,7 +120,8 @@ type Config struct {
 	// more than the free capacity. A task keeps its slot until its outcome
 	// is written, so half of Concurrency lets one batch be claimed while the
 	// last one's outcomes are written. Defaults to Concurrency/2, at most
-	// MaxClaimBatch (1000).
+	// MaxClaimBatch (1000); with Concurrency sized by the worker, half of
+	// its window.
 	ClaimBatch int
 
 	// PollInterval is how often an idle worker looks for due tasks without
@@ -291,6 +301,9 @@ type Config struct {
 	// rescuePassed, if set, is called after each rescue pass of the
 	// elected rescuer: a signal for tests.
 	rescuePassed func()
+	// autoWindow: Concurrency was left at zero, and the worker sizes its
+	// window by the round trip (window.go); autoBatch: ClaimBatch too.
+	autoWindow, autoBatch bool
 }
 
 // RateLimit allows at most Limit tasks to start per window of Per, counted
@@ -351,6 +364,8 @@ func DefaultRetryBackoff(attempt int) time.Duration {
 func (c Config) withDefaults() (Config, error) {
 	if c.Concurrency == 0 {
 		c.Concurrency = DefaultConcurrency
+		c.autoWindow = true
+		c.autoBatch = c.ClaimBatch == 0
 	}
 	if len(c.Queues) == 0 {
 		c.Queues = []string{queue.DefaultQueue}

@@ -7,8 +7,10 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/skiplock/skiplock/internal/schema"
+	"github.com/skiplock/skiplock/internal/testinfra/pgtest"
 )
 
 type rescueCounter struct {
@@ -68,6 +70,14 @@ func TestRescuerNamesWhatWasLost(t *testing.T) {
 	b.claim(t, other, "w-other", 1)
 	self.close()
 	other.close()
+	// A closed connection's backend exits, and its locks go, a moment
+	// after the client has hung up.
+	pgtest.Eventually(t, 10*time.Second, "the closed sessions' task locks to go", func() bool {
+		var n int
+		err := b.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_locks
+			WHERE locktype = 'advisory' AND objsubid = 2 AND classid = $1::bigint::oid`, b.schema.TableOID).Scan(&n)
+		return err == nil && n == 0
+	})
 
 	var logs bytes.Buffer
 	work, _ := schema.Channels(b.schema.Name)

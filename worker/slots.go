@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/semaphore"
@@ -19,13 +20,30 @@ const coalesceWait = time.Millisecond
 // are written, so that when writes fall behind claims wait, rather than
 // piling up unwritten outcomes that each hold a task.
 type slots struct {
-	all   *semaphore.Weighted
-	freed chan struct{} // a slot was given back; for coalescing claims
-	batch int           // ClaimBatch: the most one claim takes
+	all      *semaphore.Weighted
+	freed    chan struct{} // a slot was given back; for coalescing claims
+	batchMax atomic.Int64  // ClaimBatch: the most one claim takes (the window sizer may change it)
+	// owed is how many slots a shrinking window (window.go) still takes
+	// back: free keeps them instead of giving them to the claim loops.
+	owed atomic.Int64
+	held atomic.Int64 // slots the window holds back
 }
 
 func newSlots(concurrency, batch int) *slots {
-	return &slots{all: semaphore.NewWeighted(int64(concurrency)), freed: make(chan struct{}, 1), batch: batch}
+	s := &slots{all: semaphore.NewWeighted(int64(concurrency)), freed: make(chan struct{}, 1)}
+	s.batchMax.Store(int64(batch))
+	return s
+}
+
+func (s *slots) batch() int { return int(s.batchMax.Load()) }
+
+func (s *slots) setBatch(n int) { s.batchMax.Store(int64(n)) }
+
+func (s *slots) signalFreed() {
+	select {
+	case s.freed <- struct{}{}:
+	default:
+	}
 }
 
 // acquire waits for one free slot, of the queue's cap q (if any) and of the
@@ -44,10 +62,10 @@ func (s *slots) acquire(ctx context.Context, q *semaphore.Weighted, coalesce boo
 		return 0, err
 	}
 	n := s.takeMore(q, 1)
-	if coalesce && n < s.batch {
+	if batch := s.batch(); coalesce && n < batch {
 		deadline := time.NewTimer(coalesceWait)
 		defer deadline.Stop()
-		for n < s.batch {
+		for n < batch {
 			select {
 			case <-s.freed:
 				n = s.takeMore(q, n)
@@ -61,7 +79,7 @@ func (s *slots) acquire(ctx context.Context, q *semaphore.Weighted, coalesce boo
 
 // takeMore takes free slots without waiting, up to the batch.
 func (s *slots) takeMore(q *semaphore.Weighted, n int) int {
-	for n < s.batch {
+	for batch := s.batch(); n < batch; {
 		if q != nil && !q.TryAcquire(1) {
 			break
 		}
@@ -90,14 +108,27 @@ func (s *slots) release(q *semaphore.Weighted, n int) {
 // free gives back the slots of a batch of written outcomes and wakes a
 // claim loop that waits to fill its claim.
 func (s *slots) free(batch []finish) {
-	s.all.Release(int64(len(batch)))
+	s.all.Release(int64(len(batch) - s.reclaim(len(batch))))
 	for _, f := range batch {
 		if f.slots != nil {
 			f.slots.Release(1)
 		}
 	}
-	select {
-	case s.freed <- struct{}{}:
-	default:
+	s.signalFreed()
+}
+
+// reclaim keeps up to n freed slots for a window that owes them, and
+// reports how many it kept.
+func (s *slots) reclaim(n int) int {
+	for {
+		owed := s.owed.Load()
+		k := min(owed, int64(n))
+		if k <= 0 {
+			return 0
+		}
+		if s.owed.CompareAndSwap(owed, owed-k) {
+			s.held.Add(k)
+			return int(k)
+		}
 	}
 }

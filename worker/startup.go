@@ -48,8 +48,13 @@ func (w *Worker) start(ctx context.Context) error {
 
 	w.classOID = table.Oid
 	w.limitClass = int32(uint32(limitClass))
-	w.slots = newSlots(w.cfg.Concurrency, w.cfg.ClaimBatch)
-	w.comp = newCompleter(w.writeFinishes, w.guard.release, w.slots.free, w.wake, w.log, min(maxWrites, int(w.pool.Config().MaxConns)-1))
+	if w.cfg.autoWindow {
+		w.slots = newSlots(MaxAutoConcurrency, w.cfg.ClaimBatch)
+	} else {
+		w.slots = newSlots(w.cfg.Concurrency, w.cfg.ClaimBatch)
+	}
+	w.comp = newCompleter(w.writeFinishes, w.guard.release, w.slots.free, w.wake, w.log, 1)
+	w.window = newWindowSizer(w, w.cfg.autoWindow, w.cfg.autoBatch)
 	return w.guard.open(ctx, table.Oid, o)
 }
 

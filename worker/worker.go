@@ -72,7 +72,8 @@ type Worker struct {
 	execs      *executors // goroutines that run handlers (executors.go)
 	batchers   sync.Map   // *batchSpec -> *batcher: batch handlers' batches (batch.go)
 	comp       *completer
-	classOID   int64 // skiplock_tasks' OID: the advisory lock class
+	window     *windowSizer // sizes Concurrency by the round trip when it was left at zero
+	classOID   int64        // skiplock_tasks' OID: the advisory lock class
 	// limitClass is skiplock_limits' OID: the first key of limit slot
 	// locks (clusterlimits.go).
 	limitClass int32
@@ -232,7 +233,9 @@ func (w *Worker) backgroundJobs(listening chan struct{}) []func(context.Context)
 		queries: w.queries, pool: w.pool, interval: w.cfg.HealthInterval,
 		running: w.inflightSnapshot, cancel: w.cancelTasks,
 	}
-	return append([]func(context.Context){l.run, r.run, ret.run, cp.run, w.abandonOverdue}, w.guard.jobs()...)
+	jobs := []func(context.Context){l.run, r.run, ret.run, cp.run, w.abandonOverdue}
+	jobs = append(jobs, w.window.run)
+	return append(jobs, w.guard.jobs()...)
 }
 
 func (w *Worker) inflightSnapshot() []*execution {
