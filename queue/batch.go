@@ -263,32 +263,13 @@ func prepareBatch(b Batch, limits inputLimits, kr *Keyring) ([]row, error) {
 // checkBatchOptions refuses the options that do not apply to a task of a
 // batch.
 func checkBatchOptions(opts []Option) error {
-	if len(opts) == 0 {
-		return nil
-	}
-	var o options
-	for _, opt := range opts {
-		opt(&o)
-	}
-	refuse := func(option, why string) error {
-		return fmt.Errorf("%w: %s does not apply to a task of a batch (%s)", ErrInvalidTask, option, why)
-	}
-	switch {
-	case o.uniqueKey != "":
-		return refuse("WithUniqueKey", "a duplicate would not be inserted, and the batch would wait for it")
-	case o.uniqueDerive:
-		return refuse("WithUnique", "a duplicate would not be inserted, and the batch would wait for it")
-	case o.uniqueWindow != 0:
-		return refuse("WithUniqueWindow", "a duplicate would not be inserted, and the batch would wait for it")
-	case o.sequenceSet:
-		return refuse("WithSequence", "a task of a batch waits for nothing but its batch")
-	case o.sequenceHold:
-		return refuse("WithSequenceHold", "a task of a batch waits for nothing but its batch")
-	case len(o.dependsOn) > 0:
-		return refuse("WithDependsOn", "a task of a batch waits for nothing but its batch")
-	}
-	_, err := buildOptions(opts)
-	return err
+	return refusals{
+		scope:    "a task of a batch",
+		unique:   "a duplicate would not be inserted, and the batch would wait for it",
+		sequence: "a task of a batch waits for nothing but its batch",
+		depends:  "a task of a batch waits for nothing but its batch",
+		replace:  "a task of a batch is counted by its batch, and a replaced task would be counted twice",
+	}.check(opts)
 }
 
 // GetBatch returns a batch with its counts, or ErrBatchNotFound. A batch

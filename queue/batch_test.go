@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/skiplock/skiplock/internal/testinfra/pgtest"
 	"github.com/skiplock/skiplock/queue"
@@ -127,6 +128,8 @@ func TestEnqueueBatchRefuses(t *testing.T) {
 		{"unique batch", queue.Batch{Tasks: member, Options: []queue.Option{queue.WithUnique()}}, "Batch.Options: skiplock: invalid task: WithUnique does not apply"},
 		{"dependent callback", queue.Batch{Tasks: member, OnFinish: queue.NewTask{Name: "done", Options: []queue.Option{queue.WithDependsOn(1)}}}, "Batch.OnFinish (\"done\"): skiplock: invalid task: WithDependsOn"},
 		{"sequenced member", queue.Batch{Tasks: []queue.NewTask{{Name: "m", Options: []queue.Option{queue.WithSequence("s")}}}}, "WithSequence does not apply"},
+		{"debounced member", queue.Batch{Tasks: []queue.NewTask{{Name: "m", Options: []queue.Option{queue.WithDebounce("k", time.Second)}}}}, "WithReplaceKey or WithDebounce does not apply to a task of a batch"},
+		{"replacing batch", queue.Batch{Tasks: member, Options: []queue.Option{queue.WithReplaceKey("k")}}, "Batch.Options: skiplock: invalid task: WithReplaceKey or WithDebounce"},
 		{"bad option", queue.Batch{Tasks: member, Options: []queue.Option{queue.WithMaxAttempts(-1)}}, "Batch.Options"},
 		{"bad payload", queue.Batch{Tasks: member, OnFinish: queue.NewTask{Name: "done", Payload: func() {}}}, "Batch.OnFinish"},
 	} {

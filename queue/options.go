@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -181,4 +182,48 @@ func buildOptions(opts []Option) (options, error) {
 		}
 	}
 	return o, nil
+}
+
+// refusals are the options a group of tasks (a workflow's steps, a batch's
+// members) cannot take, each with why, for an error that names the option.
+type refusals struct {
+	scope     string // "a whole workflow"
+	uniqueKey string // WithUniqueKey; unique when empty
+	unique    string // WithUnique, WithUniqueWindow
+	sequence  string // WithSequence, WithSequenceHold
+	depends   string // WithDependsOn
+	replace   string // WithReplaceKey, WithDebounce
+}
+
+// check refuses the first option of opts that r names, and validates the
+// others on their own.
+func (r refusals) check(opts []Option) error {
+	if len(opts) == 0 {
+		return nil
+	}
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	refuse := func(option, why string) error {
+		return fmt.Errorf("%w: %s does not apply to %s (%s)", ErrInvalidTask, option, r.scope, why)
+	}
+	switch {
+	case o.uniqueKey != "":
+		return refuse("WithUniqueKey", cmp.Or(r.uniqueKey, r.unique))
+	case o.uniqueDerive:
+		return refuse("WithUnique", r.unique)
+	case o.uniqueWindow != 0:
+		return refuse("WithUniqueWindow", r.unique)
+	case o.sequenceSet:
+		return refuse("WithSequence", r.sequence)
+	case o.sequenceHold:
+		return refuse("WithSequenceHold", r.sequence)
+	case len(o.dependsOn) > 0:
+		return refuse("WithDependsOn", r.depends)
+	case o.replaceSet, o.debounceSet:
+		return refuse("WithReplaceKey or WithDebounce", r.replace)
+	}
+	_, err := buildOptions(opts)
+	return err
 }

@@ -321,34 +321,14 @@ func prepareWorkflow(wf Workflow, limits inputLimits, kr *Keyring) ([]row, [][]i
 // checkWorkflowOptions refuses Workflow.Options that name one task, and
 // validates the others on their own.
 func checkWorkflowOptions(opts []Option) error {
-	if len(opts) == 0 {
-		return nil
-	}
-	var o options
-	for _, opt := range opts {
-		opt(&o)
-	}
-	refuse := func(option, why string) error {
-		return fmt.Errorf("%w: %s does not apply to a whole workflow (%s)", ErrInvalidTask, option, why)
-	}
-	switch {
-	case o.uniqueKey != "":
-		return refuse("WithUniqueKey", "every step but one would be a duplicate")
-	case o.uniqueDerive:
-		return refuse("WithUnique", "a workflow's steps take no unique key")
-	case o.uniqueWindow != 0:
-		return refuse("WithUniqueWindow", "a workflow's steps take no unique key")
-	case o.sequenceSet:
-		return refuse("WithSequence", "a step waits for its dependencies, not for a sequence")
-	case o.sequenceHold:
-		return refuse("WithSequenceHold", "a step waits for its dependencies, not for a sequence")
-	case len(o.dependsOn) > 0:
-		return refuse("WithDependsOn", "use Step.DependsOn")
-	case o.replaceSet, o.debounceSet:
-		return refuse("WithReplaceKey or WithDebounce", "a step is one task of its workflow")
-	}
-	_, err := buildOptions(opts)
-	return err
+	return refusals{
+		scope:     "a whole workflow",
+		uniqueKey: "every step but one would be a duplicate",
+		unique:    "a workflow's steps take no unique key",
+		sequence:  "a step waits for its dependencies, not for a sequence",
+		depends:   "use Step.DependsOn",
+		replace:   "a step is one task of its workflow",
+	}.check(opts)
 }
 
 // arrayLiteral is ids as a PostgreSQL array literal; "" for none.
