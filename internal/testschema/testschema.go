@@ -39,16 +39,30 @@ func DropStale(ctx context.Context, url, prefix string, olderThan time.Duration)
 	if err != nil {
 		return err
 	}
-	cutoff := time.Now().Add(-olderThan).Unix()
-	for _, name := range names {
-		stamp, _, _ := strings.Cut(strings.TrimPrefix(name, prefix), "_")
-		if created, err := strconv.ParseInt(stamp, 10, 64); err == nil && created < cutoff {
-			// IF EXISTS: test binaries of several packages, run at
-			// once, sweep the same leftovers.
-			if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{name}.Sanitize()+" CASCADE"); err != nil {
-				return fmt.Errorf("dropping leftover schema %s: %w", name, err)
-			}
+	for _, name := range Stale(names, prefix, olderThan) {
+		// IF EXISTS: test binaries of several packages, run at once,
+		// sweep the same leftovers.
+		if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{name}.Sanitize()+" CASCADE"); err != nil {
+			return fmt.Errorf("dropping leftover schema %s: %w", name, err)
 		}
 	}
 	return nil
+}
+
+// Stale returns the names, among names, that Name made with prefix more
+// than olderThan ago; names it did not make are never stale.
+func Stale(names []string, prefix string, olderThan time.Duration) []string {
+	cutoff := time.Now().Add(-olderThan).Unix()
+	var stale []string
+	for _, name := range names {
+		rest, ok := strings.CutPrefix(name, prefix)
+		if !ok {
+			continue
+		}
+		stamp, _, _ := strings.Cut(rest, "_")
+		if created, err := strconv.ParseInt(stamp, 10, 64); err == nil && created < cutoff {
+			stale = append(stale, name)
+		}
+	}
+	return stale
 }

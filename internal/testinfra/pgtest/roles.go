@@ -5,8 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -125,13 +123,7 @@ func dropStaleRoles(ctx context.Context, url string, olderThan time.Duration) er
 	if err != nil {
 		return err
 	}
-	cutoff := time.Now().Add(-olderThan).Unix()
-	for _, name := range names {
-		stamp, _, _ := strings.Cut(strings.TrimPrefix(name, rolePrefix), "_")
-		created, err := strconv.ParseInt(stamp, 10, 64)
-		if err != nil || created >= cutoff {
-			continue
-		}
+	for _, name := range testschema.Stale(names, rolePrefix, olderThan) {
 		q := pgx.Identifier{name}.Sanitize()
 		for _, s := range []string{"DROP OWNED BY " + q, "DROP ROLE " + q} {
 			if _, err := conn.Exec(ctx, s); err != nil {
