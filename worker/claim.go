@@ -189,7 +189,10 @@ func (w *Worker) claimAndStart(queueName string, max int, only, skip []string, q
 	started := time.Now()
 	head := cur.bound(&p, started)
 	if before, due := cur.probeDue(started); due {
-		go w.probe(queueName, only, skip, cur, before)
+		// Counted with the claim loops, and ended with Run's context, so
+		// that no probe outlives Run (stopClaiming waits for them).
+		qs := w.queues
+		qs.wg.Go(func() { w.probe(qs.ctx, queueName, only, skip, cur, before) })
 	}
 	limited := w.limitsSeen.any(w.queries, w.pool, false)
 	rows, gen, err := w.guard.claim(p, limited)
@@ -214,8 +217,8 @@ func (w *Worker) claimAndStart(queueName string, max int, only, skip []string, q
 // probe looks for the first claimable row behind a cursor (cursor.go), on
 // a pool connection, and wakes the queue's claim loop to start there if it
 // finds one.
-func (w *Worker) probe(queueName string, only, skip []string, cur *claimCursor, before claimPos) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+func (w *Worker) probe(ctx context.Context, queueName string, only, skip []string, cur *claimCursor, before claimPos) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	started := time.Now()
 	rows, err := w.queries.TaskPendingBefore(ctx, customPlans{w.pool}, db.TaskPendingBeforeParams{

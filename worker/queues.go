@@ -189,8 +189,8 @@ func (w *Worker) startClaiming(ctx context.Context) {
 	}
 }
 
-// stopClaiming refuses further changes and waits for every claim loop to
-// end (ctx, Run's, has ended).
+// stopClaiming refuses further changes and waits for every claim loop, and
+// every probe behind a claim cursor, to end (ctx, Run's, has ended).
 func (w *Worker) stopClaiming() {
 	qs := w.queues
 	qs.mu.Lock()
