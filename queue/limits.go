@@ -19,9 +19,14 @@ var ErrInvalidLimit = errors.New("skiplock: invalid limit")
 // PostgreSQL at claim time. Exactly one of Queue, Name and Key names the
 // scope. Tasks over a limit stay pending, neither failed nor lost.
 //
-// In the default advisory mode a limited task holds one of Max slot locks
-// while it runs, released with its task lock, so a worker that dies frees
-// its slots with its session. A limit applies to claims made after it is
+// In the default advisory mode a limited task holds a place in one of the
+// limit's blocks while it runs: a block is an advisory lock held by one
+// worker's session for as long as any of its tasks uses a place in it, one
+// place below a Max of 512 (one slot lock per task) and Max/256 places from
+// there up, so that a limit far above what runs costs a few locks, not one
+// per task. A worker that dies frees its blocks with its session; a binding
+// limit of 512 or more may leave up to Max/256 - 1 places per worker
+// unused while work waits. A limit applies to claims made after it is
 // set; lowering it stops new claims but never cancels running tasks.
 type Limit struct {
 	// Queue limits the tasks of one queue.

@@ -76,18 +76,25 @@ WHERE (unique_key = ANY(@unique_keys::text[]) AND status IN ('pending', 'running
 -- picked row falls under a scope per limit that matches it (its queue's,
 -- its name's, and one per key pattern that its limit_key matches, per key),
 -- and is taken only if it gets a place in every scope:
---   - advisory mode: one of max_running slot locks per scope, session-level
---     advisory locks (limit_class, hash(scope) + slot) held on the lock
---     session until the task's lock is released. Slots this session holds
---     already (held_limit_locks) are not tried again: a session may take a
---     lock it holds a second time. Tries start at a random slot, so that
---     a limit set high costs about one try per row.
+--   - advisory mode: a place in one of the scope's blocks. A scope's
+--     max_running places come in blocks of g = max(1, max_running / 256)
+--     (the last one may be smaller); a block is a session-level advisory
+--     lock (limit_class, hash(scope) + block) that one session holds,
+--     once, for as long as any of its tasks uses a place in it, and that
+--     it alone fills: held_limit_locks and held_limit_counts say which
+--     blocks this session holds and how many of its tasks use each (the
+--     worker releases a block with the last of them). Free places of held
+--     blocks are used first, then new blocks are tried, from a random one
+--     on, as many as the remaining rows need. Below 512, a block is one
+--     place: one slot lock per running task. Above, a worker's places sit
+--     in a few locks, and a place that one session's block holds and does
+--     not use waits for that session (at most g - 1 per session and scope).
 --   - lease mode: running rows of the scope plus the row's rank in it must
 --     not pass max_running, counted under transaction locks on the limits
 --     that a previous statement of the same transaction took
 --     (LimitLockForClaim; limits_locked). Without them, limited rows are
 --     left alone.
--- Slots of rows that end up not taken are released before the statement
+-- Blocks taken that no taken row uses are released before the statement
 -- ends ("surplus").
 WITH released AS MATERIALIZED (
     SELECT (SELECT count(*) FILTER (WHERE pg_advisory_unlock(@lock_class::integer, u.id::bit(32)::integer))
@@ -117,6 +124,7 @@ WITH released AS MATERIALIZED (
           OR (m.kind = 'name' AND r.name = m.target)
           OR (m.kind = 'key' AND r.limit_key LIKE m.pattern)
         WHERE r.status = 'running'
+          AND @check_full::boolean
           AND (SELECT yes FROM any_limits)
         GROUP BY 1, 2, 3, 4
     ) AS c
@@ -165,31 +173,59 @@ WITH released AS MATERIALIZED (
       OR (m.kind = 'key' AND x.limit_key LIKE m.pattern)
     WHERE (SELECT yes FROM any_limits)
 ), scopes AS MATERIALIZED (
-    SELECT b.scope, b.kind, b.val, min(b.max_running) AS max_running, count(*) AS want,
-           floor(random() * min(b.max_running))::bigint AS start
-    FROM bound AS b
-    GROUP BY b.scope, b.kind, b.val
+    -- Per scope: its places come in blocks of g (see "Concurrency limits"
+    -- above); base is where its block keys start.
+    SELECT c.*, (c.max_running + c.g - 1) / c.g AS blocks,
+           floor(random() * ((c.max_running + c.g - 1) / c.g))::bigint AS start
+    FROM (
+        SELECT b.scope, b.kind, b.val, min(b.max_running)::bigint AS max_running, count(*) AS want,
+               greatest(1, min(b.max_running) / 256)::bigint AS g, hashtext(b.scope)::bigint AS base
+        FROM bound AS b
+        GROUP BY b.scope, b.kind, b.val
+    ) AS c
 ), ranked AS MATERIALIZED (
     SELECT b.id, b.scope, row_number() OVER (PARTITION BY b.scope ORDER BY b.priority, b.run_at, b.id) AS n
     FROM bound AS b
-), slots AS MATERIALIZED (
-    -- Per scope, the slot locks taken, in order: the n-th ranked row of the
-    -- scope gets the n-th.
-    SELECT s.scope, array_agg(g.key) AS keys
+), held AS MATERIALIZED (
+    -- Blocks of more than one place that this session holds, with places
+    -- its tasks do not use (held_limit_counts: how many use each).
+    SELECT s.scope, h.key, least(s.g, s.max_running - i.idx * s.g) - h.n AS free
+    FROM scopes AS s
+    CROSS JOIN LATERAL (SELECT u.key, (@held_limit_counts::integer[])[u.i] AS n
+                        FROM unnest(@held_limit_locks::integer[]) WITH ORDINALITY AS u(key, i)) AS h
+    CROSS JOIN LATERAL (SELECT ((h.key::bigint - s.base) % 4294967296 + 4294967296) % 4294967296 AS idx) AS i
+    WHERE s.g > 1
+      AND @lease_ms::bigint <= 0
+      AND i.idx < s.blocks
+      AND least(s.g, s.max_running - i.idx * s.g) > h.n
+), taken AS MATERIALIZED (
+    -- Per scope, the blocks that the places its held blocks lack take:
+    -- tried from a random block on, passing over those this session holds.
+    SELECT s.scope, t.key, t.cap
     FROM scopes AS s
     CROSS JOIN LATERAL (
-        SELECT c.key
-        FROM (SELECT ((hashtext(s.scope)::bigint + (s.start + i) % s.max_running)::bit(32))::integer AS key
-              FROM (SELECT generate_series(0::bigint, s.max_running - 1) AS i) AS series) AS c
+        SELECT c.key, c.cap
+        FROM (SELECT ((s.base + (s.start + i) % s.blocks)::bit(32))::integer AS key,
+                     least(s.g, s.max_running - ((s.start + i) % s.blocks) * s.g) AS cap
+              FROM (SELECT generate_series(0::bigint, s.blocks - 1) AS i) AS series) AS c
         -- CASE, unlike AND, fixes the order: the planner puts cheaper
         -- quals first, and a lock tried before the check would be taken
         -- a second time.
         WHERE CASE WHEN c.key = ANY(@held_limit_locks::integer[]) THEN false
                    ELSE pg_try_advisory_lock(@limit_class::integer, c.key) END
-        LIMIT s.want
-    ) AS g
+        LIMIT ceil(greatest(0, s.want - coalesce((SELECT sum(h.free) FROM held AS h WHERE h.scope = s.scope), 0))::numeric / s.g)
+    ) AS t
     WHERE @lease_ms::bigint <= 0
-    GROUP BY s.scope
+), slots AS MATERIALIZED (
+    -- Per scope, a place for each ranked row, in order: the free places of
+    -- held blocks first, then those of the blocks just taken; the n-th
+    -- ranked row gets the n-th (its block's key).
+    SELECT p.scope, (array_agg(p.key ORDER BY p.o, p.key))[1:min(s.want)] AS keys
+    FROM (SELECT h.scope, h.key, 0 AS o FROM held AS h CROSS JOIN generate_series(1, h.free)
+          UNION ALL
+          SELECT t.scope, t.key, 1 FROM taken AS t CROSS JOIN generate_series(1, t.cap)) AS p
+    JOIN scopes AS s ON s.scope = p.scope
+    GROUP BY p.scope
 ), counted AS MATERIALIZED (
     SELECT s.scope, s.max_running,
            (SELECT count(*) FROM skiplock_tasks AS r
@@ -225,11 +261,13 @@ WITH released AS MATERIALIZED (
                WHEN @lease_ms::bigint > 0 THEN true
                ELSE pg_try_advisory_lock(@lock_class::integer, v.id::bit(32)::integer) END
 ), surplus AS MATERIALIZED (
-    -- The slot locks of limited rows not taken after all.
-    SELECT count(*) FILTER (WHERE pg_advisory_unlock(@limit_class::integer, k.key)) AS n
-    FROM verdict AS v
-    CROSS JOIN LATERAL unnest(v.keys) AS k(key)
-    WHERE v.id NOT IN (SELECT l.id FROM locked AS l)
+    -- The blocks just taken that no taken row uses, and a second take of
+    -- one block (two scopes' keys may meet): a block is held once, however
+    -- many of this session's tasks use it.
+    SELECT count(*) FILTER (WHERE pg_advisory_unlock(@limit_class::integer, t.key)) AS n
+    FROM (SELECT t.key, row_number() OVER (PARTITION BY t.key) AS k FROM taken AS t) AS t
+    WHERE t.k > 1
+       OR t.key NOT IN (SELECT u.key FROM locked AS l CROSS JOIN LATERAL unnest(l.limit_locks) AS u(key))
 )
 UPDATE skiplock_tasks AS t
 SET status = 'running',
@@ -305,6 +343,80 @@ FROM locked
 WHERE t.id = locked.id
 RETURNING t.id, t.queue, t.name, t.payload, t.metadata, t.priority, t.attempt,
           t.max_attempts, t.timeout_ms, t.run_at, t.created_at, t.started_at, NULL::integer[] AS limit_locks,
+          (t.exclusive_key IS NOT NULL)::boolean AS exclusive;
+
+-- name: TaskClaimHeld :many
+-- The claim of a queue whose one limit is its own (a queue limit, and no
+-- name or key limit anywhere) while this session holds a block of it with
+-- places to spare: TaskClaimPlain, taking at most those places, each row
+-- in that block. No slot is tried, no scope is built: the block is held
+-- already. It takes nothing (and the worker claims with TaskClaim) when
+-- another limit exists, or no held block (held_limit_locks, with
+-- held_limit_counts as in TaskClaim) has a free place. See TaskClaim for
+-- the blocks, the lock keys, the cursor, flow control and the unlocks it
+-- carries.
+WITH released AS MATERIALIZED (
+    SELECT (SELECT count(*) FILTER (WHERE pg_advisory_unlock(@lock_class::integer, u.id::bit(32)::integer))
+            FROM unnest(@unlock_ids::bigint[]) AS u(id))
+         + (SELECT count(*) FILTER (WHERE pg_advisory_unlock(@limit_class::integer, k.key))
+            FROM unnest(@unlock_limit_locks::integer[]) AS k(key)) AS n
+), place AS MATERIALIZED (
+    -- The held block of the queue's limit with the most free places.
+    SELECT h.key, least(l.g, l.max_running - i.idx * l.g) - h.n AS free
+    FROM (SELECT m.max_running::bigint AS max_running, greatest(1, m.max_running / 256)::bigint AS g,
+                 hashtext('queue:' || m.target)::bigint AS base
+          FROM skiplock_limits AS m
+          WHERE m.kind = 'queue' AND m.target = @queue::text) AS l
+    CROSS JOIN LATERAL (SELECT u.key, (@held_limit_counts::integer[])[u.i] AS n
+                        FROM unnest(@held_limit_locks::integer[]) WITH ORDINALITY AS u(key, i)) AS h
+    CROSS JOIN LATERAL (SELECT ((h.key::bigint - l.base) % 4294967296 + 4294967296) % 4294967296 AS idx) AS i
+    WHERE l.g > 1
+      AND i.idx < (l.max_running + l.g - 1) / l.g
+    ORDER BY 2 DESC
+    LIMIT 1
+), open AS MATERIALIZED (
+    SELECT NOT EXISTS (
+        SELECT 1 FROM skiplock_queues AS q WHERE q.name = @queue::text AND q.paused_at IS NOT NULL
+    ) AND NOT EXISTS (
+        SELECT 1 FROM skiplock_limits AS m WHERE NOT (m.kind = 'queue' AND m.target = @queue::text)
+    ) AND (SELECT n FROM released) >= 0 AS ok
+), picked AS MATERIALIZED (
+    SELECT p.id, p.exclusive_key
+    FROM skiplock_tasks AS p
+    WHERE p.status = 'pending'
+      AND p.queue = @queue::text
+      AND p.run_at <= now()
+      AND (SELECT ok FROM open)
+      AND (NOT @use_after::boolean
+           OR (p.priority, p.run_at, p.id) > (@after_priority::smallint, @after_run_at::timestamptz, @after_id::bigint))
+      AND (cardinality(@only_names::text[]) = 0 OR p.name = ANY(@only_names::text[]))
+      AND NOT (p.name = ANY(@skip_names::text[]))
+      AND (p.exclusive_key IS NULL OR NOT EXISTS (
+          SELECT 1 FROM skiplock_tasks AS r WHERE r.exclusive_key = p.exclusive_key AND r.status = 'running'))
+    ORDER BY p.priority, p.run_at, p.id
+    LIMIT least(@max::integer, coalesce((SELECT greatest(f.free, 0) FROM place AS f), 0))
+    FOR UPDATE SKIP LOCKED
+), locked AS MATERIALIZED (
+    -- As TaskClaimPlain's (advisory mode only).
+    SELECT p.id
+    FROM picked AS p
+    WHERE CASE WHEN p.exclusive_key IS NULL THEN true
+               WHEN p.id <> (SELECT min(k.id) FROM picked AS k WHERE k.exclusive_key = p.exclusive_key) THEN false
+               ELSE pg_try_advisory_xact_lock(hashtextextended(p.exclusive_key, @exclusive_seed::bigint)) END
+      AND pg_try_advisory_lock(@lock_class::integer, p.id::bit(32)::integer)
+)
+UPDATE skiplock_tasks AS t
+SET status = 'running',
+    attempt = t.attempt + 1,
+    worker_id = @worker_id::text,
+    started_at = now(),
+    finished_at = NULL,
+    locked_until = NULL
+FROM locked
+WHERE t.id = locked.id
+RETURNING t.id, t.queue, t.name, t.payload, t.metadata, t.priority, t.attempt,
+          t.max_attempts, t.timeout_ms, t.run_at, t.created_at, t.started_at,
+          ARRAY[(SELECT f.key FROM place AS f)]::integer[] AS limit_locks,
           (t.exclusive_key IS NOT NULL)::boolean AS exclusive;
 
 -- name: TaskUnlockMany :one

@@ -195,16 +195,30 @@ func (w *Worker) claimAndStart(queueName string, max int, only, skip []string, q
 		qs.wg.Go(func() { w.probe(qs.ctx, queueName, only, skip, cur, before) })
 	}
 	limited := w.limitsSeen.any(w.queries, w.pool, false)
-	rows, gen, err := w.guard.claim(p, limited)
-	if err == nil && len(rows) == 0 && !limited {
-		// The plain claim takes nothing once a limit exists: look again
-		// now rather than idle until the next look.
-		if w.limitsSeen.any(w.queries, w.pool, true) {
-			rows, gen, err = w.guard.claim(p, true)
+	how := howPlain
+	if limited {
+		how, p.CheckFull = w.heldClaims.next(queueName, w.cfg.Mode == ModeAdvisory, started)
+	}
+	rows, gen, err := w.guard.claim(p, how)
+	if err == nil && len(rows) == 0 && how != howLimited {
+		// The plain claim takes nothing once a limit exists, the held one
+		// where it does not apply: claim with every limit enforced now
+		// rather than idle until the next look.
+		if how == howHeld {
+			w.heldClaims.claimed(queueName, how, max, 0, time.Now())
+		} else {
+			p.CheckFull = true
+		}
+		if limited = limited || w.limitsSeen.any(w.queries, w.pool, true); limited {
+			how = howLimited
+			rows, gen, err = w.guard.claim(p, how)
 		}
 	}
 	if err != nil {
 		return 0, err
+	}
+	if how != howPlain {
+		w.heldClaims.claimed(queueName, how, max, len(rows), time.Now())
 	}
 	cur.claimed(head, started, time.Since(started), rows)
 	w.cfg.Observer.Claimed(queueName, max, len(rows))
@@ -297,7 +311,8 @@ func (w *Worker) claimKeyed(queueName string, limit RateLimit, max int, qslots *
 		Max:           int32(len(g.Ids)),
 		ExclusiveSeed: w.classOID,
 		LimitClass:    w.limitClass,
-	}, true)
+		CheckFull:     true,
+	}, howLimited)
 	if err != nil {
 		return 0, left, err
 	}

@@ -246,6 +246,107 @@ func TestLimitLocksBalance(t *testing.T) {
 	})
 }
 
+// TestLimitBlocks: a limit of 512 or more takes its places a block at a
+// time. A binding limit of 600 (blocks of 2) between two workers that
+// could run 800: never more than 600 run, at least 598 do while work
+// waits (a worker may hold one place of a block it has no task for), in
+// at most 300 locks; and every block is released once the tasks finish.
+func TestLimitBlocks(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	if err := b.client.SetLimit(ctx, queue.Limit{Queue: queue.DefaultQueue, Max: 600}); err != nil {
+		t.Fatal(err)
+	}
+	gate := make(chan struct{})
+	handlers := worker.Handlers{"job": func(ctx context.Context, _ *worker.Task) error {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+		}
+		return nil
+	}}
+	tasks := make([]queue.NewTask, 1000)
+	for i := range tasks {
+		tasks[i] = queue.NewTask{Name: "job"}
+	}
+	if _, err := b.client.EnqueueMany(ctx, tasks); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		start(t, pgtest.NewPool(t, b.schema), worker.Config{Concurrency: 400, PollInterval: 100 * time.Millisecond}, handlers)
+	}
+	pgtest.Eventually(t, 20*time.Second, "598 or more running", func() bool {
+		n := b.count(t, "status = 'running'")
+		if n > 600 {
+			t.Fatalf("%d running, limit 600", n)
+		}
+		return n >= 598
+	})
+	for range 10 {
+		if n := b.count(t, "status = 'running'"); n > 600 {
+			t.Fatalf("%d running, limit 600", n)
+		}
+		if n := b.limitLocks(t); n > 300 {
+			t.Fatalf("%d limit locks held: a limit of 600 has 300 blocks", n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	close(gate)
+	pgtest.Eventually(t, 20*time.Second, "all completed and every block released", func() bool {
+		if n := b.count(t, "status = 'running'"); n > 600 {
+			t.Fatalf("%d running, limit 600", n)
+		}
+		return b.count(t, "status = 'completed'") == len(tasks) && b.limitLocks(t) == 0
+	})
+}
+
+// TestLimitNeverBinding: under a limit far above what the worker runs,
+// its places come from one block held across claims (TaskClaimHeld takes
+// most tasks, with no slot tried), a running worker holds at most two
+// limit locks, and none is left once the tasks finish.
+func TestLimitNeverBinding(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	if err := b.client.SetLimit(ctx, queue.Limit{Queue: queue.DefaultQueue, Max: 1_000_000}); err != nil {
+		t.Fatal(err)
+	}
+	var done atomic.Int64
+	var gate atomic.Pointer[chan struct{}]
+	g := make(chan struct{})
+	gate.Store(&g)
+	handlers := worker.Handlers{"job": func(ctx context.Context, _ *worker.Task) error {
+		select {
+		case <-*gate.Load():
+		case <-ctx.Done():
+		}
+		done.Add(1)
+		return nil
+	}}
+	tasks := make([]queue.NewTask, 3000)
+	for i := range tasks {
+		tasks[i] = queue.NewTask{Name: "job"}
+	}
+	if _, err := b.client.EnqueueMany(ctx, tasks); err != nil {
+		t.Fatal(err)
+	}
+	w, _ := start(t, pgtest.NewPool(t, b.schema), worker.Config{Concurrency: 500, ClaimBatch: 100}, handlers)
+	pgtest.Eventually(t, 10*time.Second, "500 running", func() bool { return b.count(t, "status = 'running'") == 500 })
+	if n := b.limitLocks(t); n < 1 || n > 2 {
+		t.Fatalf("%d limit locks held for 500 running tasks under a limit of 1,000,000 (blocks of 3,906)", n)
+	}
+	close(g)
+	pgtest.Eventually(t, 20*time.Second, "all completed and every block released", func() bool {
+		return b.count(t, "status = 'completed'") == len(tasks) && b.limitLocks(t) == 0
+	})
+	held := worker.HeldClaimed(w)
+	t.Logf("%d of %d tasks taken by held claims", held, len(tasks))
+	if held < int64(len(tasks))/2 {
+		t.Errorf("%d of %d tasks taken within a held block: the never-binding limit paid the full claim", held, len(tasks))
+	}
+}
+
 // limitLocksOf counts the limit slot locks a backend holds.
 func (b *bundle) limitLocksOf(t *testing.T, pid int32) int {
 	t.Helper()

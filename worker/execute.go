@@ -35,8 +35,9 @@ type execution struct {
 	// gated: the task held a place that another task may be waiting for
 	// (a concurrency limit's slot, its exclusive key), so its end wakes
 	// the claim loops here and in every other worker (completer.flush).
-	gated   bool
-	timeout time.Duration
+	gated     bool
+	exclusive bool // it holds an exclusive key
+	timeout   time.Duration
 	// abandonAt is when a handler still running is abandoned (zero: not
 	// watched by abandonOverdue; an attempt run by RunTask has a timer).
 	abandonAt time.Time
@@ -86,7 +87,7 @@ func (w *Worker) newExecution(r db.TaskClaimRow, gen uint64, queueSlots *semapho
 	if timeout > 0 {
 		ctx, stop = context.WithTimeoutCause(base, timeout, errTimeout)
 	}
-	return &execution{task: queueTask(r), slots: queueSlots, gen: gen, limits: r.LimitLocks, gated: len(r.LimitLocks) > 0 || r.Exclusive,
+	return &execution{task: queueTask(r), slots: queueSlots, gen: gen, limits: r.LimitLocks, gated: len(r.LimitLocks) > 0 || r.Exclusive, exclusive: r.Exclusive,
 		timeout: timeout, ctx: ctx, scope: sc, cancel: cancel, stopCtx: stop}
 }
 

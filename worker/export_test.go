@@ -22,3 +22,11 @@ func ForceCursor(w *Worker, queueName string) {
 // SetScheduleReload sets how often the elected scheduler reloads the
 // stored schedules when no change is announced.
 func SetScheduleReload(cfg *Config, d time.Duration) { cfg.scheduleReload = d }
+
+// HeldClaimed reports how many tasks the worker took with claims within a
+// held block of a queue's limit (TaskClaimHeld).
+func HeldClaimed(w *Worker) int64 {
+	w.heldClaims.mu.Lock()
+	defer w.heldClaims.mu.Unlock()
+	return w.heldClaims.taken
+}

@@ -36,11 +36,10 @@ type guard interface {
 	// close lets go of every task still guarded, at the end of Run.
 	close()
 
-	// claim claims tasks as p says and guards each one, with the claim
-	// that enforces concurrency limits when limited, else with the plain
-	// one (which takes nothing once a limit exists). gen names what guards
-	// them (the lock session's generation; 0 for leases), for release.
-	claim(p db.TaskClaimParams, limited bool) (rows []db.TaskClaimRow, gen uint64, err error)
+	// claim claims tasks as p says and guards each one, with the
+	// statement how names (claimHow). gen names what guards them (the
+	// lock session's generation; 0 for leases), for release.
+	claim(p db.TaskClaimParams, how claimHow) (rows []db.TaskClaimRow, gen uint64, err error)
 	// up returns a channel that is closed while claims can be made: a
 	// claim that failed with errSessionDown waits for it.
 	up() <-chan struct{}

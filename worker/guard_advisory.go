@@ -81,8 +81,8 @@ func (g *advisoryGuard) sessionLost(gen uint64) {
 	g.cfg.Observer.LockSessionLost(cancelled)
 }
 
-func (g *advisoryGuard) claim(p db.TaskClaimParams, limited bool) ([]db.TaskClaimRow, uint64, error) {
-	return g.ls.claim(p, limited)
+func (g *advisoryGuard) claim(p db.TaskClaimParams, how claimHow) ([]db.TaskClaimRow, uint64, error) {
+	return g.ls.claim(p, how)
 }
 
 func (g *advisoryGuard) up() <-chan struct{} { return g.ls.ready() }
@@ -97,11 +97,14 @@ func (g *advisoryGuard) release(batch []finish) {
 	for _, f := range batch {
 		byGen[f.gen] = append(byGen[f.gen], f.id)
 		limits[f.gen] = append(limits[f.gen], f.limits...)
-		gated = gated || f.gated
+		// An exclusive key is free once the outcome is written; a place
+		// of a limit once its block's lock is released, which the session
+		// finds out (a block may hold more of this worker's tasks).
+		gated = gated || f.exclusive
 	}
 	for gen, ids := range byGen {
-		// A slot lock is free once the statement that carries its unlock
-		// has run: the session announces it then.
+		// Free once the statement that carries the unlocks has run: the
+		// session announces it then.
 		g.ls.release(ids, limits[gen], gen, gated)
 	}
 }

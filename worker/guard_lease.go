@@ -38,11 +38,11 @@ func (g *leaseGuard) open(ctx context.Context, _ int64, _ *outage) error {
 
 func (g *leaseGuard) close() {}
 
-func (g *leaseGuard) claim(p db.TaskClaimParams, limited bool) ([]db.TaskClaimRow, uint64, error) {
+func (g *leaseGuard) claim(p db.TaskClaimParams, how claimHow) ([]db.TaskClaimRow, uint64, error) {
 	p.LeaseMs = g.cfg.LeaseDuration.Milliseconds()
 	ctx, cancel := context.WithTimeout(context.Background(), lockQueryTimeout)
 	defer cancel()
-	if limited {
+	if how != howPlain { // a lease holds no block: every limited claim counts
 		rows, err := claimLimited(ctx, g.queries, g.pool, p)
 		return rows, 0, err
 	}

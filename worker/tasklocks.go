@@ -19,9 +19,9 @@ import (
 // re-claim of the same task, never a claim of other work.
 const unlockDelay = 2 * time.Millisecond
 
-// claim takes tasks as p says and locks each one. It carries the pending
-// unlocks with it.
-func (s *lockSession) claim(p db.TaskClaimParams, limited bool) (rows []db.TaskClaimRow, gen uint64, err error) {
+// claim takes tasks as p says, with the statement how names, and locks
+// each one. It carries the pending unlocks with it.
+func (s *lockSession) claim(p db.TaskClaimParams, how claimHow) (rows []db.TaskClaimRow, gen uint64, err error) {
 	p.LockClass = s.class
 	freed := false
 	defer func() {
@@ -33,13 +33,20 @@ func (s *lockSession) claim(p db.TaskClaimParams, limited bool) (rows []db.TaskC
 		gen = g
 		s.limitClass = p.LimitClass
 		p.UnlockIds, p.UnlockLimitLocks, freed = s.takeUnlocks(g)
-		if limited {
+		switch how {
+		case howLimited, howHeld:
 			p.HeldLimitLocks = make([]int32, 0, len(s.heldLimits))
-			for k := range s.heldLimits {
+			p.HeldLimitCounts = make([]int32, 0, len(s.heldLimits))
+			for k, n := range s.heldLimits {
 				p.HeldLimitLocks = append(p.HeldLimitLocks, k)
+				p.HeldLimitCounts = append(p.HeldLimitCounts, int32(n))
 			}
-			rows, err = s.queries.TaskClaim(ctx, customPlans{conn}, p)
-		} else {
+			if how == howHeld {
+				rows, err = claimHeld(ctx, s.queries, customPlans{conn}, p)
+			} else {
+				rows, err = s.queries.TaskClaim(ctx, customPlans{conn}, p)
+			}
+		default:
 			rows, err = claimPlain(ctx, s.queries, customPlans{conn}, p)
 		}
 		if err != nil {
@@ -58,7 +65,7 @@ func (s *lockSession) claim(p db.TaskClaimParams, limited bool) (rows []db.TaskC
 
 // release queues the locks of tasks claimed in generation gen, whose
 // outcomes are written, for release; gated asks for an announcement once
-// they are released. Locks of an earlier generation died with their
+// they are released (as does a limit block whose last task this was). Locks of an earlier generation died with their
 // session and are dropped: releasing them by key could release a lock the
 // new session took for a new claim of the same task (the places they held
 // are free already, and announced as such).
@@ -66,7 +73,7 @@ func (s *lockSession) release(ids []int64, limits []int32, gen uint64, gated boo
 	s.umu.Lock()
 	defer s.umu.Unlock()
 	if gen != s.unlocksGen {
-		if gated {
+		if gated || len(limits) > 0 {
 			go s.announceFreed()
 		}
 		return
@@ -82,8 +89,8 @@ func (s *lockSession) release(ids []int64, limits []int32, gen uint64, gated boo
 // takeUnlocks hands the pending unlocks of generation g to a statement
 // about to run on the session (mu held), and forgets them as held: should
 // the statement fail, reconcile releases whatever is still held. freed
-// reports that some were gated: the caller announces it once its
-// statement has run.
+// reports that some were gated, or that a limit block goes: the caller
+// announces it once its statement has run.
 func (s *lockSession) takeUnlocks(g uint64) (ids []int64, limits []int32, freed bool) {
 	s.umu.Lock()
 	ids, limits, freed = s.unlocks, s.unlockLims, s.unlockFree
@@ -103,14 +110,18 @@ func (s *lockSession) takeUnlocks(g uint64) (ids []int64, limits []int32, freed 
 			s.held[id]--
 		}
 	}
+	// A limit block is held once, by however many tasks use it: released
+	// with the last of them.
+	var unlock []int32
 	for _, k := range limits {
 		if s.heldLimits[k] <= 1 {
 			delete(s.heldLimits, k)
+			unlock = append(unlock, k)
 		} else {
 			s.heldLimits[k]--
 		}
 	}
-	return nonNilIDs(ids), nonNilKeys(limits), freed
+	return nonNilIDs(ids), nonNilKeys(unlock), freed || len(unlock) > 0
 }
 
 // announceFreed announces, if the worker asked for it, that places held by

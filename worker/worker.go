@@ -67,6 +67,7 @@ type Worker struct {
 	limits   claimLimits // per-queue slots and rate limits (claimlimits.go)
 	// limitsSeen: whether any concurrency limit exists (clusterlimits.go).
 	limitsSeen limitsProbe
+	heldClaims heldClaims   // which statement a limited claim runs (clusterlimits.go)
 	cursors    claimCursors // where each claim loop's claims start (cursor.go)
 	settled    sync.WaitGroup
 	execs      *executors // goroutines that run handlers (executors.go)
