@@ -129,6 +129,15 @@ WITH released AS MATERIALIZED (
         GROUP BY 1, 2, 3, 4
     ) AS c
     WHERE c.running >= c.max_running
+), queue_room AS MATERIALIZED (
+    -- The places a limit on the queue itself has left by the same count:
+    -- a claim takes no more rows than that (of one left, one row, not a
+    -- batch of rows to lock, bind and refuse).
+    SELECT m.max_running - (SELECT count(*) FROM skiplock_tasks AS r
+                            WHERE r.status = 'running' AND r.queue = m.target) AS room
+    FROM skiplock_limits AS m
+    WHERE m.kind = 'queue' AND m.target = @queue::text
+      AND @check_full::boolean
 ), picked AS MATERIALIZED (
     SELECT p.id, p.exclusive_key, p.name, p.limit_key, p.priority, p.run_at
     FROM skiplock_tasks AS p
@@ -147,7 +156,7 @@ WITH released AS MATERIALIZED (
       AND p.name NOT IN (SELECT f.val FROM full_scopes AS f WHERE f.kind = 'name')
       AND (p.limit_key IS NULL OR p.limit_key NOT IN (SELECT f.val FROM full_scopes AS f WHERE f.kind = 'key'))
     ORDER BY p.priority, p.run_at, p.id
-    LIMIT @max::integer
+    LIMIT least(@max::integer, greatest(coalesce((SELECT q.room FROM queue_room AS q), @max::integer), 0))
     FOR UPDATE SKIP LOCKED
 ), exclusive_ok AS MATERIALIZED (
     -- A row with an exclusive key is the first of its key in the batch and

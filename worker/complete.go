@@ -129,12 +129,18 @@ func (c *completer) run() {
 // whole claim arrive within a few hundred microseconds of each other.
 const gatherWait = 500 * time.Microsecond
 
-// gather waits up to gatherWait for a fuller batch when few outcomes wait.
+// gather waits up to gatherWait for a fuller batch when few outcomes wait,
+// unless one of them holds a place that another task may be waiting for (a
+// limit's, an exclusive key): that place frees only once the write is done.
 func (c *completer) gather() {
 	c.mu.Lock()
 	n := len(c.pending)
+	gated := false
+	for _, f := range c.pending {
+		gated = gated || f.gated
+	}
 	c.mu.Unlock()
-	if n == 0 || n >= finishBatch/10 {
+	if n == 0 || n >= finishBatch/10 || gated {
 		return
 	}
 	select {
