@@ -70,66 +70,60 @@ func (q *Queries) TaskCancelRequested(ctx context.Context, db DBTX, ids []int64)
 
 const taskClaim = `-- name: TaskClaim :many
 WITH released AS MATERIALIZED (
-    SELECT (SELECT count(*) FILTER (WHERE pg_advisory_unlock($3::integer, u.id::bit(32)::integer))
-            FROM unnest($4::bigint[]) AS u(id))
-         + (SELECT count(*) FILTER (WHERE pg_advisory_unlock($5::integer, k.key))
-            FROM unnest($6::integer[]) AS k(key)) AS n
+    SELECT (SELECT count(*) FILTER (WHERE pg_advisory_unlock($2::integer, u.id::bit(32)::integer))
+            FROM unnest($3::bigint[]) AS u(id))
+         + (SELECT count(*) FILTER (WHERE pg_advisory_unlock($4::integer, k.key))
+            FROM unnest($5::integer[]) AS k(key)) AS n
 ), open AS MATERIALIZED (
     SELECT NOT EXISTS (
-        SELECT 1 FROM skiplock_queues AS q WHERE q.name = $7::text AND q.paused_at IS NOT NULL
+        SELECT 1 FROM skiplock_queues AS q WHERE q.name = $6::text AND q.paused_at IS NOT NULL
     ) AND (SELECT n FROM released) >= 0 AS ok
 ), any_limits AS MATERIALIZED (
     SELECT EXISTS (SELECT 1 FROM skiplock_limits) AS yes
+), running AS MATERIALIZED (
+    -- The running rows of each scope with any, in this snapshot, when the
+    -- worker asks (check_full: its last claim came back short). Scopes
+    -- already at their limit are left out of the batch rather than filling
+    -- it only to be refused, which would starve the rest of the queue
+    -- behind them; and a claim takes no more rows than a limit on the
+    -- queue itself has places left (of one left, one row, not a batch of
+    -- rows to lock, bind and refuse). A hint, not the guarantee (places
+    -- and counts below are): a dead worker's tasks count here until the
+    -- rescuer returns them. Each reference to skiplock_tasks costs the
+    -- planner about 0.5 ms (its partial indexes), so there is one.
+    SELECT m.kind, m.target, m.max_running,
+           CASE m.kind WHEN 'queue' THEN r.queue WHEN 'name' THEN r.name ELSE r.limit_key END AS val,
+           count(*) AS n
+    FROM skiplock_tasks AS r
+    JOIN skiplock_limits AS m
+      ON (m.kind = 'queue' AND m.target = $6::text AND r.queue = m.target)
+      OR (m.kind = 'name' AND r.name = m.target)
+      OR (m.kind = 'key' AND r.limit_key LIKE m.pattern)
+    WHERE r.status = 'running'
+      AND $7::boolean
+      AND (SELECT yes FROM any_limits)
+    GROUP BY 1, 2, 3, 4
 ), full_scopes AS MATERIALIZED (
-    -- Scopes already at their limit by the running rows of this snapshot:
-    -- their tasks are left out of the batch rather than filling it only to
-    -- be refused, which would starve the rest of the queue behind them. A
-    -- hint, not the guarantee (slots and counts below are): a dead
-    -- worker's tasks count here until the rescuer returns them.
-    SELECT c.kind, c.val
-    FROM (
-        SELECT m.kind, m.target, m.max_running,
-               CASE m.kind WHEN 'queue' THEN r.queue WHEN 'name' THEN r.name ELSE r.limit_key END AS val,
-               count(*) AS running
-        FROM skiplock_tasks AS r
-        JOIN skiplock_limits AS m
-          ON (m.kind = 'queue' AND m.target = $7::text AND r.queue = m.target)
-          OR (m.kind = 'name' AND r.name = m.target)
-          OR (m.kind = 'key' AND r.limit_key LIKE m.pattern)
-        WHERE r.status = 'running'
-          AND $8::boolean
-          AND (SELECT yes FROM any_limits)
-        GROUP BY 1, 2, 3, 4
-    ) AS c
-    WHERE c.running >= c.max_running
-), queue_room AS MATERIALIZED (
-    -- The places a limit on the queue itself has left by the same count:
-    -- a claim takes no more rows than that (of one left, one row, not a
-    -- batch of rows to lock, bind and refuse).
-    SELECT m.max_running - (SELECT count(*) FROM skiplock_tasks AS r
-                            WHERE r.status = 'running' AND r.queue = m.target) AS room
-    FROM skiplock_limits AS m
-    WHERE m.kind = 'queue' AND m.target = $7::text
-      AND $8::boolean
+    SELECT c.kind, c.val FROM running AS c WHERE c.n >= c.max_running
 ), picked AS MATERIALIZED (
     SELECT p.id, p.exclusive_key, p.name, p.limit_key, p.priority, p.run_at
     FROM skiplock_tasks AS p
     WHERE p.status = 'pending'
-      AND p.queue = $7::text
+      AND p.queue = $6::text
       AND p.run_at <= now()
       AND (SELECT ok FROM open)
-      AND (NOT $9::boolean
-           OR (p.priority, p.run_at, p.id) > ($10::smallint, $11::timestamptz, $12::bigint))
-      AND (cardinality($13::text[]) = 0 OR p.name = ANY($13::text[]))
-      AND NOT (p.name = ANY($14::text[]))
-      AND (coalesce(cardinality($15::bigint[]), 0) = 0 OR p.id = ANY($15::bigint[]))
+      AND (NOT $8::boolean
+           OR (p.priority, p.run_at, p.id) > ($9::smallint, $10::timestamptz, $11::bigint))
+      AND (cardinality($12::text[]) = 0 OR p.name = ANY($12::text[]))
+      AND NOT (p.name = ANY($13::text[]))
+      AND (coalesce(cardinality($14::bigint[]), 0) = 0 OR p.id = ANY($14::bigint[]))
       AND (p.exclusive_key IS NULL OR NOT EXISTS (
           SELECT 1 FROM skiplock_tasks AS r WHERE r.exclusive_key = p.exclusive_key AND r.status = 'running'))
       AND NOT EXISTS (SELECT 1 FROM full_scopes AS f WHERE f.kind = 'queue')
       AND p.name NOT IN (SELECT f.val FROM full_scopes AS f WHERE f.kind = 'name')
       AND (p.limit_key IS NULL OR p.limit_key NOT IN (SELECT f.val FROM full_scopes AS f WHERE f.kind = 'key'))
     ORDER BY p.priority, p.run_at, p.id
-    LIMIT least($16::integer, greatest(coalesce((SELECT q.room FROM queue_room AS q), $16::integer), 0))
+    LIMIT least($15::integer, greatest(coalesce((SELECT q.max_running - q.n FROM running AS q WHERE q.kind = 'queue'), $15::integer), 0))
     FOR UPDATE SKIP LOCKED
 ), exclusive_ok AS MATERIALIZED (
     -- A row with an exclusive key is the first of its key in the batch and
@@ -138,7 +132,7 @@ WITH released AS MATERIALIZED (
     FROM picked AS p
     WHERE CASE WHEN p.exclusive_key IS NULL THEN true
                WHEN p.id <> (SELECT min(k.id) FROM picked AS k WHERE k.exclusive_key = p.exclusive_key) THEN false
-               ELSE pg_try_advisory_xact_lock(hashtextextended(p.exclusive_key, $17::bigint)) END
+               ELSE pg_try_advisory_xact_lock(hashtextextended(p.exclusive_key, $16::bigint)) END
 ), bound AS MATERIALIZED (
     -- Every (row, limit) pair. The CTEs below never join two of these
     -- row sets with each other: a backlog without statistics has every
@@ -146,11 +140,11 @@ WITH released AS MATERIALIZED (
     -- loop, quadratic in the batch (a 250-row claim spent 20-45 ms in
     -- three of them). Per-scope arrays and hashed NOT IN instead.
     SELECT x.id, x.priority, x.run_at, m.kind, m.max_running,
-           CASE m.kind WHEN 'queue' THEN $7::text WHEN 'name' THEN x.name ELSE x.limit_key END AS val,
+           CASE m.kind WHEN 'queue' THEN $6::text WHEN 'name' THEN x.name ELSE x.limit_key END AS val,
            m.kind || ':' || m.target || CASE WHEN m.kind = 'key' THEN ':' || x.limit_key ELSE '' END AS scope
     FROM exclusive_ok AS x
     JOIN skiplock_limits AS m
-      ON (m.kind = 'queue' AND m.target = $7::text)
+      ON (m.kind = 'queue' AND m.target = $6::text)
       OR (m.kind = 'name' AND m.target = x.name)
       OR (m.kind = 'key' AND x.limit_key LIKE m.pattern)
     WHERE (SELECT yes FROM any_limits)
@@ -173,11 +167,10 @@ WITH released AS MATERIALIZED (
     -- its tasks do not use (held_limit_counts: how many use each).
     SELECT s.scope, h.key, least(s.g, s.max_running - i.idx * s.g) - h.n AS free
     FROM scopes AS s
-    CROSS JOIN LATERAL (SELECT u.key, ($18::integer[])[u.i] AS n
-                        FROM unnest($19::integer[]) WITH ORDINALITY AS u(key, i)) AS h
+    CROSS JOIN LATERAL (SELECT u.key, ($17::integer[])[u.i] AS n
+                        FROM unnest($18::integer[]) WITH ORDINALITY AS u(key, i)) AS h
     CROSS JOIN LATERAL (SELECT ((h.key::bigint - s.base) % 4294967296 + 4294967296) % 4294967296 AS idx) AS i
     WHERE s.g > 1
-      AND $2::bigint <= 0
       AND i.idx < s.blocks
       AND least(s.g, s.max_running - i.idx * s.g) > h.n
 ), taken AS MATERIALIZED (
@@ -193,11 +186,10 @@ WITH released AS MATERIALIZED (
         -- CASE, unlike AND, fixes the order: the planner puts cheaper
         -- quals first, and a lock tried before the check would be taken
         -- a second time.
-        WHERE CASE WHEN c.key = ANY($19::integer[]) THEN false
-                   ELSE pg_try_advisory_lock($5::integer, c.key) END
+        WHERE CASE WHEN c.key = ANY($18::integer[]) THEN false
+                   ELSE pg_try_advisory_lock($4::integer, c.key) END
         LIMIT ceil(greatest(0, s.want - coalesce((SELECT sum(h.free) FROM held AS h WHERE h.scope = s.scope), 0))::numeric / s.g)
     ) AS t
-    WHERE $2::bigint <= 0
 ), slots AS MATERIALIZED (
     -- Per scope, a place for each ranked row, in order: the free places of
     -- held blocks first, then those of the blocks just taken; the n-th
@@ -208,45 +200,33 @@ WITH released AS MATERIALIZED (
           SELECT t.scope, t.key, 1 FROM taken AS t CROSS JOIN generate_series(1, t.cap)) AS p
     JOIN scopes AS s ON s.scope = p.scope
     GROUP BY p.scope
-), counted AS MATERIALIZED (
-    SELECT s.scope, s.max_running,
-           (SELECT count(*) FROM skiplock_tasks AS r
-            WHERE r.status = 'running'
-              AND CASE s.kind WHEN 'queue' THEN r.queue = s.val WHEN 'name' THEN r.name = s.val
-                              ELSE r.limit_key = s.val END) AS running
-    FROM scopes AS s
-    WHERE $2::bigint > 0 AND $20::boolean
 ), verdict AS MATERIALIZED (
     -- Each limited row: whether it has a place in every scope, and the
-    -- slot locks it holds (to keep with its task, or give back).
+    -- blocks of its places.
     SELECT r.id,
-           bool_and(CASE WHEN $2::bigint > 0
-                         THEN coalesce((SELECT c.running + r.n <= c.max_running FROM counted AS c WHERE c.scope = r.scope), false)
-                         ELSE k.key IS NOT NULL END) AS ok,
+           bool_and(k.key IS NOT NULL) AS ok,
            coalesce(array_agg(k.key) FILTER (WHERE k.key IS NOT NULL), '{}')::integer[] AS keys
     FROM ranked AS r
     CROSS JOIN LATERAL (SELECT (SELECT g.keys[r.n] FROM slots AS g WHERE g.scope = r.scope) AS key) AS k
     GROUP BY r.id
 ), locked AS MATERIALIZED (
-    -- The task's advisory lock, or in lease mode (lease_ms > 0) none, for
-    -- the rows outside every limit and the limited rows with a place.
-    -- CASE, unlike OR, fixes the order of evaluation.
+    -- The task's advisory lock, for the rows outside every limit and the
+    -- limited rows with a place. CASE, unlike AND, fixes the order of
+    -- evaluation.
     SELECT x.id, '{}'::integer[] AS limit_locks
     FROM exclusive_ok AS x
     WHERE x.id NOT IN (SELECT v.id FROM verdict AS v)
-      AND CASE WHEN $2::bigint > 0 THEN true
-               ELSE pg_try_advisory_lock($3::integer, x.id::bit(32)::integer) END
+      AND pg_try_advisory_lock($2::integer, x.id::bit(32)::integer)
     UNION ALL
     SELECT v.id, v.keys
     FROM verdict AS v
     WHERE CASE WHEN NOT v.ok THEN false
-               WHEN $2::bigint > 0 THEN true
-               ELSE pg_try_advisory_lock($3::integer, v.id::bit(32)::integer) END
+               ELSE pg_try_advisory_lock($2::integer, v.id::bit(32)::integer) END
 ), surplus AS MATERIALIZED (
     -- The blocks just taken that no taken row uses, and a second take of
     -- one block (two scopes' keys may meet): a block is held once, however
     -- many of this session's tasks use it.
-    SELECT count(*) FILTER (WHERE pg_advisory_unlock($5::integer, t.key)) AS n
+    SELECT count(*) FILTER (WHERE pg_advisory_unlock($4::integer, t.key)) AS n
     FROM (SELECT t.key, row_number() OVER (PARTITION BY t.key) AS k FROM taken AS t) AS t
     WHERE t.k > 1
        OR t.key NOT IN (SELECT u.key FROM locked AS l CROSS JOIN LATERAL unnest(l.limit_locks) AS u(key))
@@ -257,7 +237,7 @@ SET status = 'running',
     worker_id = $1::text,
     started_at = now(),
     finished_at = NULL,
-    locked_until = CASE WHEN $2::bigint > 0 THEN now() + interval '1 millisecond' * $2::bigint END
+    locked_until = NULL
 FROM locked
 WHERE t.id = locked.id
   AND (SELECT n FROM surplus) >= 0
@@ -268,7 +248,6 @@ RETURNING t.id, t.queue, t.name, t.payload, t.metadata, t.priority, t.attempt,
 
 type TaskClaimParams struct {
 	WorkerID         string
-	LeaseMs          int64
 	LockClass        int32
 	UnlockIds        []int64
 	LimitClass       int32
@@ -286,7 +265,6 @@ type TaskClaimParams struct {
 	ExclusiveSeed    int64
 	HeldLimitCounts  []int32
 	HeldLimitLocks   []int32
-	LimitsLocked     bool
 }
 
 type TaskClaimRow struct {
@@ -343,32 +321,24 @@ type TaskClaimRow struct {
 // empty, "bound" is empty and the rest is the claim above. Otherwise each
 // picked row falls under a scope per limit that matches it (its queue's,
 // its name's, and one per key pattern that its limit_key matches, per key),
-// and is taken only if it gets a place in every scope:
-//   - advisory mode: a place in one of the scope's blocks. A scope's
-//     max_running places come in blocks of g = max(1, max_running / 256)
-//     (the last one may be smaller); a block is a session-level advisory
-//     lock (limit_class, hash(scope) + block) that one session holds,
-//     once, for as long as any of its tasks uses a place in it, and that
-//     it alone fills: held_limit_locks and held_limit_counts say which
-//     blocks this session holds and how many of its tasks use each (the
-//     worker releases a block with the last of them). Free places of held
-//     blocks are used first, then new blocks are tried, from a random one
-//     on, as many as the remaining rows need. Below 512, a block is one
-//     place: one slot lock per running task. Above, a worker's places sit
-//     in a few locks, and a place that one session's block holds and does
-//     not use waits for that session (at most g - 1 per session and scope).
-//   - lease mode: running rows of the scope plus the row's rank in it must
-//     not pass max_running, counted under transaction locks on the limits
-//     that a previous statement of the same transaction took
-//     (LimitLockForClaim; limits_locked). Without them, limited rows are
-//     left alone.
-//
-// Blocks taken that no taken row uses are released before the statement
-// ends ("surplus").
+// and is taken only if it gets a place in every scope, in one of the
+// scope's blocks (lease mode counts instead: TaskClaimLease). A scope's
+// max_running places come in blocks of g = max(1, max_running / 256) (the
+// last one may be smaller); a block is a session-level advisory lock
+// (limit_class, hash(scope) + block) that one session holds, once, for as
+// long as any of its tasks uses a place in it, and that it alone fills:
+// held_limit_locks and held_limit_counts say which blocks this session
+// holds and how many of its tasks use each (the worker releases a block
+// with the last of them). Free places of held blocks are used first, then
+// new blocks are tried, from a random one on, as many as the remaining rows
+// need. Below 512, a block is one place: one slot lock per running task.
+// Above, a worker's places sit in a few locks, and a place that one
+// session's block holds and does not use waits for that session (at most
+// g - 1 per session and scope). Blocks taken that no taken row uses are
+// released before the statement ends ("surplus").
 func (q *Queries) TaskClaim(ctx context.Context, db DBTX, arg TaskClaimParams) ([]TaskClaimRow, error) {
 	rows, err := db.Query(ctx, taskClaim,
 		arg.WorkerID,
-		arg.LeaseMs,
 		arg.LockClass,
 		arg.UnlockIds,
 		arg.LimitClass,
@@ -386,7 +356,6 @@ func (q *Queries) TaskClaim(ctx context.Context, db DBTX, arg TaskClaimParams) (
 		arg.ExclusiveSeed,
 		arg.HeldLimitCounts,
 		arg.HeldLimitLocks,
-		arg.LimitsLocked,
 	)
 	if err != nil {
 		return nil, err
@@ -558,6 +527,213 @@ func (q *Queries) TaskClaimHeld(ctx context.Context, db DBTX, arg TaskClaimHeldP
 	items := []TaskClaimHeldRow{}
 	for rows.Next() {
 		var i TaskClaimHeldRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Queue,
+			&i.Name,
+			&i.Payload,
+			&i.Metadata,
+			&i.Priority,
+			&i.Attempt,
+			&i.MaxAttempts,
+			&i.TimeoutMs,
+			&i.RunAt,
+			&i.CreatedAt,
+			&i.StartedAt,
+			&i.LimitLocks,
+			&i.Exclusive,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const taskClaimLease = `-- name: TaskClaimLease :many
+WITH open AS MATERIALIZED (
+    SELECT NOT EXISTS (
+        SELECT 1 FROM skiplock_queues AS q WHERE q.name = $3::text AND q.paused_at IS NOT NULL
+    ) AS ok
+), any_limits AS MATERIALIZED (
+    SELECT EXISTS (SELECT 1 FROM skiplock_limits) AS yes
+), running AS MATERIALIZED (
+    -- The running rows of each scope with any, in this snapshot, when the
+    -- worker asks (check_full: its last claim came back short). Scopes
+    -- already at their limit are left out of the batch rather than filling
+    -- it only to be refused, which would starve the rest of the queue
+    -- behind them; and a claim takes no more rows than a limit on the
+    -- queue itself has places left (of one left, one row, not a batch of
+    -- rows to lock, bind and refuse). A hint, not the guarantee (places
+    -- and counts below are): a dead worker's tasks count here until the
+    -- rescuer returns them. Each reference to skiplock_tasks costs the
+    -- planner about 0.5 ms (its partial indexes), so there is one.
+    SELECT m.kind, m.target, m.max_running,
+           CASE m.kind WHEN 'queue' THEN r.queue WHEN 'name' THEN r.name ELSE r.limit_key END AS val,
+           count(*) AS n
+    FROM skiplock_tasks AS r
+    JOIN skiplock_limits AS m
+      ON (m.kind = 'queue' AND m.target = $3::text AND r.queue = m.target)
+      OR (m.kind = 'name' AND r.name = m.target)
+      OR (m.kind = 'key' AND r.limit_key LIKE m.pattern)
+    WHERE r.status = 'running'
+      AND $4::boolean
+      AND (SELECT yes FROM any_limits)
+    GROUP BY 1, 2, 3, 4
+), full_scopes AS MATERIALIZED (
+    SELECT c.kind, c.val FROM running AS c WHERE c.n >= c.max_running
+), picked AS MATERIALIZED (
+    SELECT p.id, p.exclusive_key, p.name, p.limit_key, p.priority, p.run_at
+    FROM skiplock_tasks AS p
+    WHERE p.status = 'pending'
+      AND p.queue = $3::text
+      AND p.run_at <= now()
+      AND (SELECT ok FROM open)
+      AND (NOT $5::boolean
+           OR (p.priority, p.run_at, p.id) > ($6::smallint, $7::timestamptz, $8::bigint))
+      AND (cardinality($9::text[]) = 0 OR p.name = ANY($9::text[]))
+      AND NOT (p.name = ANY($10::text[]))
+      AND (coalesce(cardinality($11::bigint[]), 0) = 0 OR p.id = ANY($11::bigint[]))
+      AND (p.exclusive_key IS NULL OR NOT EXISTS (
+          SELECT 1 FROM skiplock_tasks AS r WHERE r.exclusive_key = p.exclusive_key AND r.status = 'running'))
+      AND NOT EXISTS (SELECT 1 FROM full_scopes AS f WHERE f.kind = 'queue')
+      AND p.name NOT IN (SELECT f.val FROM full_scopes AS f WHERE f.kind = 'name')
+      AND (p.limit_key IS NULL OR p.limit_key NOT IN (SELECT f.val FROM full_scopes AS f WHERE f.kind = 'key'))
+    ORDER BY p.priority, p.run_at, p.id
+    LIMIT least($12::integer, greatest(coalesce((SELECT q.max_running - q.n FROM running AS q WHERE q.kind = 'queue'), $12::integer), 0))
+    FOR UPDATE SKIP LOCKED
+), exclusive_ok AS MATERIALIZED (
+    -- A row with an exclusive key is the first of its key in the batch and
+    -- gets the key's transaction lock (CASE fixes the order).
+    SELECT p.id, p.name, p.limit_key, p.priority, p.run_at
+    FROM picked AS p
+    WHERE CASE WHEN p.exclusive_key IS NULL THEN true
+               WHEN p.id <> (SELECT min(k.id) FROM picked AS k WHERE k.exclusive_key = p.exclusive_key) THEN false
+               ELSE pg_try_advisory_xact_lock(hashtextextended(p.exclusive_key, $13::bigint)) END
+), bound AS MATERIALIZED (
+    -- Every (row, limit) pair. The CTEs below never join two of these
+    -- row sets with each other: a backlog without statistics has every
+    -- CTE estimated at one row, and such a join is planned as a nested
+    -- loop, quadratic in the batch (a 250-row claim spent 20-45 ms in
+    -- three of them). Per-scope arrays and hashed NOT IN instead.
+    SELECT x.id, x.priority, x.run_at, m.kind, m.max_running,
+           CASE m.kind WHEN 'queue' THEN $3::text WHEN 'name' THEN x.name ELSE x.limit_key END AS val,
+           m.kind || ':' || m.target || CASE WHEN m.kind = 'key' THEN ':' || x.limit_key ELSE '' END AS scope
+    FROM exclusive_ok AS x
+    JOIN skiplock_limits AS m
+      ON (m.kind = 'queue' AND m.target = $3::text)
+      OR (m.kind = 'name' AND m.target = x.name)
+      OR (m.kind = 'key' AND x.limit_key LIKE m.pattern)
+    WHERE (SELECT yes FROM any_limits)
+), scopes AS MATERIALIZED (
+    SELECT b.scope, b.kind, b.val, min(b.max_running) AS max_running
+    FROM bound AS b
+    GROUP BY b.scope, b.kind, b.val
+), ranked AS MATERIALIZED (
+    SELECT b.id, b.scope, row_number() OVER (PARTITION BY b.scope ORDER BY b.priority, b.run_at, b.id) AS n
+    FROM bound AS b
+), counted AS MATERIALIZED (
+    SELECT s.scope, s.max_running,
+           (SELECT count(*) FROM skiplock_tasks AS r
+            WHERE r.status = 'running'
+              AND CASE s.kind WHEN 'queue' THEN r.queue = s.val WHEN 'name' THEN r.name = s.val
+                              ELSE r.limit_key = s.val END) AS running
+    FROM scopes AS s
+    WHERE $14::boolean
+), verdict AS MATERIALIZED (
+    SELECT r.id,
+           bool_and(coalesce((SELECT c.running + r.n <= c.max_running FROM counted AS c WHERE c.scope = r.scope), false)) AS ok
+    FROM ranked AS r
+    GROUP BY r.id
+), locked AS MATERIALIZED (
+    SELECT x.id FROM exclusive_ok AS x WHERE x.id NOT IN (SELECT v.id FROM verdict AS v)
+    UNION ALL
+    SELECT v.id FROM verdict AS v WHERE v.ok
+)
+UPDATE skiplock_tasks AS t
+SET status = 'running',
+    attempt = t.attempt + 1,
+    worker_id = $1::text,
+    started_at = now(),
+    finished_at = NULL,
+    locked_until = now() + interval '1 millisecond' * $2::bigint
+FROM locked
+WHERE t.id = locked.id
+RETURNING t.id, t.queue, t.name, t.payload, t.metadata, t.priority, t.attempt,
+          t.max_attempts, t.timeout_ms, t.run_at, t.created_at, t.started_at, '{}'::integer[] AS limit_locks,
+          (t.exclusive_key IS NOT NULL)::boolean AS exclusive
+`
+
+type TaskClaimLeaseParams struct {
+	WorkerID      string
+	LeaseMs       int64
+	Queue         string
+	CheckFull     bool
+	UseAfter      bool
+	AfterPriority int16
+	AfterRunAt    time.Time
+	AfterID       int64
+	OnlyNames     []string
+	SkipNames     []string
+	OnlyIds       []int64
+	Max           int32
+	ExclusiveSeed int64
+	LimitsLocked  bool
+}
+
+type TaskClaimLeaseRow struct {
+	ID          int64
+	Queue       string
+	Name        string
+	Payload     json.RawMessage
+	Metadata    json.RawMessage
+	Priority    int16
+	Attempt     int32
+	MaxAttempts int32
+	TimeoutMs   *int64
+	RunAt       time.Time
+	CreatedAt   time.Time
+	StartedAt   *time.Time
+	LimitLocks  []int32
+	Exclusive   bool
+}
+
+// Lease mode's claim while concurrency limits exist (worker/clusterlimits.go,
+// claimLimited): TaskClaim's picking, with no advisory lock at all. A
+// limited row is taken only if, in each of its scopes, the running rows
+// plus its rank among the batch's rows of that scope stay within
+// max_running, counted under the transaction locks on the limits that a
+// previous statement of the same transaction took (LimitLockForClaim;
+// limits_locked); without them, limited rows are left alone. Taken rows
+// run under a lease of lease_ms. See TaskClaim for the cursor, flow
+// control, the hint of full scopes and exclusive keys.
+func (q *Queries) TaskClaimLease(ctx context.Context, db DBTX, arg TaskClaimLeaseParams) ([]TaskClaimLeaseRow, error) {
+	rows, err := db.Query(ctx, taskClaimLease,
+		arg.WorkerID,
+		arg.LeaseMs,
+		arg.Queue,
+		arg.CheckFull,
+		arg.UseAfter,
+		arg.AfterPriority,
+		arg.AfterRunAt,
+		arg.AfterID,
+		arg.OnlyNames,
+		arg.SkipNames,
+		arg.OnlyIds,
+		arg.Max,
+		arg.ExclusiveSeed,
+		arg.LimitsLocked,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []TaskClaimLeaseRow{}
+	for rows.Next() {
+		var i TaskClaimLeaseRow
 		if err := rows.Scan(
 			&i.ID,
 			&i.Queue,

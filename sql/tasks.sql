@@ -75,27 +75,21 @@ WHERE (unique_key = ANY(@unique_keys::text[]) AND status IN ('pending', 'running
 -- empty, "bound" is empty and the rest is the claim above. Otherwise each
 -- picked row falls under a scope per limit that matches it (its queue's,
 -- its name's, and one per key pattern that its limit_key matches, per key),
--- and is taken only if it gets a place in every scope:
---   - advisory mode: a place in one of the scope's blocks. A scope's
---     max_running places come in blocks of g = max(1, max_running / 256)
---     (the last one may be smaller); a block is a session-level advisory
---     lock (limit_class, hash(scope) + block) that one session holds,
---     once, for as long as any of its tasks uses a place in it, and that
---     it alone fills: held_limit_locks and held_limit_counts say which
---     blocks this session holds and how many of its tasks use each (the
---     worker releases a block with the last of them). Free places of held
---     blocks are used first, then new blocks are tried, from a random one
---     on, as many as the remaining rows need. Below 512, a block is one
---     place: one slot lock per running task. Above, a worker's places sit
---     in a few locks, and a place that one session's block holds and does
---     not use waits for that session (at most g - 1 per session and scope).
---   - lease mode: running rows of the scope plus the row's rank in it must
---     not pass max_running, counted under transaction locks on the limits
---     that a previous statement of the same transaction took
---     (LimitLockForClaim; limits_locked). Without them, limited rows are
---     left alone.
--- Blocks taken that no taken row uses are released before the statement
--- ends ("surplus").
+-- and is taken only if it gets a place in every scope, in one of the
+-- scope's blocks (lease mode counts instead: TaskClaimLease). A scope's
+-- max_running places come in blocks of g = max(1, max_running / 256) (the
+-- last one may be smaller); a block is a session-level advisory lock
+-- (limit_class, hash(scope) + block) that one session holds, once, for as
+-- long as any of its tasks uses a place in it, and that it alone fills:
+-- held_limit_locks and held_limit_counts say which blocks this session
+-- holds and how many of its tasks use each (the worker releases a block
+-- with the last of them). Free places of held blocks are used first, then
+-- new blocks are tried, from a random one on, as many as the remaining rows
+-- need. Below 512, a block is one place: one slot lock per running task.
+-- Above, a worker's places sit in a few locks, and a place that one
+-- session's block holds and does not use waits for that session (at most
+-- g - 1 per session and scope). Blocks taken that no taken row uses are
+-- released before the statement ends ("surplus").
 WITH released AS MATERIALIZED (
     SELECT (SELECT count(*) FILTER (WHERE pg_advisory_unlock(@lock_class::integer, u.id::bit(32)::integer))
             FROM unnest(@unlock_ids::bigint[]) AS u(id))
@@ -107,37 +101,31 @@ WITH released AS MATERIALIZED (
     ) AND (SELECT n FROM released) >= 0 AS ok
 ), any_limits AS MATERIALIZED (
     SELECT EXISTS (SELECT 1 FROM skiplock_limits) AS yes
-), full_scopes AS MATERIALIZED (
-    -- Scopes already at their limit by the running rows of this snapshot:
-    -- their tasks are left out of the batch rather than filling it only to
-    -- be refused, which would starve the rest of the queue behind them. A
-    -- hint, not the guarantee (slots and counts below are): a dead
-    -- worker's tasks count here until the rescuer returns them.
-    SELECT c.kind, c.val
-    FROM (
-        SELECT m.kind, m.target, m.max_running,
-               CASE m.kind WHEN 'queue' THEN r.queue WHEN 'name' THEN r.name ELSE r.limit_key END AS val,
-               count(*) AS running
-        FROM skiplock_tasks AS r
-        JOIN skiplock_limits AS m
-          ON (m.kind = 'queue' AND m.target = @queue::text AND r.queue = m.target)
-          OR (m.kind = 'name' AND r.name = m.target)
-          OR (m.kind = 'key' AND r.limit_key LIKE m.pattern)
-        WHERE r.status = 'running'
-          AND @check_full::boolean
-          AND (SELECT yes FROM any_limits)
-        GROUP BY 1, 2, 3, 4
-    ) AS c
-    WHERE c.running >= c.max_running
-), queue_room AS MATERIALIZED (
-    -- The places a limit on the queue itself has left by the same count:
-    -- a claim takes no more rows than that (of one left, one row, not a
-    -- batch of rows to lock, bind and refuse).
-    SELECT m.max_running - (SELECT count(*) FROM skiplock_tasks AS r
-                            WHERE r.status = 'running' AND r.queue = m.target) AS room
-    FROM skiplock_limits AS m
-    WHERE m.kind = 'queue' AND m.target = @queue::text
+), running AS MATERIALIZED (
+    -- The running rows of each scope with any, in this snapshot, when the
+    -- worker asks (check_full: its last claim came back short). Scopes
+    -- already at their limit are left out of the batch rather than filling
+    -- it only to be refused, which would starve the rest of the queue
+    -- behind them; and a claim takes no more rows than a limit on the
+    -- queue itself has places left (of one left, one row, not a batch of
+    -- rows to lock, bind and refuse). A hint, not the guarantee (places
+    -- and counts below are): a dead worker's tasks count here until the
+    -- rescuer returns them. Each reference to skiplock_tasks costs the
+    -- planner about 0.5 ms (its partial indexes), so there is one.
+    SELECT m.kind, m.target, m.max_running,
+           CASE m.kind WHEN 'queue' THEN r.queue WHEN 'name' THEN r.name ELSE r.limit_key END AS val,
+           count(*) AS n
+    FROM skiplock_tasks AS r
+    JOIN skiplock_limits AS m
+      ON (m.kind = 'queue' AND m.target = @queue::text AND r.queue = m.target)
+      OR (m.kind = 'name' AND r.name = m.target)
+      OR (m.kind = 'key' AND r.limit_key LIKE m.pattern)
+    WHERE r.status = 'running'
       AND @check_full::boolean
+      AND (SELECT yes FROM any_limits)
+    GROUP BY 1, 2, 3, 4
+), full_scopes AS MATERIALIZED (
+    SELECT c.kind, c.val FROM running AS c WHERE c.n >= c.max_running
 ), picked AS MATERIALIZED (
     SELECT p.id, p.exclusive_key, p.name, p.limit_key, p.priority, p.run_at
     FROM skiplock_tasks AS p
@@ -156,7 +144,7 @@ WITH released AS MATERIALIZED (
       AND p.name NOT IN (SELECT f.val FROM full_scopes AS f WHERE f.kind = 'name')
       AND (p.limit_key IS NULL OR p.limit_key NOT IN (SELECT f.val FROM full_scopes AS f WHERE f.kind = 'key'))
     ORDER BY p.priority, p.run_at, p.id
-    LIMIT least(@max::integer, greatest(coalesce((SELECT q.room FROM queue_room AS q), @max::integer), 0))
+    LIMIT least(@max::integer, greatest(coalesce((SELECT q.max_running - q.n FROM running AS q WHERE q.kind = 'queue'), @max::integer), 0))
     FOR UPDATE SKIP LOCKED
 ), exclusive_ok AS MATERIALIZED (
     -- A row with an exclusive key is the first of its key in the batch and
@@ -204,7 +192,6 @@ WITH released AS MATERIALIZED (
                         FROM unnest(@held_limit_locks::integer[]) WITH ORDINALITY AS u(key, i)) AS h
     CROSS JOIN LATERAL (SELECT ((h.key::bigint - s.base) % 4294967296 + 4294967296) % 4294967296 AS idx) AS i
     WHERE s.g > 1
-      AND @lease_ms::bigint <= 0
       AND i.idx < s.blocks
       AND least(s.g, s.max_running - i.idx * s.g) > h.n
 ), taken AS MATERIALIZED (
@@ -224,7 +211,6 @@ WITH released AS MATERIALIZED (
                    ELSE pg_try_advisory_lock(@limit_class::integer, c.key) END
         LIMIT ceil(greatest(0, s.want - coalesce((SELECT sum(h.free) FROM held AS h WHERE h.scope = s.scope), 0))::numeric / s.g)
     ) AS t
-    WHERE @lease_ms::bigint <= 0
 ), slots AS MATERIALIZED (
     -- Per scope, a place for each ranked row, in order: the free places of
     -- held blocks first, then those of the blocks just taken; the n-th
@@ -235,39 +221,27 @@ WITH released AS MATERIALIZED (
           SELECT t.scope, t.key, 1 FROM taken AS t CROSS JOIN generate_series(1, t.cap)) AS p
     JOIN scopes AS s ON s.scope = p.scope
     GROUP BY p.scope
-), counted AS MATERIALIZED (
-    SELECT s.scope, s.max_running,
-           (SELECT count(*) FROM skiplock_tasks AS r
-            WHERE r.status = 'running'
-              AND CASE s.kind WHEN 'queue' THEN r.queue = s.val WHEN 'name' THEN r.name = s.val
-                              ELSE r.limit_key = s.val END) AS running
-    FROM scopes AS s
-    WHERE @lease_ms::bigint > 0 AND @limits_locked::boolean
 ), verdict AS MATERIALIZED (
     -- Each limited row: whether it has a place in every scope, and the
-    -- slot locks it holds (to keep with its task, or give back).
+    -- blocks of its places.
     SELECT r.id,
-           bool_and(CASE WHEN @lease_ms::bigint > 0
-                         THEN coalesce((SELECT c.running + r.n <= c.max_running FROM counted AS c WHERE c.scope = r.scope), false)
-                         ELSE k.key IS NOT NULL END) AS ok,
+           bool_and(k.key IS NOT NULL) AS ok,
            coalesce(array_agg(k.key) FILTER (WHERE k.key IS NOT NULL), '{}')::integer[] AS keys
     FROM ranked AS r
     CROSS JOIN LATERAL (SELECT (SELECT g.keys[r.n] FROM slots AS g WHERE g.scope = r.scope) AS key) AS k
     GROUP BY r.id
 ), locked AS MATERIALIZED (
-    -- The task's advisory lock, or in lease mode (lease_ms > 0) none, for
-    -- the rows outside every limit and the limited rows with a place.
-    -- CASE, unlike OR, fixes the order of evaluation.
+    -- The task's advisory lock, for the rows outside every limit and the
+    -- limited rows with a place. CASE, unlike AND, fixes the order of
+    -- evaluation.
     SELECT x.id, '{}'::integer[] AS limit_locks
     FROM exclusive_ok AS x
     WHERE x.id NOT IN (SELECT v.id FROM verdict AS v)
-      AND CASE WHEN @lease_ms::bigint > 0 THEN true
-               ELSE pg_try_advisory_lock(@lock_class::integer, x.id::bit(32)::integer) END
+      AND pg_try_advisory_lock(@lock_class::integer, x.id::bit(32)::integer)
     UNION ALL
     SELECT v.id, v.keys
     FROM verdict AS v
     WHERE CASE WHEN NOT v.ok THEN false
-               WHEN @lease_ms::bigint > 0 THEN true
                ELSE pg_try_advisory_lock(@lock_class::integer, v.id::bit(32)::integer) END
 ), surplus AS MATERIALIZED (
     -- The blocks just taken that no taken row uses, and a second take of
@@ -284,12 +258,134 @@ SET status = 'running',
     worker_id = @worker_id::text,
     started_at = now(),
     finished_at = NULL,
-    locked_until = CASE WHEN @lease_ms::bigint > 0 THEN now() + interval '1 millisecond' * @lease_ms::bigint END
+    locked_until = NULL
 FROM locked
 WHERE t.id = locked.id
   AND (SELECT n FROM surplus) >= 0
 RETURNING t.id, t.queue, t.name, t.payload, t.metadata, t.priority, t.attempt,
           t.max_attempts, t.timeout_ms, t.run_at, t.created_at, t.started_at, locked.limit_locks,
+          (t.exclusive_key IS NOT NULL)::boolean AS exclusive;
+
+-- name: TaskClaimLease :many
+-- Lease mode's claim while concurrency limits exist (worker/clusterlimits.go,
+-- claimLimited): TaskClaim's picking, with no advisory lock at all. A
+-- limited row is taken only if, in each of its scopes, the running rows
+-- plus its rank among the batch's rows of that scope stay within
+-- max_running, counted under the transaction locks on the limits that a
+-- previous statement of the same transaction took (LimitLockForClaim;
+-- limits_locked); without them, limited rows are left alone. Taken rows
+-- run under a lease of lease_ms. See TaskClaim for the cursor, flow
+-- control, the hint of full scopes and exclusive keys.
+WITH open AS MATERIALIZED (
+    SELECT NOT EXISTS (
+        SELECT 1 FROM skiplock_queues AS q WHERE q.name = @queue::text AND q.paused_at IS NOT NULL
+    ) AS ok
+), any_limits AS MATERIALIZED (
+    SELECT EXISTS (SELECT 1 FROM skiplock_limits) AS yes
+), running AS MATERIALIZED (
+    -- The running rows of each scope with any, in this snapshot, when the
+    -- worker asks (check_full: its last claim came back short). Scopes
+    -- already at their limit are left out of the batch rather than filling
+    -- it only to be refused, which would starve the rest of the queue
+    -- behind them; and a claim takes no more rows than a limit on the
+    -- queue itself has places left (of one left, one row, not a batch of
+    -- rows to lock, bind and refuse). A hint, not the guarantee (places
+    -- and counts below are): a dead worker's tasks count here until the
+    -- rescuer returns them. Each reference to skiplock_tasks costs the
+    -- planner about 0.5 ms (its partial indexes), so there is one.
+    SELECT m.kind, m.target, m.max_running,
+           CASE m.kind WHEN 'queue' THEN r.queue WHEN 'name' THEN r.name ELSE r.limit_key END AS val,
+           count(*) AS n
+    FROM skiplock_tasks AS r
+    JOIN skiplock_limits AS m
+      ON (m.kind = 'queue' AND m.target = @queue::text AND r.queue = m.target)
+      OR (m.kind = 'name' AND r.name = m.target)
+      OR (m.kind = 'key' AND r.limit_key LIKE m.pattern)
+    WHERE r.status = 'running'
+      AND @check_full::boolean
+      AND (SELECT yes FROM any_limits)
+    GROUP BY 1, 2, 3, 4
+), full_scopes AS MATERIALIZED (
+    SELECT c.kind, c.val FROM running AS c WHERE c.n >= c.max_running
+), picked AS MATERIALIZED (
+    SELECT p.id, p.exclusive_key, p.name, p.limit_key, p.priority, p.run_at
+    FROM skiplock_tasks AS p
+    WHERE p.status = 'pending'
+      AND p.queue = @queue::text
+      AND p.run_at <= now()
+      AND (SELECT ok FROM open)
+      AND (NOT @use_after::boolean
+           OR (p.priority, p.run_at, p.id) > (@after_priority::smallint, @after_run_at::timestamptz, @after_id::bigint))
+      AND (cardinality(@only_names::text[]) = 0 OR p.name = ANY(@only_names::text[]))
+      AND NOT (p.name = ANY(@skip_names::text[]))
+      AND (coalesce(cardinality(@only_ids::bigint[]), 0) = 0 OR p.id = ANY(@only_ids::bigint[]))
+      AND (p.exclusive_key IS NULL OR NOT EXISTS (
+          SELECT 1 FROM skiplock_tasks AS r WHERE r.exclusive_key = p.exclusive_key AND r.status = 'running'))
+      AND NOT EXISTS (SELECT 1 FROM full_scopes AS f WHERE f.kind = 'queue')
+      AND p.name NOT IN (SELECT f.val FROM full_scopes AS f WHERE f.kind = 'name')
+      AND (p.limit_key IS NULL OR p.limit_key NOT IN (SELECT f.val FROM full_scopes AS f WHERE f.kind = 'key'))
+    ORDER BY p.priority, p.run_at, p.id
+    LIMIT least(@max::integer, greatest(coalesce((SELECT q.max_running - q.n FROM running AS q WHERE q.kind = 'queue'), @max::integer), 0))
+    FOR UPDATE SKIP LOCKED
+), exclusive_ok AS MATERIALIZED (
+    -- A row with an exclusive key is the first of its key in the batch and
+    -- gets the key's transaction lock (CASE fixes the order).
+    SELECT p.id, p.name, p.limit_key, p.priority, p.run_at
+    FROM picked AS p
+    WHERE CASE WHEN p.exclusive_key IS NULL THEN true
+               WHEN p.id <> (SELECT min(k.id) FROM picked AS k WHERE k.exclusive_key = p.exclusive_key) THEN false
+               ELSE pg_try_advisory_xact_lock(hashtextextended(p.exclusive_key, @exclusive_seed::bigint)) END
+), bound AS MATERIALIZED (
+    -- Every (row, limit) pair. The CTEs below never join two of these
+    -- row sets with each other: a backlog without statistics has every
+    -- CTE estimated at one row, and such a join is planned as a nested
+    -- loop, quadratic in the batch (a 250-row claim spent 20-45 ms in
+    -- three of them). Per-scope arrays and hashed NOT IN instead.
+    SELECT x.id, x.priority, x.run_at, m.kind, m.max_running,
+           CASE m.kind WHEN 'queue' THEN @queue::text WHEN 'name' THEN x.name ELSE x.limit_key END AS val,
+           m.kind || ':' || m.target || CASE WHEN m.kind = 'key' THEN ':' || x.limit_key ELSE '' END AS scope
+    FROM exclusive_ok AS x
+    JOIN skiplock_limits AS m
+      ON (m.kind = 'queue' AND m.target = @queue::text)
+      OR (m.kind = 'name' AND m.target = x.name)
+      OR (m.kind = 'key' AND x.limit_key LIKE m.pattern)
+    WHERE (SELECT yes FROM any_limits)
+), scopes AS MATERIALIZED (
+    SELECT b.scope, b.kind, b.val, min(b.max_running) AS max_running
+    FROM bound AS b
+    GROUP BY b.scope, b.kind, b.val
+), ranked AS MATERIALIZED (
+    SELECT b.id, b.scope, row_number() OVER (PARTITION BY b.scope ORDER BY b.priority, b.run_at, b.id) AS n
+    FROM bound AS b
+), counted AS MATERIALIZED (
+    SELECT s.scope, s.max_running,
+           (SELECT count(*) FROM skiplock_tasks AS r
+            WHERE r.status = 'running'
+              AND CASE s.kind WHEN 'queue' THEN r.queue = s.val WHEN 'name' THEN r.name = s.val
+                              ELSE r.limit_key = s.val END) AS running
+    FROM scopes AS s
+    WHERE @limits_locked::boolean
+), verdict AS MATERIALIZED (
+    SELECT r.id,
+           bool_and(coalesce((SELECT c.running + r.n <= c.max_running FROM counted AS c WHERE c.scope = r.scope), false)) AS ok
+    FROM ranked AS r
+    GROUP BY r.id
+), locked AS MATERIALIZED (
+    SELECT x.id FROM exclusive_ok AS x WHERE x.id NOT IN (SELECT v.id FROM verdict AS v)
+    UNION ALL
+    SELECT v.id FROM verdict AS v WHERE v.ok
+)
+UPDATE skiplock_tasks AS t
+SET status = 'running',
+    attempt = t.attempt + 1,
+    worker_id = @worker_id::text,
+    started_at = now(),
+    finished_at = NULL,
+    locked_until = now() + interval '1 millisecond' * @lease_ms::bigint
+FROM locked
+WHERE t.id = locked.id
+RETURNING t.id, t.queue, t.name, t.payload, t.metadata, t.priority, t.attempt,
+          t.max_attempts, t.timeout_ms, t.run_at, t.created_at, t.started_at, '{}'::integer[] AS limit_locks,
           (t.exclusive_key IS NOT NULL)::boolean AS exclusive;
 
 -- name: TaskClaimPlain :many

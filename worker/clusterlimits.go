@@ -140,10 +140,11 @@ func (l *limitsProbe) any(queries *db.Queries, pool *pgxpool.Pool, fresh bool) b
 }
 
 // claimPlain claims with TaskClaimPlain, whose parameters are TaskClaim's
-// less those of limits, and whose rows are TaskClaim's.
-func claimPlain(ctx context.Context, queries *db.Queries, tx db.DBTX, p db.TaskClaimParams) ([]db.TaskClaimRow, error) {
+// less those of limits, and whose rows are TaskClaim's; leaseMs > 0 claims
+// under leases of that many milliseconds, instead of advisory locks.
+func claimPlain(ctx context.Context, queries *db.Queries, tx db.DBTX, p db.TaskClaimParams, leaseMs int64) ([]db.TaskClaimRow, error) {
 	plain, err := queries.TaskClaimPlain(ctx, tx, db.TaskClaimPlainParams{
-		WorkerID: p.WorkerID, LeaseMs: p.LeaseMs, LockClass: p.LockClass, UnlockIds: p.UnlockIds,
+		WorkerID: p.WorkerID, LeaseMs: leaseMs, LockClass: p.LockClass, UnlockIds: p.UnlockIds,
 		LimitClass: p.LimitClass, UnlockLimitLocks: p.UnlockLimitLocks, Queue: p.Queue,
 		UseAfter: p.UseAfter, AfterPriority: p.AfterPriority, AfterRunAt: p.AfterRunAt, AfterID: p.AfterID,
 		OnlyNames: p.OnlyNames, SkipNames: p.SkipNames, Max: p.Max, ExclusiveSeed: p.ExclusiveSeed,
@@ -172,17 +173,25 @@ func claimHeld(ctx context.Context, queries *db.Queries, tx db.DBTX, p db.TaskCl
 	return rows, err
 }
 
-// claimLimited is a lease-mode claim under the transaction locks of the
-// limits it may meet.
-func claimLimited(ctx context.Context, queries *db.Queries, pool *pgxpool.Pool, p db.TaskClaimParams) (rows []db.TaskClaimRow, err error) {
+// claimLimited is a lease-mode claim (TaskClaimLease) under the
+// transaction locks of the limits it may meet.
+func claimLimited(ctx context.Context, queries *db.Queries, pool *pgxpool.Pool, p db.TaskClaimParams, leaseMs int64) (rows []db.TaskClaimRow, err error) {
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		if _, err := queries.LimitLockForClaim(ctx, tx, db.LimitLockForClaimParams{
 			LimitClass: int64(uint32(p.LimitClass)), Queue: p.Queue,
 		}); err != nil {
 			return err
 		}
-		p.LimitsLocked = true
-		rows, err = queries.TaskClaim(ctx, customPlans{tx}, p)
+		leased, err := queries.TaskClaimLease(ctx, customPlans{tx}, db.TaskClaimLeaseParams{
+			WorkerID: p.WorkerID, LeaseMs: leaseMs, Queue: p.Queue, CheckFull: p.CheckFull,
+			UseAfter: p.UseAfter, AfterPriority: p.AfterPriority, AfterRunAt: p.AfterRunAt, AfterID: p.AfterID,
+			OnlyNames: p.OnlyNames, SkipNames: p.SkipNames, OnlyIds: p.OnlyIds, Max: p.Max,
+			ExclusiveSeed: p.ExclusiveSeed, LimitsLocked: true,
+		})
+		rows = make([]db.TaskClaimRow, len(leased))
+		for i, r := range leased {
+			rows[i] = db.TaskClaimRow(r)
+		}
 		return err
 	})
 	return rows, err

@@ -39,14 +39,14 @@ func (g *leaseGuard) open(ctx context.Context, _ int64, _ *outage) error {
 func (g *leaseGuard) close() {}
 
 func (g *leaseGuard) claim(p db.TaskClaimParams, how claimHow) ([]db.TaskClaimRow, uint64, error) {
-	p.LeaseMs = g.cfg.LeaseDuration.Milliseconds()
+	leaseMs := g.cfg.LeaseDuration.Milliseconds()
 	ctx, cancel := context.WithTimeout(context.Background(), lockQueryTimeout)
 	defer cancel()
 	if how != howPlain { // a lease holds no block: every limited claim counts
-		rows, err := claimLimited(ctx, g.queries, g.pool, p)
+		rows, err := claimLimited(ctx, g.queries, g.pool, p, leaseMs)
 		return rows, 0, err
 	}
-	rows, err := claimPlain(ctx, g.queries, customPlans{g.pool}, p)
+	rows, err := claimPlain(ctx, g.queries, customPlans{g.pool}, p, leaseMs)
 	return rows, 0, err
 }
 

@@ -47,7 +47,7 @@ func (s *lockSession) claim(p db.TaskClaimParams, how claimHow) (rows []db.TaskC
 				rows, err = s.queries.TaskClaim(ctx, customPlans{conn}, p)
 			}
 		default:
-			rows, err = claimPlain(ctx, s.queries, customPlans{conn}, p)
+			rows, err = claimPlain(ctx, s.queries, customPlans{conn}, p, 0)
 		}
 		if err != nil {
 			return err
