@@ -180,12 +180,20 @@ func (q *Queries) LimitSet(ctx context.Context, db DBTX, arg LimitSetParams) err
 }
 
 const limitsExist = `-- name: LimitsExist :one
-SELECT EXISTS (SELECT 1 FROM skiplock_limits)::boolean AS present
+SELECT EXISTS (SELECT 1 FROM skiplock_limits)::boolean AS present,
+       EXISTS (SELECT 1 FROM skiplock_limits WHERE kind <> 'queue')::boolean AS beyond_queues
 `
 
-func (q *Queries) LimitsExist(ctx context.Context, db DBTX) (bool, error) {
+type LimitsExistRow struct {
+	Present      bool
+	BeyondQueues bool
+}
+
+// Whether any concurrency limit exists, and whether any is not a queue's
+// (the claim statement a worker uses depends on it).
+func (q *Queries) LimitsExist(ctx context.Context, db DBTX) (LimitsExistRow, error) {
 	row := db.QueryRow(ctx, limitsExist)
-	var present bool
-	err := row.Scan(&present)
-	return present, err
+	var i LimitsExistRow
+	err := row.Scan(&i.Present, &i.BeyondQueues)
+	return i, err
 }

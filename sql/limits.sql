@@ -30,7 +30,10 @@ LEFT JOIN LATERAL (
 ORDER BY m.kind, m.target;
 
 -- name: LimitsExist :one
-SELECT EXISTS (SELECT 1 FROM skiplock_limits)::boolean AS present;
+-- Whether any concurrency limit exists, and whether any is not a queue's
+-- (the claim statement a worker uses depends on it).
+SELECT EXISTS (SELECT 1 FROM skiplock_limits)::boolean AS present,
+       EXISTS (SELECT 1 FROM skiplock_limits WHERE kind <> 'queue')::boolean AS beyond_queues;
 
 -- name: LimitLockClass :one
 -- The first key of every limit slot lock: skiplock_limits' OID. NULL

@@ -194,30 +194,29 @@ func (w *Worker) claimAndStart(queueName string, max int, only, skip []string, q
 		qs := w.queues
 		qs.wg.Go(func() { w.probe(qs.ctx, queueName, only, skip, cur, before) })
 	}
-	limited := w.limitsSeen.any(w.queries, w.pool, false)
-	how := howPlain
-	if limited {
-		how, p.CheckFull = w.heldClaims.next(queueName, w.cfg.Mode == ModeAdvisory, started)
-	}
+	advisory := w.cfg.Mode == ModeAdvisory
+	how, checkFull := w.heldClaims.next(queueName, claimFor(w.limitsSeen.look(w.queries, w.pool, false), advisory), started)
+	p.CheckFull = checkFull
 	rows, gen, err := w.guard.claim(p, how)
 	if err == nil && len(rows) == 0 && how != howLimited {
-		// The plain claim takes nothing once a limit exists, the held one
-		// where it does not apply: claim with every limit enforced now
-		// rather than idle until the next look.
+		// The plain claim takes nothing once a limit exists, the queue
+		// claims once a name or key limit does, the held claim where no
+		// held block has room: look again now, and claim with the
+		// statement for what exists rather than idle until the next look.
 		if how == howHeld {
 			w.heldClaims.claimed(queueName, how, max, 0, time.Now())
-		} else {
-			p.CheckFull = true
+			how = howPlain // look again, below
 		}
-		if limited = limited || w.limitsSeen.any(w.queries, w.pool, true); limited {
-			how = howLimited
+		if now := claimFor(w.limitsSeen.look(w.queries, w.pool, how == howPlain), advisory); now != how && now != howPlain {
+			how, p.CheckFull = now, true
 			rows, gen, err = w.guard.claim(p, how)
 		}
 	}
 	if err != nil {
 		return 0, err
 	}
-	if how != howPlain {
+	limited := how != howPlain
+	if limited {
 		w.heldClaims.claimed(queueName, how, max, len(rows), time.Now())
 	}
 	cur.claimed(head, started, time.Since(started), rows)
@@ -301,7 +300,7 @@ func (w *Worker) claimKeyed(queueName string, limit RateLimit, max int, qslots *
 		granted[id] = g.Keys[i]
 	}
 	defer func() { w.giveBackKeys(limit, g.WindowStart, granted) }()
-	limited := w.limitsSeen.any(w.queries, w.pool, false)
+	limited := w.limitsSeen.look(w.queries, w.pool, false).Present
 	rows, gen, err := w.guard.claim(db.TaskClaimParams{
 		WorkerID:      w.cfg.WorkerID,
 		Queue:         queueName,

@@ -22,9 +22,11 @@ import (
 //     (lockSession.heldLimits counts them, finish.limits gives them back,
 //     takeUnlocks releases a block with its last task). A worker that dies
 //     frees its blocks with its session, at once, as it frees its task
-//     locks. A claim with no limit row costs one look at the empty table;
-//     a queue limit well above what runs is claimed within a held block
-//     (heldClaims, TaskClaimHeld).
+//     locks. A claim with no limit row costs one look at the empty table.
+//     While the only limits are queue limits, claims use TaskClaimQueue, a
+//     fraction of TaskClaim's cost (one scope per row at most); under a
+//     queue limit far above what runs it fills a held block with no lock
+//     tried but the tasks' (heldClaims).
 //   - Lease mode: nothing outlives a transaction, so a claim that may meet
 //     a limit runs in a transaction that first takes a transaction lock per
 //     limit (LimitLockForClaim), then counts the running tasks of each
@@ -44,63 +46,60 @@ const (
 	// howPlain: TaskClaimPlain, while no limit exists (it takes nothing
 	// once one does).
 	howPlain claimHow = iota
-	// howLimited: TaskClaim, every limit enforced.
+	// howLimited: TaskClaim, every limit enforced (lease mode:
+	// TaskClaimLease).
 	howLimited
-	// howHeld: TaskClaimHeld, within a block of the queue's limit that the
-	// lock session holds (advisory mode; it takes nothing where it does
-	// not apply). Lease mode claims as howLimited.
+	// howQueue: TaskClaimQueue, in advisory mode while the only limits
+	// are queue limits (it takes nothing once another exists).
+	howQueue
+	// howHeld: TaskClaimHeld, howQueue's claim within a block the lock
+	// session holds with room, under a queue limit far above what runs
+	// (it takes nothing where no held block has room).
 	howHeld
 )
 
-// heldClaims picks, per queue, between TaskClaim and TaskClaimHeld, and
-// whether TaskClaim looks for full scopes (check_full). A claim that took
-// all it asked for met no full scope, and its queue's limits had room: the
-// next claim tries the held block (TaskClaimHeld takes nothing where no
-// block has room, or other limits exist) and skips the look for full
-// scopes, which counts the running rows of every scope on each claim (the
-// count walks the running-task index, dead entries and all, which only
-// vacuum removes: 8 µs a task of the server's 68 at 100,000 tasks). A
-// claim that took fewer looks again; a held claim that took nothing is not
-// tried again for limitsRecheck.
+// heldClaims remembers, per queue, whether the last limited claim took all
+// it asked for. Such a claim met no full scope, and its queue's limits had
+// room: the next one skips the look for full scopes (check_full), which
+// counts the running rows of every scope on each claim (the count walks
+// the running-task index, dead entries and all, which only vacuum
+// removes: 8 µs a task of the server's 68 at 100,000 tasks), and, under a
+// limit far above what runs, fills the block it holds with no lock tried
+// but the tasks'. A claim that took fewer looks again.
 type heldClaims struct {
-	mu    sync.Mutex
-	state map[string]heldState
-	taken int64 // tasks taken by held claims, for tests
+	mu       sync.Mutex
+	roomy    map[string]bool
+	notUntil map[string]time.Time // a held claim took nothing: none before
+	taken    [4]int64             // tasks taken by each statement, for tests
 }
 
-type heldState struct {
-	roomy    bool      // the last limited claim of the queue took all it asked for
-	notUntil time.Time // a held claim took nothing: none before this
-}
-
-// next says which statement the next limited claim of a queue runs, and
-// whether it looks for full scopes.
-func (h *heldClaims) next(queue string, advisory bool, now time.Time) (how claimHow, checkFull bool) {
+// next refines how, the statement for the limits that exist, for the next
+// claim of a queue, and says whether it looks for full scopes: after a
+// claim that took all it asked for, a queue claim tries the held block
+// first, and none looks.
+func (h *heldClaims) next(queue string, how claimHow, now time.Time) (claimHow, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	st := h.state[queue]
-	if st.roomy && advisory && !now.Before(st.notUntil) {
+	roomy := h.roomy[queue]
+	if how == howQueue && roomy && !now.Before(h.notUntil[queue]) {
 		return howHeld, false
 	}
-	return howLimited, !st.roomy
+	return how, how == howPlain || !roomy
 }
 
-// claimed records how a limited claim of a queue went.
+// claimed records how a limited claim of a queue went. A held claim that
+// took nothing is not tried again for limitsRecheck.
 func (h *heldClaims) claimed(queue string, how claimHow, asked, got int, now time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.state == nil {
-		h.state = map[string]heldState{}
+	if h.roomy == nil {
+		h.roomy, h.notUntil = map[string]bool{}, map[string]time.Time{}
 	}
-	st := h.state[queue]
-	st.roomy = got == asked
-	if how == howHeld {
-		h.taken += int64(got)
-	}
+	h.roomy[queue] = got == asked || how == howHeld && got == 0
 	if how == howHeld && got == 0 {
-		st.roomy, st.notUntil = true, now.Add(limitsRecheck)
+		h.notUntil[queue] = now.Add(limitsRecheck)
 	}
-	h.state[queue] = st
+	h.taken[how] += int64(got)
 }
 
 // limitsRecheck is how long a worker trusts that no limit exists, or that
@@ -111,32 +110,46 @@ const limitsRecheck = time.Second
 // which the handlers may be using up, and the claim must not wait on it.
 const limitsProbeTimeout = 250 * time.Millisecond
 
-// limitsProbe remembers whether any limit exists.
+// limitsProbe remembers whether any limit exists, and whether any that
+// is not a queue's does.
 type limitsProbe struct {
 	mu      sync.Mutex
 	checked time.Time
-	present bool
+	seen    db.LimitsExistRow
 }
 
-// any reports whether a limit exists, as last seen within limitsRecheck;
+// look reports which limits exist, as last seen within limitsRecheck;
 // fresh looks now. A look that fails (no pool connection free within
-// limitsProbeTimeout, say) keeps the last answer, false at first, and the
-// next call looks again: either claim is correct whatever exists, the
-// answer only picks the cheaper one.
-func (l *limitsProbe) any(queries *db.Queries, pool *pgxpool.Pool, fresh bool) bool {
+// limitsProbeTimeout, say) keeps the last answer, none at first, and the
+// next call looks again: every claim is correct whatever exists (the
+// cheaper ones take nothing where they do not apply), the answer only
+// picks the cheapest.
+func (l *limitsProbe) look(queries *db.Queries, pool *pgxpool.Pool, fresh bool) db.LimitsExistRow {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !fresh && !l.checked.IsZero() && time.Since(l.checked) < limitsRecheck {
-		return l.present
+		return l.seen
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), limitsProbeTimeout)
 	defer cancel()
-	present, err := queries.LimitsExist(ctx, pool)
+	seen, err := queries.LimitsExist(ctx, pool)
 	if err != nil {
-		return l.present
+		return l.seen
 	}
-	l.present, l.checked = present, time.Now()
-	return present
+	l.seen, l.checked = seen, time.Now()
+	return seen
+}
+
+// claimFor picks the claim statement for the limits that exist.
+func claimFor(seen db.LimitsExistRow, advisory bool) claimHow {
+	switch {
+	case !seen.Present:
+		return howPlain
+	case advisory && !seen.BeyondQueues:
+		return howQueue
+	default:
+		return howLimited
+	}
 }
 
 // claimPlain claims with TaskClaimPlain, whose parameters are TaskClaim's
@@ -151,6 +164,23 @@ func claimPlain(ctx context.Context, queries *db.Queries, tx db.DBTX, p db.TaskC
 	})
 	rows := make([]db.TaskClaimRow, len(plain))
 	for i, r := range plain {
+		rows[i] = db.TaskClaimRow(r)
+	}
+	return rows, err
+}
+
+// claimQueue claims with TaskClaimQueue, whose parameters are TaskClaim's
+// less those of scopes, and whose rows are TaskClaim's.
+func claimQueue(ctx context.Context, queries *db.Queries, tx db.DBTX, p db.TaskClaimParams) ([]db.TaskClaimRow, error) {
+	held, err := queries.TaskClaimQueue(ctx, tx, db.TaskClaimQueueParams{
+		WorkerID: p.WorkerID, LockClass: p.LockClass, UnlockIds: p.UnlockIds,
+		LimitClass: p.LimitClass, UnlockLimitLocks: p.UnlockLimitLocks, Queue: p.Queue,
+		CheckFull: p.CheckFull, HeldLimitLocks: p.HeldLimitLocks, HeldLimitCounts: p.HeldLimitCounts,
+		UseAfter: p.UseAfter, AfterPriority: p.AfterPriority, AfterRunAt: p.AfterRunAt, AfterID: p.AfterID,
+		OnlyNames: p.OnlyNames, SkipNames: p.SkipNames, Max: p.Max, ExclusiveSeed: p.ExclusiveSeed,
+	})
+	rows := make([]db.TaskClaimRow, len(held))
+	for i, r := range held {
 		rows[i] = db.TaskClaimRow(r)
 	}
 	return rows, err

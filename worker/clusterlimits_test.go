@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -117,8 +118,10 @@ func TestLimitsAcrossWorkers(t *testing.T) {
 				"free": work(func(*worker.Task) []string { return []string{"free"} }),
 			}
 			cfg := worker.Config{Mode: mode, Concurrency: 20, Queues: []string{"default", "limited"}}
+			var workers []*worker.Worker
 			for range 2 {
-				start(t, pgtest.NewPool(t, b.schema), cfg, handlers)
+				w, _ := start(t, pgtest.NewPool(t, b.schema), cfg, handlers)
+				workers = append(workers, w)
 			}
 			pgtest.Eventually(t, 10*time.Second, "every task to complete", func() bool {
 				return b.count(t, "status = 'completed'") == len(tasks)
@@ -137,6 +140,112 @@ func TestLimitsAcrossWorkers(t *testing.T) {
 			if err != nil || len(limits) != 3 {
 				t.Fatalf("Limits: %v, %v", limits, err)
 			}
+			// Name and key limits exist: the claim of queue limits, which
+			// would not see them, must never have taken a task.
+			for _, w := range workers {
+				if byQueue, _, _ := worker.QueueClaimed(w); byQueue != 0 {
+					t.Errorf("%d tasks taken by the claim of queue limits while name and key limits exist", byQueue)
+				}
+			}
+		})
+	}
+}
+
+// TestQueueLimitsOnly: while the only limits are queue limits, workers
+// claim with the claim of queue limits, which holds a limited queue to its
+// Max across four workers and leaves a queue without a limit alone.
+func TestQueueLimitsOnly(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	g := newGauge(t, b)
+	if err := b.client.SetLimit(ctx, queue.Limit{Queue: "limited", Max: 2}); err != nil {
+		t.Fatal(err)
+	}
+	var tasks []queue.NewTask
+	for range 30 {
+		tasks = append(tasks,
+			queue.NewTask{Name: "job", Payload: "limited", Options: []queue.Option{queue.WithQueue("limited")}},
+			queue.NewTask{Name: "job", Payload: "free", Options: []queue.Option{queue.WithQueue("free")}})
+	}
+	if _, err := b.client.EnqueueMany(ctx, tasks); err != nil {
+		t.Fatal(err)
+	}
+	handlers := worker.Handlers{"job": func(ctx context.Context, task *worker.Task) error {
+		scope := string(task.Payload)
+		if err := g.enter(ctx, scope); err != nil {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+		return g.leave(ctx, scope)
+	}}
+	var workers []*worker.Worker
+	for range 4 {
+		w, _ := start(t, pgtest.NewPool(t, b.schema), worker.Config{Concurrency: 20, Queues: []string{"limited", "free"}}, handlers)
+		workers = append(workers, w)
+	}
+	pgtest.Eventually(t, 20*time.Second, "every task to complete", func() bool {
+		return b.count(t, "status = 'completed'") == len(tasks)
+	})
+	peaks := g.peaks(t)
+	t.Logf("peak concurrency: %v", peaks)
+	if peaks[`"limited"`] > 2 {
+		t.Errorf("%d tasks of the limited queue ran at once, limit 2", peaks[`"limited"`])
+	}
+	if peaks[`"free"`] <= 2 {
+		t.Errorf("the queue without a limit peaked at %d at once: held back by another queue's limit", peaks[`"free"`])
+	}
+	var byQueue, byAll int64
+	for _, w := range workers {
+		q, _, a := worker.QueueClaimed(w)
+		byQueue, byAll = byQueue+q, byAll+a
+	}
+	if byQueue != int64(len(tasks)) || byAll != 0 {
+		t.Errorf("%d tasks taken by the claims of queue limits and %d by the claim of every limit, want %d and 0", byQueue, byAll, len(tasks))
+	}
+}
+
+// TestLimitPlacesHeldElsewhere: the places of a limit are its locks, not
+// the count of running rows: while another session holds every place of a
+// queue's limit (as a worker's claim does before it commits), no task of
+// the queue starts, though no row runs; once they go, the tasks run. For a
+// limit of 2 (one place a block) and of 600 (blocks of 2, 300 of them).
+func TestLimitPlacesHeldElsewhere(t *testing.T) {
+	t.Parallel()
+	for _, limit := range []int{2, 600} {
+		t.Run(fmt.Sprint(limit), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			ctx := context.Background()
+			if err := b.client.SetLimit(ctx, queue.Limit{Queue: "limited", Max: limit}); err != nil {
+				t.Fatal(err)
+			}
+			holder, err := b.pool.Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer holder.Release()
+			blocks := limit / max(1, limit/256)
+			if _, err := holder.Exec(ctx, `
+				SELECT pg_advisory_lock('skiplock_limits'::regclass::oid::integer, ((hashtext('queue:limited')::bigint + i)::bit(32))::integer)
+				FROM generate_series(0, $1 - 1) AS i`, blocks); err != nil {
+				t.Fatal(err)
+			}
+			for range 5 {
+				b.enqueue(t, "job", nil, queue.WithQueue("limited"))
+			}
+			start(t, pgtest.NewPool(t, b.schema), worker.Config{Queues: []string{"limited"}, PollInterval: 50 * time.Millisecond},
+				worker.Handlers{"job": func(context.Context, *worker.Task) error { return nil }})
+			time.Sleep(500 * time.Millisecond) // ten polls
+			if n := b.count(t, "status <> 'pending' OR attempt > 0"); n != 0 {
+				t.Fatalf("%d tasks claimed while another session held every place of the limit", n)
+			}
+			if _, err := holder.Exec(ctx, "SELECT pg_advisory_unlock_all()"); err != nil {
+				t.Fatal(err)
+			}
+			pgtest.Eventually(t, 10*time.Second, "the tasks to run once the places are free", func() bool {
+				return b.count(t, "status = 'completed'") == 5
+			})
 		})
 	}
 }
@@ -301,10 +410,11 @@ func TestLimitBlocks(t *testing.T) {
 	})
 }
 
-// TestLimitNeverBinding: under a limit far above what the worker runs,
-// its places come from one block held across claims (TaskClaimHeld takes
-// most tasks, with no slot tried), a running worker holds at most two
-// limit locks, and none is left once the tasks finish.
+// TestLimitNeverBinding: under a queue limit far above what the worker
+// runs, every task is claimed by the claims of queue limits, most within
+// a block held across claims (TaskClaimHeld, no lock tried but the
+// tasks'); a running worker holds at most two limit locks, and none is
+// left once the tasks finish.
 func TestLimitNeverBinding(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -340,10 +450,13 @@ func TestLimitNeverBinding(t *testing.T) {
 	pgtest.Eventually(t, 20*time.Second, "all completed and every block released", func() bool {
 		return b.count(t, "status = 'completed'") == len(tasks) && b.limitLocks(t) == 0
 	})
-	held := worker.HeldClaimed(w)
-	t.Logf("%d of %d tasks taken by held claims", held, len(tasks))
+	byQueue, held, byAll := worker.QueueClaimed(w)
+	t.Logf("%d of %d tasks taken within a held block", held, len(tasks))
+	if byQueue != int64(len(tasks)) || byAll != 0 {
+		t.Errorf("%d tasks taken by the claims of queue limits and %d by the claim of every limit, want %d and 0", byQueue, byAll, len(tasks))
+	}
 	if held < int64(len(tasks))/2 {
-		t.Errorf("%d of %d tasks taken within a held block: the never-binding limit paid the full claim", held, len(tasks))
+		t.Errorf("%d of %d tasks taken within a held block: the never-binding limit paid for places claim by claim", held, len(tasks))
 	}
 }
 

@@ -23,10 +23,12 @@ func ForceCursor(w *Worker, queueName string) {
 // stored schedules when no change is announced.
 func SetScheduleReload(cfg *Config, d time.Duration) { cfg.scheduleReload = d }
 
-// HeldClaimed reports how many tasks the worker took with claims within a
-// held block of a queue's limit (TaskClaimHeld).
-func HeldClaimed(w *Worker) int64 {
+// QueueClaimed reports how many tasks the worker took with the claims of
+// queue limits (TaskClaimQueue), how many of those within a held block
+// (TaskClaimHeld), and how many with the claim of every limit (TaskClaim).
+func QueueClaimed(w *Worker) (queue, held, limited int64) {
 	w.heldClaims.mu.Lock()
 	defer w.heldClaims.mu.Unlock()
-	return w.heldClaims.taken
+	t := w.heldClaims.taken
+	return t[howQueue] + t[howHeld], t[howHeld], t[howLimited]
 }

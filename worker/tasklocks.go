@@ -34,16 +34,19 @@ func (s *lockSession) claim(p db.TaskClaimParams, how claimHow) (rows []db.TaskC
 		s.limitClass = p.LimitClass
 		p.UnlockIds, p.UnlockLimitLocks, freed = s.takeUnlocks(g)
 		switch how {
-		case howLimited, howHeld:
+		case howLimited, howQueue, howHeld:
 			p.HeldLimitLocks = make([]int32, 0, len(s.heldLimits))
 			p.HeldLimitCounts = make([]int32, 0, len(s.heldLimits))
 			for k, n := range s.heldLimits {
 				p.HeldLimitLocks = append(p.HeldLimitLocks, k)
 				p.HeldLimitCounts = append(p.HeldLimitCounts, int32(n))
 			}
-			if how == howHeld {
+			switch how {
+			case howQueue:
+				rows, err = claimQueue(ctx, s.queries, customPlans{conn}, p)
+			case howHeld:
 				rows, err = claimHeld(ctx, s.queries, customPlans{conn}, p)
-			} else {
+			default:
 				rows, err = s.queries.TaskClaim(ctx, customPlans{conn}, p)
 			}
 		default:
