@@ -240,6 +240,9 @@ SET status = 'running',
     locked_until = NULL
 FROM locked
 WHERE t.id = locked.id
+  -- Evaluated even when nothing is picked (a LIMIT of 0 never runs its
+  -- scan, and "open" with it): the unlocks it carries must run.
+  AND (SELECT n FROM released) >= 0
   AND (SELECT n FROM surplus) >= 0
 RETURNING t.id, t.queue, t.name, t.payload, t.metadata, t.priority, t.attempt,
           t.max_attempts, t.timeout_ms, t.run_at, t.created_at, t.started_at, locked.limit_locks,
@@ -450,6 +453,9 @@ SET status = 'running',
     locked_until = NULL
 FROM locked
 WHERE t.id = locked.id
+  -- Evaluated even when nothing is picked (a LIMIT of 0 never runs its
+  -- scan, and "open" with it): the unlocks it carries must run.
+  AND (SELECT n FROM released) >= 0
 RETURNING t.id, t.queue, t.name, t.payload, t.metadata, t.priority, t.attempt,
           t.max_attempts, t.timeout_ms, t.run_at, t.created_at, t.started_at,
           ARRAY[(SELECT f.key FROM place AS f)]::integer[] AS limit_locks,
@@ -808,6 +814,9 @@ SET status = 'running',
     locked_until = CASE WHEN $2::bigint > 0 THEN now() + interval '1 millisecond' * $2::bigint END
 FROM locked
 WHERE t.id = locked.id
+  -- Evaluated even when nothing is picked (a LIMIT of 0 never runs its
+  -- scan, and "open" with it): the unlocks it carries must run.
+  AND (SELECT n FROM released) >= 0
 RETURNING t.id, t.queue, t.name, t.payload, t.metadata, t.priority, t.attempt,
           t.max_attempts, t.timeout_ms, t.run_at, t.created_at, t.started_at, NULL::integer[] AS limit_locks,
           (t.exclusive_key IS NOT NULL)::boolean AS exclusive
@@ -1013,6 +1022,9 @@ SET status = 'running',
     locked_until = NULL
 FROM locked
 WHERE t.id = locked.id
+  -- Evaluated even when nothing is picked (a LIMIT of 0 never runs its
+  -- scan, and "open" with it): the unlocks it carries must run.
+  AND (SELECT n FROM released) >= 0
   AND (SELECT n FROM surplus) >= 0
 RETURNING t.id, t.queue, t.name, t.payload, t.metadata, t.priority, t.attempt,
           t.max_attempts, t.timeout_ms, t.run_at, t.created_at, t.started_at, locked.limit_locks,

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/skiplock/skiplock/db"
 	"github.com/skiplock/skiplock/internal/testinfra/pgtest"
 	"github.com/skiplock/skiplock/queue"
 	"github.com/skiplock/skiplock/worker"
@@ -651,9 +652,97 @@ func TestFreedPlacesWakeClaims(t *testing.T) {
 			pgtest.Eventually(t, 5*time.Second, "every task to complete without a poll", func() bool {
 				return b.count(t, "status = 'completed'") == len(tasks)
 			})
+			if mode == worker.ModeAdvisory {
+				pgtest.Eventually(t, 5*time.Second, "every place released", func() bool { return b.limitLocks(t) == 0 })
+			}
 			if p := peak.Load(); p > 1 {
 				t.Errorf("%d tasks of a limit of 1 ran at once", p)
 			}
 		})
+	}
+}
+
+// TestClaimCarriesUnlocksWhenTakingNothing: a claim carries the unlocks of
+// finished tasks, and runs them even when it picks nothing at all: its
+// queue's limit full (no room to pick), or no held block with room. Left
+// undone, the worker would believe a limit's place released that its
+// session still held, and the place would be lost to every other worker.
+// Each claim statement of advisory mode, on one connection: a slot lock
+// taken as a finished task's would be, then a claim that must release it.
+func TestClaimCarriesUnlocksWhenTakingNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	if err := b.client.SetLimit(ctx, queue.Limit{Queue: "full", Max: 1}); err != nil {
+		t.Fatal(err)
+	}
+	b.enqueue(t, "job", nil, queue.WithQueue("full"))
+	b.enqueue(t, "job", nil, queue.WithQueue("full"))
+	// One task runs: the limit of 1 is full by the running rows.
+	if _, err := b.pool.Exec(ctx, "UPDATE skiplock_tasks SET status = 'running', attempt = 1, started_at = now(), worker_id = 'gone' WHERE id = (SELECT min(id) FROM skiplock_tasks)"); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := b.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	var lockClass, limitClass int32
+	if err := conn.QueryRow(ctx, "SELECT 'skiplock_tasks'::regclass::oid::integer, 'skiplock_limits'::regclass::oid::integer").Scan(&lockClass, &limitClass); err != nil {
+		t.Fatal(err)
+	}
+	const key = 12345
+	held := func() bool {
+		var n int
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()
+			AND classid = $1::integer::oid AND objid = $2::integer::oid AND objsubid = 2`, limitClass, key).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n > 0
+	}
+	q := db.New()
+	p := db.TaskClaimParams{
+		WorkerID: "w", LockClass: lockClass, LimitClass: limitClass, UnlockIds: []int64{}, UnlockLimitLocks: []int32{key},
+		Queue: "full", CheckFull: true, OnlyNames: []string{}, SkipNames: []string{}, OnlyIds: []int64{}, Max: 10,
+		HeldLimitLocks: []int32{}, HeldLimitCounts: []int32{},
+	}
+	for _, c := range []struct {
+		name  string
+		claim func() (int, error)
+	}{
+		{"TaskClaim", func() (int, error) { r, err := q.TaskClaim(ctx, conn, p); return len(r), err }},
+		{"TaskClaimQueue", func() (int, error) {
+			r, err := q.TaskClaimQueue(ctx, conn, db.TaskClaimQueueParams{
+				WorkerID: p.WorkerID, LockClass: p.LockClass, UnlockIds: p.UnlockIds, LimitClass: p.LimitClass,
+				UnlockLimitLocks: p.UnlockLimitLocks, Queue: p.Queue, CheckFull: true, OnlyNames: p.OnlyNames,
+				SkipNames: p.SkipNames, Max: p.Max, HeldLimitLocks: p.HeldLimitLocks, HeldLimitCounts: p.HeldLimitCounts,
+			})
+			return len(r), err
+		}},
+		{"TaskClaimHeld", func() (int, error) {
+			r, err := q.TaskClaimHeld(ctx, conn, db.TaskClaimHeldParams{
+				WorkerID: p.WorkerID, LockClass: p.LockClass, UnlockIds: p.UnlockIds, LimitClass: p.LimitClass,
+				UnlockLimitLocks: p.UnlockLimitLocks, Queue: p.Queue, OnlyNames: p.OnlyNames,
+				SkipNames: p.SkipNames, Max: p.Max, HeldLimitLocks: p.HeldLimitLocks, HeldLimitCounts: p.HeldLimitCounts,
+			})
+			return len(r), err
+		}},
+	} {
+		if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1, $2)", limitClass, key); err != nil {
+			t.Fatal(err)
+		}
+		n, err := c.claim()
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if n != 0 {
+			t.Fatalf("%s took %d tasks of a full queue", c.name, n)
+		}
+		if held() {
+			t.Errorf("%s took nothing and left the lock it was to release held", c.name)
+			if _, err := conn.Exec(ctx, "SELECT pg_advisory_unlock_all()"); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 }
