@@ -70,13 +70,15 @@ type lockSession struct {
 	sock      atomic.Pointer[pgconn.PgConn]
 	busySince atomic.Int64 // unix nanoseconds
 	lastProof atomic.Int64 // unix nanoseconds
+	lastClaim atomic.Int64 // unix nanoseconds: when the last claim ended
 
 	// Locks to release, of the current generation: the next claim carries
 	// them, or a flush unlockDelay after the first was queued.
 	umu        sync.Mutex
 	unlocks    []int64
-	unlockLims []int32 // limit slot locks released with them
-	unlockFree bool    // some are gated: announce once they have run
+	unlockLims []int32   // limit slot locks released with them
+	unlockFree bool      // some are gated: announce once they have run
+	unlocksAt  time.Time // when the first of them was queued
 	unlocksGen uint64
 	flushTimer *time.Timer
 }
