@@ -203,11 +203,13 @@ func (w *Worker) claimAndStart(queueName string, max int, only, skip []string, q
 		// claims once a name or key limit does, the held claim where no
 		// held block has room: look again now, and claim with the
 		// statement for what exists rather than idle until the next look.
+		fresh := true
 		if how == howHeld {
+			// The limits are as last seen; the block was what lacked room.
 			w.heldClaims.claimed(queueName, how, max, 0, time.Now())
-			how = howPlain // look again, below
+			how, fresh = howPlain, false
 		}
-		if now := claimFor(w.limitsSeen.look(w.queries, w.pool, how == howPlain), advisory); now != how && now != howPlain {
+		if now := claimFor(w.limitsSeen.look(w.queries, w.pool, fresh), advisory); now != how && now != howPlain {
 			how, p.CheckFull = now, true
 			rows, gen, err = w.guard.claim(p, how)
 		}

@@ -235,9 +235,10 @@ func TestLimitPlacesHeldElsewhere(t *testing.T) {
 			for range 5 {
 				b.enqueue(t, "job", nil, queue.WithQueue("limited"))
 			}
-			start(t, pgtest.NewPool(t, b.schema), worker.Config{Queues: []string{"limited"}, PollInterval: 50 * time.Millisecond},
+			polls := &claims{}
+			start(t, pgtest.NewPool(t, b.schema), worker.Config{Queues: []string{"limited"}, PollInterval: 50 * time.Millisecond, Observer: polls},
 				worker.Handlers{"job": func(context.Context, *worker.Task) error { return nil }})
-			time.Sleep(500 * time.Millisecond) // ten polls
+			waitClaims(t, 10, polls) // ten claims of the queue, none with a place
 			if n := b.count(t, "status <> 'pending' OR attempt > 0"); n != 0 {
 				t.Fatalf("%d tasks claimed while another session held every place of the limit", n)
 			}
