@@ -202,8 +202,11 @@ func TestBatchRequeueAfterFinish(t *testing.T) {
 		t.Errorf("batch after the requeue: %+v, want 2 of 2 completed", info)
 	}
 	// Give a second OnFinish every chance to show itself: the worker has
-	// nothing else to do, and the callback is completed, not pending.
-	if f := b.get(t, enq.OnFinish); f.Status != queue.StatusCompleted || f.Attempt != 1 {
+	// nothing else to do, and the callback is completed, not pending. Its
+	// handler has returned, but the worker may not have written its
+	// outcome yet (outcomes are written in groups).
+	waitFor(t, time.Second, "OnFinish completed", func() bool { return b.get(t, enq.OnFinish).Status == queue.StatusCompleted })
+	if f := b.get(t, enq.OnFinish); f.Attempt != 1 {
 		t.Errorf("OnFinish is %s after %d attempts, want completed after 1", f.Status, f.Attempt)
 	}
 	if n := len(runs.ran("finished")); n != 1 {

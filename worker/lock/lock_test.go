@@ -3,6 +3,7 @@ package lock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -290,12 +291,29 @@ func TestSharedKey(t *testing.T) {
 	if _, err := c1.TryAcquire(ctx, n1, lock.Exclusive); !errors.Is(err, lock.ErrNotAcquired) {
 		t.Fatalf("%s while %s (same key) is held: %v, want ErrNotAcquired", n1, n2, err)
 	}
-	locks, _, err := c1.List(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(locks) != 1 || len(locks[0].Names) != 2 {
-		t.Fatalf("List = %+v, want one lock named %s and %s", locks, n1, n2)
-	}
+	listed(t, c1, fmt.Sprintf("one lock named %s and %s", n1, n2), func(locks []lock.HeldLock) bool {
+		return len(locks) == 1 && len(locks[0].Names) == 2
+	})
 	l2.Release(ctx)
+}
+
+// listed waits until c's List satisfies ok: a client records a lock's
+// name in the background, so the listing may name it a moment after the
+// lock is tried.
+func listed(t *testing.T, c *lock.Client, what string, ok func([]lock.HeldLock) bool) []lock.HeldLock {
+	t.Helper()
+	deadline := time.Now().Add(pgtest.Patient(time.Second))
+	for {
+		locks, _, err := c.List(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok(locks) {
+			return locks
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("List = %+v, want %s", locks, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

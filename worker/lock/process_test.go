@@ -3,6 +3,7 @@ package lock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -79,14 +80,10 @@ func TestKilledHolderReleased(t *testing.T) {
 		t.Fatalf("TryAcquire while another process holds the lock: %v, want ErrNotAcquired", err)
 	}
 	// Operators see it by name, with the holder's session.
-	locks, _, err := c.List(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	want := "skiplock lock child-" + strconv.Itoa(holder.cmd.Process.Pid)
-	if len(locks) != 1 || len(locks[0].Names) != 1 || locks[0].Names[0] != "report" || locks[0].ApplicationName != want || locks[0].Mode != lock.Exclusive {
-		t.Fatalf("List = %+v, want report held exclusively by %q", locks, want)
-	}
+	listed(t, c, fmt.Sprintf("report held exclusively by %q", want), func(locks []lock.HeldLock) bool {
+		return len(locks) == 1 && len(locks[0].Names) == 1 && locks[0].Names[0] == "report" && locks[0].ApplicationName == want && locks[0].Mode == lock.Exclusive
+	})
 
 	if err := holder.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
