@@ -197,7 +197,7 @@ func (w *Worker) claimAndStart(queueName string, max int, only, skip []string, q
 	advisory := w.cfg.Mode == ModeAdvisory
 	how, checkFull := w.heldClaims.next(queueName, claimFor(w.limitsSeen.look(w.queries, w.pool, false), advisory), started)
 	p.CheckFull = checkFull
-	rows, gen, err := w.guard.claim(p, how)
+	rows, gen, how, err := w.guard.claim(p, how)
 	if err == nil && len(rows) == 0 && how != howLimited {
 		// The plain claim takes nothing once a limit exists, the queue
 		// claims once a name or key limit does, the held claim where no
@@ -211,7 +211,7 @@ func (w *Worker) claimAndStart(queueName string, max int, only, skip []string, q
 		}
 		if now := claimFor(w.limitsSeen.look(w.queries, w.pool, fresh), advisory); now != how && now != howPlain {
 			how, p.CheckFull = now, true
-			rows, gen, err = w.guard.claim(p, how)
+			rows, gen, how, err = w.guard.claim(p, how)
 		}
 	}
 	if err != nil {
@@ -303,7 +303,7 @@ func (w *Worker) claimKeyed(queueName string, limit RateLimit, max int, qslots *
 	}
 	defer func() { w.giveBackKeys(limit, g.WindowStart, granted) }()
 	limited := w.limitsSeen.look(w.queries, w.pool, false).Present
-	rows, gen, err := w.guard.claim(db.TaskClaimParams{
+	rows, gen, _, err := w.guard.claim(db.TaskClaimParams{
 		WorkerID:      w.cfg.WorkerID,
 		Queue:         queueName,
 		OnlyNames:     []string{limit.Name},

@@ -132,7 +132,7 @@ func (l *limitsProbe) look(queries *db.Queries, pool *pgxpool.Pool, fresh bool) 
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), limitsProbeTimeout)
 	defer cancel()
-	seen, err := queries.LimitsExist(ctx, pool)
+	seen, err := queries.LimitsExist(ctx, customPlans{pool})
 	if err != nil {
 		return l.seen
 	}

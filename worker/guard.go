@@ -37,9 +37,11 @@ type guard interface {
 	close()
 
 	// claim claims tasks as p says and guards each one, with the
-	// statement how names (claimHow). gen names what guards them (the
-	// lock session's generation; 0 for leases), for release.
-	claim(p db.TaskClaimParams, how claimHow) (rows []db.TaskClaimRow, gen uint64, err error)
+	// statement how names (claimHow), or with ran where that could not
+	// apply (a held claim whose block went with the unlocks it carried).
+	// gen names what guards them (the lock session's generation; 0 for
+	// leases), for release.
+	claim(p db.TaskClaimParams, how claimHow) (rows []db.TaskClaimRow, gen uint64, ran claimHow, err error)
 	// up returns a channel that is closed while claims can be made: a
 	// claim that failed with errSessionDown waits for it.
 	up() <-chan struct{}

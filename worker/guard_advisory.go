@@ -39,11 +39,16 @@ func (g *advisoryGuard) checkPooling(pooled bool) error {
 // open opens the lock session, which registers the worker on itself.
 func (g *advisoryGuard) open(ctx context.Context, classOID int64, o *outage) error {
 	g.classOID = classOID
-	if entries, err := g.queries.SchemaLockTableSize(ctx, g.pool); err == nil && int64(g.cfg.Concurrency) > entries/4 {
-		g.log.Warn("skiplock: Concurrency is a large share of PostgreSQL's lock table, which every running task's advisory lock "+
-			"and every session's locks share; past it, claims back off. Lower Concurrency, run fewer workers, or raise max_locks_per_transaction.",
-			"concurrency", g.cfg.Concurrency, "lock_table_entries", entries)
-	}
+	// A warning only: read beside the session's connection, not before it.
+	go func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if entries, err := g.queries.SchemaLockTableSize(ctx, customPlans{g.pool}); err == nil && int64(g.cfg.Concurrency) > entries/4 {
+			g.log.Warn("skiplock: Concurrency is a large share of PostgreSQL's lock table, which every running task's advisory lock "+
+				"and every session's locks share; past it, claims back off. Lower Concurrency, run fewer workers, or raise max_locks_per_transaction.",
+				"concurrency", g.cfg.Concurrency, "lock_table_entries", entries)
+		}
+	}()
 	g.ls = newLockSession(g.pool.Config().ConnConfig, int32(uint32(classOID)), classOID, g.cfg.sessionTuning(), g.log)
 	g.ls.onLost = g.sessionLost
 	g.ls.onUp = g.sessionUp
@@ -81,7 +86,7 @@ func (g *advisoryGuard) sessionLost(gen uint64) {
 	g.cfg.Observer.LockSessionLost(cancelled)
 }
 
-func (g *advisoryGuard) claim(p db.TaskClaimParams, how claimHow) ([]db.TaskClaimRow, uint64, error) {
+func (g *advisoryGuard) claim(p db.TaskClaimParams, how claimHow) ([]db.TaskClaimRow, uint64, claimHow, error) {
 	return g.ls.claim(p, how)
 }
 

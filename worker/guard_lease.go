@@ -38,16 +38,16 @@ func (g *leaseGuard) open(ctx context.Context, _ int64, _ *outage) error {
 
 func (g *leaseGuard) close() {}
 
-func (g *leaseGuard) claim(p db.TaskClaimParams, how claimHow) ([]db.TaskClaimRow, uint64, error) {
+func (g *leaseGuard) claim(p db.TaskClaimParams, how claimHow) ([]db.TaskClaimRow, uint64, claimHow, error) {
 	leaseMs := g.cfg.LeaseDuration.Milliseconds()
 	ctx, cancel := context.WithTimeout(context.Background(), lockQueryTimeout)
 	defer cancel()
 	if how != howPlain { // a lease holds no block: every limited claim counts
 		rows, err := claimLimited(ctx, g.queries, g.pool, p, leaseMs)
-		return rows, 0, err
+		return rows, 0, how, err
 	}
 	rows, err := claimPlain(ctx, g.queries, customPlans{g.pool}, p, leaseMs)
-	return rows, 0, err
+	return rows, 0, how, err
 }
 
 var alwaysUp = func() chan struct{} { c := make(chan struct{}); close(c); return c }()

@@ -53,11 +53,11 @@ func (r workerRow) register(ctx context.Context, conn db.DBTX, lockBackendPID in
 func (r workerRow) registerSession(ctx context.Context, conn *pgx.Conn, backendPID int32) error {
 	if backendPID == 0 {
 		var err error
-		if backendPID, err = r.queries.SessionBackendPID(ctx, conn); err != nil {
+		if backendPID, err = r.queries.SessionBackendPID(ctx, customPlans{conn}); err != nil {
 			return err
 		}
 	}
-	return r.register(ctx, conn, backendPID)
+	return r.register(ctx, customPlans{conn}, backendPID)
 }
 
 // beatSession writes the heartbeat through the lock session.

@@ -77,7 +77,7 @@ func (b *jobsBundle) claimGen(t *testing.T, g guard, id string, n int) ([]db.Tas
 			t.Fatal(err)
 		}
 	}
-	rows, gen, err := g.claim(db.TaskClaimParams{
+	rows, gen, _, err := g.claim(db.TaskClaimParams{
 		WorkerID: id, Queue: queue.DefaultQueue, OnlyNames: []string{}, SkipNames: []string{}, Max: int32(n),
 		ExclusiveSeed: b.schema.TableOID,
 	}, howPlain)

@@ -43,11 +43,9 @@ func (l *listener) run(ctx context.Context) {
 	for ctx.Err() == nil {
 		conn, err := pgx.ConnectConfig(ctx, config)
 		if err == nil {
-			// LISTEN takes no parameters, so the channels are quoted here.
-			_, err = conn.Exec(ctx, "LISTEN "+pgx.Identifier{l.work}.Sanitize())
-			if err == nil {
-				_, err = conn.Exec(ctx, "LISTEN "+pgx.Identifier{l.control}.Sanitize())
-			}
+			// LISTEN takes no parameters, so the channels are quoted here;
+			// both in one simple query, one round trip.
+			_, err = conn.Exec(ctx, "LISTEN "+pgx.Identifier{l.work}.Sanitize()+"; LISTEN "+pgx.Identifier{l.control}.Sanitize())
 			if err == nil {
 				r.succeeded()
 				o.ok()

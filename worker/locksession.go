@@ -110,11 +110,12 @@ func (s *lockSession) connect(ctx context.Context) error {
 
 func (s *lockSession) installConn(ctx context.Context, conn *pgx.Conn) error {
 	rawJSONB(conn.TypeMap())
-	backend, err := s.queries.SessionBackendPID(ctx, conn)
+	// Unnamed statements: each runs once on this connection (customPlans).
+	backend, err := s.queries.SessionBackendPID(ctx, customPlans{conn})
 	if err == nil {
 		var p db.SessionTuneParams
 		p.KeepaliveIdleSeconds, p.KeepaliveIntervalSeconds, p.KeepaliveCount, p.UserTimeoutMs = s.tuning.tcp().ServerSettings()
-		err = s.queries.SessionTune(ctx, conn, p)
+		err = s.queries.SessionTune(ctx, customPlans{conn}, p)
 	}
 	if err == nil && s.register != nil {
 		err = s.register(ctx, conn, backend)

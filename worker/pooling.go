@@ -29,16 +29,29 @@ var ErrStatementCache = errors.New("skiplock: the pool caches prepared statement
 // A pooler that happens to hand out different backends every time goes
 // unnoticed here, so the lock session also watches its backend pid.
 func transactionPooled(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
+	// Both at once: a new connection takes several round trips.
+	type acquired struct {
+		c   *pgxpool.Conn
+		err error
+	}
+	other := make(chan acquired, 1)
+	go func() {
+		c, err := pool.Acquire(ctx)
+		other <- acquired{c, err}
+	}()
 	a, err := pool.Acquire(ctx)
+	got := <-other
+	if got.c != nil {
+		defer got.c.Release()
+	}
 	if err != nil {
 		return false, err
 	}
 	defer a.Release()
-	b, err := pool.Acquire(ctx)
-	if err != nil {
-		return false, err
+	if got.err != nil {
+		return false, got.err
 	}
-	defer b.Release()
+	b := got.c
 	pid := func(c *pgxpool.Conn) (int32, error) {
 		var p int32
 		// The simple protocol: no prepared statement to confuse a pooler.

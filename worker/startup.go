@@ -21,27 +21,24 @@ const startAttemptTimeout = 30 * time.Second
 var errReadOnly = errors.New("the server is read-only (a standby, or a primary not yet open for writes after a failover): " +
 	"with several hosts, add target_session_attrs=read-write to the URL so that connections go to the primary")
 
-// start checks the database and the schema, sets up what Run needs, and
-// opens the guard, which registers the worker. While the database cannot be reached, or only in
-// read-only mode, it retries with backoff; it returns an error only for a
-// configuration error (isConfigError) or when ctx ends.
-func (w *Worker) start(ctx context.Context) error {
+// start checks the database and the schema and sets up what Run needs;
+// opened then opens the guard, which registers the worker (Run starts its
+// listener in between, so that the two connect at once). While the
+// database cannot be reached, or only in read-only mode, both retry with
+// backoff; they return an error only for a configuration error
+// (isConfigError) or when ctx ends.
+func (w *Worker) start(ctx context.Context) (opened func() error, err error) {
 	o := &outage{log: w.log, what: "starting"}
 	var table db.SchemaTaskTableRow
 	var limitClass int64
 	// Every read of start is in the retried step: a connection lost
 	// between two of them is an outage like any other, not Run's error.
-	err := untilAvailable(ctx, o, w.pool, func(ctx context.Context) (err error) {
-		if table, err = w.checkDatabase(ctx); err != nil {
-			return err
-		}
-		if limitClass, err = w.queries.LimitLockClass(ctx, w.pool); err != nil {
-			return fmt.Errorf("skiplock: reading the schema: %w", pgerr.Interpret(err))
-		}
-		return nil
+	err = untilAvailable(ctx, o, w.pool, func(ctx context.Context) (err error) {
+		table, limitClass, err = w.checkDatabase(ctx)
+		return err
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	w.channel, w.control = schema.Channels(table.Schema)
 	w.limits = newClaimLimits(w.cfg)
@@ -55,43 +52,65 @@ func (w *Worker) start(ctx context.Context) error {
 	}
 	w.comp = newCompleter(w.writeFinishes, w.guard.release, w.slots.free, w.wake, w.log, 1)
 	w.window = newWindowSizer(w, w.cfg.autoWindow, w.cfg.autoBatch)
-	return w.guard.open(ctx, table.Oid, o)
+	return func() error { return w.guard.open(ctx, table.Oid, o) }, nil
 }
 
 // checkDatabase is one attempt at the checks of start: are sessions real,
-// is the schema there and current, are writes accepted.
-func (w *Worker) checkDatabase(ctx context.Context) (db.SchemaTaskTableRow, error) {
-	var table db.SchemaTaskTableRow
-	// First, before any statement that a pooler could break: are sessions
-	// real?
-	pooled, err := transactionPooled(ctx, w.pool)
-	if err != nil {
-		return table, fmt.Errorf("skiplock: connecting to the database: %w", pgerr.Interpret(err))
+// is the schema there and current, are writes accepted; and it reads the
+// class of the limits' locks.
+func (w *Worker) checkDatabase(ctx context.Context) (table db.SchemaTaskTableRow, limitClass int64, err error) {
+	// Are sessions real? Asked on two connections of their own while the
+	// schema is read on a third: across a network each check is a handful
+	// of round trips, and a worker waits for all of them before its first
+	// claim. The schema's statements are unnamed (customPlans), which no
+	// pooler breaks; the pooler's verdict comes first all the same.
+	type verdict struct {
+		pooled bool
+		err    error
 	}
-	if err := w.guard.checkPooling(pooled); err != nil {
-		return table, err
-	}
+	checked := make(chan verdict, 1)
+	go func() {
+		pooled, err := transactionPooled(ctx, w.pool)
+		checked <- verdict{pooled, err}
+	}()
 	// The schema's own version (skiplock_schema_version()), so that a
 	// schema applied by any migration tool is accepted.
-	info, err := schema.Read(ctx, w.pool)
-	if err != nil {
-		if errors.Is(err, ErrNotMigrated) {
-			return table, err
+	info, schemaErr := schema.Read(ctx, customPlans{w.pool})
+	var readOnly bool
+	var readErr, classErr error
+	if schemaErr == nil && schema.Check(info) == nil {
+		readOnly, readErr = w.queries.SessionReadOnly(ctx, customPlans{w.pool})
+		if readErr == nil && !readOnly {
+			limitClass, classErr = w.queries.LimitLockClass(ctx, customPlans{w.pool})
 		}
-		return table, fmt.Errorf("skiplock: connecting to the database: %w", err)
+	}
+	v := <-checked
+	if v.err != nil {
+		return table, 0, fmt.Errorf("skiplock: connecting to the database: %w", pgerr.Interpret(v.err))
+	}
+	if err := w.guard.checkPooling(v.pooled); err != nil {
+		return table, 0, err
+	}
+	if schemaErr != nil {
+		if errors.Is(schemaErr, ErrNotMigrated) {
+			return table, 0, schemaErr
+		}
+		return table, 0, fmt.Errorf("skiplock: connecting to the database: %w", schemaErr)
 	}
 	if err := schema.Check(info); err != nil {
-		return table, err
+		return table, 0, err
 	}
 	table = db.SchemaTaskTableRow{Oid: info.TableOID, Schema: info.Name}
-	readOnly, err := w.queries.SessionReadOnly(ctx, w.pool)
-	if err != nil {
-		return table, fmt.Errorf("skiplock: connecting to the database: %w", err)
+	if readErr != nil {
+		return table, 0, fmt.Errorf("skiplock: connecting to the database: %w", readErr)
 	}
 	if readOnly {
-		return table, fmt.Errorf("skiplock: %w", errReadOnly)
+		return table, 0, fmt.Errorf("skiplock: %w", errReadOnly)
 	}
-	return table, nil
+	if classErr != nil {
+		return table, 0, fmt.Errorf("skiplock: reading the schema: %w", pgerr.Interpret(classErr))
+	}
+	return table, limitClass, nil
 }
 
 // untilAvailable runs step until it succeeds, fails with a configuration

@@ -31,8 +31,11 @@ const (
 )
 
 // claim takes tasks as p says, with the statement how names, and locks
-// each one. It carries the pending unlocks with it.
-func (s *lockSession) claim(p db.TaskClaimParams, how claimHow) (rows []db.TaskClaimRow, gen uint64, err error) {
+// each one. It carries the pending unlocks with it. A held claim whose
+// unlocks release the last block the session holds runs as a queue claim
+// (ran): with no block, it could only take nothing, and the worker would
+// stop trying held claims for a while though nothing is full.
+func (s *lockSession) claim(p db.TaskClaimParams, how claimHow) (rows []db.TaskClaimRow, gen uint64, ran claimHow, err error) {
 	p.LockClass = s.class
 	freed := false
 	defer func() {
@@ -45,7 +48,11 @@ func (s *lockSession) claim(p db.TaskClaimParams, how claimHow) (rows []db.TaskC
 		gen = g
 		s.limitClass = p.LimitClass
 		p.UnlockIds, p.UnlockLimitLocks, freed = s.takeUnlocks(g)
-		switch how {
+		ran = how
+		if how == howHeld && len(s.heldLimits) == 0 {
+			ran = howQueue
+		}
+		switch ran {
 		case howLimited, howQueue, howHeld:
 			p.HeldLimitLocks = make([]int32, 0, len(s.heldLimits))
 			p.HeldLimitCounts = make([]int32, 0, len(s.heldLimits))
@@ -53,7 +60,7 @@ func (s *lockSession) claim(p db.TaskClaimParams, how claimHow) (rows []db.TaskC
 				p.HeldLimitLocks = append(p.HeldLimitLocks, k)
 				p.HeldLimitCounts = append(p.HeldLimitCounts, int32(n))
 			}
-			switch how {
+			switch ran {
 			case howQueue:
 				rows, err = claimQueue(ctx, s.queries, customPlans{conn}, p)
 			case howHeld:
@@ -75,7 +82,7 @@ func (s *lockSession) claim(p db.TaskClaimParams, how claimHow) (rows []db.TaskC
 		}
 		return nil
 	})
-	return rows, gen, err
+	return rows, gen, ran, err
 }
 
 // release queues the locks of tasks claimed in generation gen, whose

@@ -115,11 +115,11 @@ func (z *windowSizer) measure(ctx context.Context) (time.Duration, int, bool) {
 			rtt = d
 		}
 	}
-	entries, err := z.w.queries.SchemaLockTableSize(ctx, conn)
+	entries, err := z.w.queries.SchemaLockTableSize(ctx, customPlans{conn})
 	if err != nil {
 		return 0, 0, false
 	}
-	live, err := z.w.queries.WorkerCountLive(ctx, conn, max(3*z.w.cfg.HealthInterval, 10*time.Second).Seconds())
+	live, err := z.w.queries.WorkerCountLive(ctx, customPlans{conn}, max(3*z.w.cfg.HealthInterval, 10*time.Second).Seconds())
 	if err != nil {
 		return 0, 0, false
 	}

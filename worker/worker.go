@@ -167,7 +167,8 @@ func (w *Worker) Run(ctx context.Context, handlers Handlers) error {
 		}
 	}()
 
-	if err := w.start(ctx); err != nil {
+	openGuard, err := w.start(ctx)
+	if err != nil {
 		if ctx.Err() != nil {
 			// Stopped while waiting for the database: nothing ran, nothing
 			// to shut down.
@@ -175,7 +176,6 @@ func (w *Worker) Run(ctx context.Context, handlers Handlers) error {
 		}
 		return err
 	}
-	defer w.guard.close()
 
 	// Background jobs live until shutdown is complete, not until ctx ends:
 	// the completer must still write outcomes after ctx is done. The
@@ -183,9 +183,25 @@ func (w *Worker) Run(ctx context.Context, handlers Handlers) error {
 	// shutdown starts.
 	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
 	background, bgCtx := errgroup.WithContext(bgCtx)
-	background.Go(func() error { w.comp.run(); return nil })
+	// The listener connects while the guard opens (each takes a few round
+	// trips, and claims wait for both).
 	listening := make(chan struct{})
-	for _, job := range w.backgroundJobs(listening) {
+	listen := w.newListener(listening)
+	background.Go(func() error { listen.run(bgCtx); return nil })
+	// So does the first look for concurrency limits, which the first claim
+	// would otherwise wait for (the claim then reads it as seen).
+	background.Go(func() error { w.limitsSeen.look(w.queries, w.pool, true); return nil })
+	if err := openGuard(); err != nil {
+		stopBackground()
+		_ = background.Wait()
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	defer w.guard.close()
+	background.Go(func() error { w.comp.run(); return nil })
+	for _, job := range w.backgroundJobs() {
 		background.Go(func() error { job(bgCtx); return nil })
 	}
 	background.Go(func() error { w.scheduler().run(ctx); return nil })
@@ -214,16 +230,21 @@ func (w *Worker) Run(ctx context.Context, handlers Handlers) error {
 	return nil
 }
 
-// backgroundJobs are the loops that run beside the claim loops, each in a
-// goroutine of its own, until shutdown is complete. listening is closed
-// once the listener's first LISTEN holds.
-func (w *Worker) backgroundJobs(listening chan struct{}) []func(context.Context) {
-	rescuerElection := newElector(rescuerJob, w.guard, w.log, w.cfg.WorkerID)
-	l := &listener{
+// newListener is the worker's listener; listening is closed once its
+// first LISTEN holds.
+func (w *Worker) newListener(listening chan struct{}) *listener {
+	return &listener{
 		config: w.guard.listenConfig(), work: w.channel, control: w.control,
 		onWork: w.wake, onControl: w.handleControl, onListen: w.wakeAll,
 		log: w.log, listening: listening,
 	}
+}
+
+// backgroundJobs are the loops, other than the listener, that run beside
+// the claim loops, each in a goroutine of its own, until shutdown is
+// complete.
+func (w *Worker) backgroundJobs() []func(context.Context) {
+	rescuerElection := newElector(rescuerJob, w.guard, w.log, w.cfg.WorkerID)
 	r := &rescuer{
 		elector: rescuerElection, queries: w.queries, pool: w.pool, classOID: w.classOID, channel: w.channel,
 		interval: w.cfg.RescueInterval, beforeRescue: w.guard.beforeRescue, observer: w.cfg.Observer, log: w.log,
@@ -234,7 +255,7 @@ func (w *Worker) backgroundJobs(listening chan struct{}) []func(context.Context)
 		queries: w.queries, pool: w.pool, interval: w.cfg.HealthInterval,
 		running: w.inflightSnapshot, cancel: w.cancelTasks,
 	}
-	jobs := []func(context.Context){l.run, r.run, ret.run, cp.run, w.abandonOverdue}
+	jobs := []func(context.Context){r.run, ret.run, cp.run, w.abandonOverdue}
 	jobs = append(jobs, w.window.run)
 	return append(jobs, w.guard.jobs()...)
 }
