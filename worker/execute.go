@@ -68,6 +68,12 @@ func (w *Worker) launch(r db.TaskClaimRow, gen uint64, queueSlots *semaphore.Wei
 	w.mu.Lock()
 	w.inflight[e] = struct{}{}
 	w.mu.Unlock()
+	// A lock session lost since the claim cancelled the running tasks it
+	// found; one launched after that look is cancelled here (lostGen is
+	// set before the look), and its handler not called.
+	if w.guard.lost(gen) {
+		w.cancelExecution(e, errLockLost)
+	}
 	w.execs.start(e, w.executeHandlers)
 }
 
@@ -112,6 +118,12 @@ func (w *Worker) execute(e *execution, handlers Handlers) {
 	var res result
 	defer func() { w.settle(e, res) }()
 
+	if cause := context.Cause(e.ctx); errors.Is(cause, errLockLost) {
+		// Its lock went before its handler began: the task may already
+		// run elsewhere.
+		res = w.classify(e, cause)
+		return
+	}
 	h, ok := handlers[e.task.Name]
 	if !ok {
 		res = result{outcome: outcomeNoHandler, permanent: true, err: fmt.Sprintf("no handler for task name %q in this worker (it handles: %s); "+

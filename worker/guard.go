@@ -42,6 +42,9 @@ type guard interface {
 	// gen names what guards them (the lock session's generation; 0 for
 	// leases), for release.
 	claim(p db.TaskClaimParams, how claimHow) (rows []db.TaskClaimRow, gen uint64, ran claimHow, err error)
+	// lost reports whether what guards the tasks of generation gen is
+	// gone (its lock session lost; leases: never here, the renewer says).
+	lost(gen uint64) bool
 	// up returns a channel that is closed while claims can be made: a
 	// claim that failed with errSessionDown waits for it.
 	up() <-chan struct{}

@@ -92,6 +92,8 @@ func (g *advisoryGuard) claim(p db.TaskClaimParams, how claimHow) ([]db.TaskClai
 
 func (g *advisoryGuard) up() <-chan struct{} { return g.ls.ready() }
 
+func (g *advisoryGuard) lost(gen uint64) bool { return gen <= g.ls.lostGen.Load() }
+
 func (g *advisoryGuard) reconcile() error { return g.ls.reconcile() }
 
 // release queues the batch's unlocks, by the generation that locked them.

@@ -54,6 +54,8 @@ var alwaysUp = func() chan struct{} { c := make(chan struct{}); close(c); return
 
 func (g *leaseGuard) up() <-chan struct{} { return alwaysUp }
 
+func (g *leaseGuard) lost(uint64) bool { return false }
+
 // reconcile: a claim that failed took nothing; its transaction rolled back.
 func (g *leaseGuard) reconcile() error { return nil }
 

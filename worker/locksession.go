@@ -71,6 +71,10 @@ type lockSession struct {
 	busySince atomic.Int64 // unix nanoseconds
 	lastProof atomic.Int64 // unix nanoseconds
 	lastClaim atomic.Int64 // unix nanoseconds: when the last claim ended
+	// lostGen is the last generation lost, set before onLost runs: a task
+	// of it started after onLost looked at the running ones is cancelled
+	// at its start instead (Worker.launch).
+	lostGen atomic.Uint64
 
 	// Locks to release, of the current generation: the next claim carries
 	// them, or a flush unlockDelay after the first was queued.
@@ -189,6 +193,7 @@ func (s *lockSession) doWithin(timeout time.Duration, cause error, fn func(ctx c
 		return err
 	}
 	lost := s.gen
+	s.lostGen.Store(lost)
 	s.conn = nil
 	s.sock.Store(nil)
 	s.up = make(chan struct{})

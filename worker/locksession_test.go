@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/skiplock/skiplock/db"
+	"github.com/skiplock/skiplock/internal/testinfra/pgtest"
 	"github.com/skiplock/skiplock/queue"
 )
 
@@ -72,5 +74,80 @@ func TestHeldClaimWithoutBlock(t *testing.T) {
 	}
 	if len(rows[0].LimitLocks) != 1 {
 		t.Fatalf("the task took no place: limit locks %v", rows[0].LimitLocks)
+	}
+}
+
+// A task whose lock session is lost between its claim and its start is
+// not run: the loss cancelled the running tasks it found, and this one
+// was not running yet. It goes back to pending with the lock_lost outcome,
+// as a running task of the lost session does.
+func TestLaunchAfterLockLoss(t *testing.T) {
+	t.Parallel()
+	b := setupJobs(t)
+	ctx := context.Background()
+	ran := make(chan string, 4)
+	handlers := Handlers{
+		"ready": func(context.Context, *Task) error { ran <- "ready"; return nil },
+		"late":  func(context.Context, *Task) error { ran <- "late"; return nil },
+	}
+	w := New(b.pool, Config{Logger: b.log})
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(rctx, handlers) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	// The worker is up once it has run a task.
+	if _, err := b.client.Enqueue(ctx, "ready", nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := waitFor(t, ran, "the first task"); got != "ready" {
+		t.Fatalf("ran %s", got)
+	}
+	// A task of a queue the worker does not claim, claimed here on its
+	// lock session.
+	id, err := b.client.Enqueue(ctx, "late", nil, queue.WithQueue("elsewhere"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := db.TaskClaimParams{WorkerID: w.cfg.WorkerID, Queue: "elsewhere", OnlyNames: []string{}, SkipNames: []string{},
+		OnlyIds: []int64{}, Max: 1, ExclusiveSeed: b.schema.TableOID}
+	rows, gen, _, err := w.guard.claim(p, howPlain)
+	if err != nil || len(rows) != 1 || rows[0].ID != id {
+		t.Fatalf("claimed %+v, %v", rows, err)
+	}
+	// The session dies; its next statement finds out and cancels what
+	// runs.
+	b.exec(t, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1", w.cfg.sessionTuning().appName)
+	deadline := time.Now().Add(pgtest.Patient(10 * time.Second))
+	for !w.guard.lost(gen) {
+		if time.Now().After(deadline) {
+			t.Fatal("the lock session's loss was not noticed")
+		}
+		w.guard.claim(p, howPlain)
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := w.slots.all.Acquire(ctx, 1); err != nil { // the claim loop's part
+		t.Fatal(err)
+	}
+	w.launch(rows[0], gen, nil, false)
+	pgtest.Eventually(t, 5*time.Second, "the outcome written", func() bool { return b.status(t, id) != "running" })
+	select {
+	case got := <-ran:
+		t.Fatalf("ran %s, whose lock was lost before it started", got)
+	default:
+	}
+	if s := b.status(t, id); s != "pending" {
+		t.Fatalf("status %s, want pending", s)
+	}
+	task, err := b.client.Get(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(task.Errors) != 1 || task.Errors[0].Outcome != string(OutcomeLockLost) {
+		t.Fatalf("history %+v, want one lock_lost attempt", task.Errors)
 	}
 }
