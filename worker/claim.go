@@ -221,10 +221,11 @@ func (w *Worker) claimAndStart(queueName string, max int, only, skip []string, q
 	if limited {
 		w.heldClaims.claimed(queueName, how, max, len(rows), time.Now())
 	}
+	roomy := (how == howQueue || how == howHeld) && len(rows) == max
 	cur.claimed(head, started, time.Since(started), rows)
 	w.cfg.Observer.Claimed(queueName, max, len(rows))
 	for _, r := range rows {
-		w.launch(r, gen, qslots, limited)
+		w.launch(r, gen, qslots, limited, roomy)
 	}
 	return len(rows), nil
 }
@@ -320,7 +321,7 @@ func (w *Worker) claimKeyed(queueName string, limit RateLimit, max int, qslots *
 	w.cfg.Observer.Claimed(queueName, max, len(rows))
 	for _, r := range rows {
 		delete(granted, r.ID)
-		w.launch(r, gen, qslots, limited)
+		w.launch(r, gen, qslots, limited, false)
 	}
 	return len(rows), left, nil
 }

@@ -55,11 +55,22 @@ type execution struct {
 	onSettle func(finish, result)
 }
 
-func (w *Worker) launch(r db.TaskClaimRow, gen uint64, queueSlots *semaphore.Weighted, limited bool) {
+// roomy says that the task's claim met only limits with room to spare
+// (a queue claim that took all it asked for): no task waits for its
+// place, which its end therefore need not hurry to free.
+func (w *Worker) launch(r db.TaskClaimRow, gen uint64, queueSlots *semaphore.Weighted, limited, roomy bool) {
 	e := w.newExecution(r, gen, queueSlots)
 	// Lease mode keeps no slot locks: a limit counts running rows, so any
 	// task claimed while limits exist may hold a place.
 	e.gated = e.gated || limited && w.cfg.Mode == ModeLease
+	if roomy && !e.exclusive {
+		// Its outcome is gathered with others and its unlock rides the
+		// next claim, as a plain task's: written at once, the outcomes of
+		// a never-binding limit's tasks went out 142 to a commit instead
+		// of 205, and cost 0.88x of plain throughput. A block it leaves
+		// is still announced once released.
+		e.gated = false
+	}
 	if e.timeout > 0 {
 		// abandonOverdue watches it (executors.go).
 		e.abandonAt = time.Now().Add(e.timeout + w.cfg.AbandonAfter)

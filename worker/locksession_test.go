@@ -133,7 +133,7 @@ func TestLaunchAfterLockLoss(t *testing.T) {
 	if err := w.slots.all.Acquire(ctx, 1); err != nil { // the claim loop's part
 		t.Fatal(err)
 	}
-	w.launch(rows[0], gen, nil, false)
+	w.launch(rows[0], gen, nil, false, false)
 	pgtest.Eventually(t, 5*time.Second, "the outcome written", func() bool { return b.status(t, id) != "running" })
 	select {
 	case got := <-ran:
