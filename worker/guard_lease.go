@@ -30,7 +30,7 @@ func (g *leaseGuard) checkPooling(pooled bool) error {
 func (g *leaseGuard) open(ctx context.Context, _ int64, _ *outage) error {
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := g.row.register(rctx, g.pool, 0); err != nil {
+	if err := g.row.register(rctx, customPlans{g.pool}, 0); err != nil {
 		g.log.Warn("skiplock: registering worker", "error", err)
 	}
 	return nil

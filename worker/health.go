@@ -79,7 +79,7 @@ func (s *lockSession) ping(idle time.Duration, heartbeat func(ctx context.Contex
 		if heartbeat != nil {
 			return heartbeat(ctx, conn)
 		}
-		backend, err := s.queries.SessionBackendPID(ctx, conn)
+		backend, err := s.queries.SessionBackendPID(ctx, customPlans{conn})
 		if err == nil && backend != s.backend {
 			s.log.Error(ErrTransactionPooling.Error(), "was", s.backend, "now", backend)
 			s.backend = backend
