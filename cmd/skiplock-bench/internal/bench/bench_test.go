@@ -72,13 +72,19 @@ func TestRunEveryWorkload(t *testing.T) {
 			t.Errorf("no results for workload %s", w)
 		}
 	}
-	limited, released := false, 0
+	limited, released, firsts := false, 0, 0
 	for _, r := range report.Results {
 		if (r.Workload == WorkloadThroughput || r.Workload == WorkloadWorkflow) && r.Metric == "throughput" && !(r.Median > 0) {
 			t.Errorf("%s %s: throughput %v", r.Workload, r.Case, r.Median)
 		}
 		if r.Workload == WorkloadThroughput && r.Metric == "throughput" && strings.HasSuffix(r.Case, " limit=1000") {
 			limited = true
+		}
+		if r.Workload == WorkloadThroughput && r.Metric == "first task after Run" {
+			firsts++
+			if !(r.Median > 0) {
+				t.Errorf("%s: first task after Run %v ms, want the time its first handler ran", r.Case, r.Median)
+			}
 		}
 		if r.Workload == WorkloadWorkflow {
 			switch r.Metric {
@@ -96,6 +102,9 @@ func TestRunEveryWorkload(t *testing.T) {
 	}
 	if !limited {
 		t.Error("no throughput case with limit=1000")
+	}
+	if firsts == 0 {
+		t.Error("no throughput case reports the first task after Run")
 	}
 	if released != 2 { // concurrency 10 and 0
 		t.Errorf("%d workflow cases report tasks released by dependencies, want 2", released)

@@ -94,9 +94,12 @@ func workerProcess(ctx context.Context, stdin io.Reader, stdout, stderr io.Write
 		return err
 	}
 
-	var done atomic.Int64
+	var done, first atomic.Int64 // first: nanoseconds from Run's call to the first handler
+	var runAt time.Time          // set before Run, read by handlers
 	handlers := worker.Handlers{noopTask: func(context.Context, *worker.Task) error {
-		done.Add(1)
+		if done.Add(1) == 1 {
+			first.Store(int64(time.Since(runAt)))
+		}
 		return nil
 	}}
 	w := worker.New(pool, worker.Config{
@@ -141,10 +144,11 @@ func workerProcess(ctx context.Context, stdin io.Reader, stdout, stderr io.Write
 		heap := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
 		every(reportCtx, 50*time.Millisecond, func() bool {
 			metrics.Read(heap)
-			say("done %d %d", done.Load(), heap[0].Value.Uint64())
+			say("done %d %d %d", done.Load(), heap[0].Value.Uint64(), first.Load())
 			return true
 		})
 	}()
+	runAt = time.Now()
 	err = w.Run(runCtx, handlers)
 	stopReport()
 	if stats != nil {
@@ -152,7 +156,7 @@ func workerProcess(ctx context.Context, stdin io.Reader, stdout, stderr io.Write
 		stats.write(stdout)
 		outMu.Unlock()
 	}
-	say("exit %d", done.Load())
+	say("exit %d %d", done.Load(), first.Load())
 	return err
 }
 
@@ -191,6 +195,7 @@ type workerProc struct {
 	stdin  io.WriteCloser
 	done   atomic.Int64
 	heap   atomic.Int64
+	first  atomic.Int64         // nanoseconds from Run's call to its first handler; 0: none yet
 	stats  map[string]queryStat // from stat lines; read after exited
 	ready  chan struct{}
 	exited chan struct{}
@@ -226,20 +231,24 @@ func startWorkerProc(self []string, spec workerSpec, stderr io.Writer) (*workerP
 			switch {
 			case len(f) == 1 && f[0] == "ready":
 				readyOnce()
-			case len(f) == 3 && f[0] == "done":
+			case len(f) == 4 && f[0] == "done":
 				n, _ := strconv.ParseInt(f[1], 10, 64)
 				h, _ := strconv.ParseInt(f[2], 10, 64)
+				first, _ := strconv.ParseInt(f[3], 10, 64)
 				p.done.Store(n)
 				p.heap.Store(h)
+				p.first.Store(first)
 			case len(f) == 6 && f[0] == "stat":
 				var n [4]int64
 				for i := range n {
 					n[i], _ = strconv.ParseInt(f[i+2], 10, 64)
 				}
 				p.stats[f[1]] = queryStat{Calls: n[0], Rows: n[1], Total: time.Duration(n[2]), Max: time.Duration(n[3])}
-			case len(f) == 2 && f[0] == "exit":
+			case len(f) == 3 && f[0] == "exit":
 				n, _ := strconv.ParseInt(f[1], 10, 64)
+				first, _ := strconv.ParseInt(f[2], 10, 64)
 				p.done.Store(n)
+				p.first.Store(first)
 			}
 		}
 		err := cmd.Wait()
@@ -354,6 +363,18 @@ func sum[T int64 | time.Duration](ps procs, f func(*workerProc) T) (n T) {
 
 func (ps procs) done() int64 {
 	return sum(ps, func(p *workerProc) int64 { return p.done.Load() })
+}
+
+// first is how long after Run's call the first handler of any process ran
+// (0 if none has).
+func (ps procs) first() time.Duration {
+	var least int64
+	for _, p := range ps {
+		if f := p.first.Load(); f > 0 && (least == 0 || f < least) {
+			least = f
+		}
+	}
+	return time.Duration(least)
 }
 
 func (ps procs) cpu() time.Duration {

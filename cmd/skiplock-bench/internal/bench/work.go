@@ -282,6 +282,7 @@ func (b *bencher) workBacklog(ctx context.Context, c workCase, label string) ([]
 	ms = append(ms, []measure{
 		{metric: "elapsed", unit: "s", value: elapsed.Seconds()},
 		{metric: "handlers done at", unit: "s", value: handlersDone.Seconds()},
+		{metric: "first task after Run", unit: "ms", value: float64(ps.first().Microseconds()) / 1000},
 		{metric: "worker CPU", unit: "µs/task", value: perTask(workerCPU)},
 		{metric: "server CPU (worker's backends)", unit: "µs/task", value: perTask(serverCPU)},
 		{metric: "other CPU (rest of machine)", unit: "µs/task", value: perTask(restCPU)},
