@@ -39,9 +39,13 @@ func (g *advisoryGuard) checkPooling(pooled bool) error {
 // open opens the lock session, which registers the worker on itself.
 func (g *advisoryGuard) open(ctx context.Context, classOID int64, o *outage) error {
 	g.classOID = classOID
-	// A warning only: read beside the session's connection, not before it.
+	// A warning only: read beside the session's connection (which takes
+	// longer), not before it, and done before open returns.
+	warned := make(chan struct{})
+	defer func() { <-warned }()
 	go func() {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer close(warned)
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		if entries, err := g.queries.SchemaLockTableSize(ctx, customPlans{g.pool}); err == nil && int64(g.cfg.Concurrency) > entries/4 {
 			g.log.Warn("skiplock: Concurrency is a large share of PostgreSQL's lock table, which every running task's advisory lock "+
