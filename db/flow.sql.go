@@ -169,13 +169,14 @@ WITH cw AS MATERIALIZED (
     CROSS JOIN cw
     ORDER BY w.key
     ON CONFLICT (scope, key) DO UPDATE
-    SET last_granted = greatest(0, least(excluded.used,
-            (SELECT cw.lim FROM cw) - CASE WHEN r.window_start = excluded.window_start THEN r.used ELSE 0 END)),
-        used = CASE WHEN r.window_start = excluded.window_start THEN r.used ELSE 0 END
-             + greatest(0, least(excluded.used,
-            (SELECT cw.lim FROM cw) - CASE WHEN r.window_start = excluded.window_start THEN r.used ELSE 0 END)),
-        window_start = excluded.window_start,
-        window_end = excluded.window_end
+    SET last_granted = CASE WHEN r.window_start > excluded.window_start THEN 0 ELSE greatest(0, least(excluded.used,
+            (SELECT cw.lim FROM cw) - CASE WHEN r.window_start = excluded.window_start THEN r.used ELSE 0 END)) END,
+        used = CASE WHEN r.window_start > excluded.window_start THEN r.used
+                    ELSE CASE WHEN r.window_start = excluded.window_start THEN r.used ELSE 0 END
+                         + greatest(0, least(excluded.used,
+                             (SELECT cw.lim FROM cw) - CASE WHEN r.window_start = excluded.window_start THEN r.used ELSE 0 END)) END,
+        window_start = greatest(r.window_start, excluded.window_start),
+        window_end = greatest(r.window_end, excluded.window_end)
     RETURNING r.key, r.last_granted
 ), granted AS MATERIALIZED (
     SELECT c.id, c.key, c.pos
@@ -217,7 +218,8 @@ type RateKeyTakeRow struct {
 // keys, and how long the window has left. As in RateLimitTake, a claimer
 // that waited on a row lock recomputes the SET list on the row its
 // predecessor committed, so grants never pass the limit; a key that lost
-// budget to a concurrent claimer gets only its first tasks. The caller
+// budget to a concurrent claimer gets only its first tasks, and one whose
+// row a claimer of the next window reached first gets none. The caller
 // claims the tasks by id (TaskClaim's only_ids) and gives back what it did
 // not claim (RateKeyGiveBack).
 func (q *Queries) RateKeyTake(ctx context.Context, db DBTX, arg RateKeyTakeParams) (RateKeyTakeRow, error) {
@@ -265,12 +267,13 @@ SELECT $1::text, cw.win,
 FROM (SELECT to_timestamp(floor(extract(epoch FROM clock_timestamp()) / $4::float8)
                           * $4::float8) AS win) AS cw
 ON CONFLICT (key) DO UPDATE
-SET last_granted = greatest(0, least(excluded.used,
-        $3::integer - CASE WHEN r.window_start = excluded.window_start THEN r.used ELSE 0 END)),
-    used = CASE WHEN r.window_start = excluded.window_start THEN r.used ELSE 0 END
-         + greatest(0, least(excluded.used,
-        $3::integer - CASE WHEN r.window_start = excluded.window_start THEN r.used ELSE 0 END)),
-    window_start = excluded.window_start
+SET last_granted = CASE WHEN r.window_start > excluded.window_start THEN 0 ELSE greatest(0, least(excluded.used,
+        $3::integer - CASE WHEN r.window_start = excluded.window_start THEN r.used ELSE 0 END)) END,
+    used = CASE WHEN r.window_start > excluded.window_start THEN r.used
+                ELSE CASE WHEN r.window_start = excluded.window_start THEN r.used ELSE 0 END
+                     + greatest(0, least(excluded.used,
+                         $3::integer - CASE WHEN r.window_start = excluded.window_start THEN r.used ELSE 0 END)) END,
+    window_start = greatest(r.window_start, excluded.window_start)
 RETURNING last_granted, window_start,
           floor(date_part('epoch', clock_timestamp() - window_start) * 1000)::bigint AS ms_elapsed
 `
@@ -292,8 +295,13 @@ type RateLimitTakeRow struct {
 // database clock) and returns how many were granted and the window. The row
 // lock serializes every claimer of the limit; under READ COMMITTED a waiting
 // claimer recomputes the SET list on the row its predecessor committed, so
-// grants never exceed the limit. ms_elapsed, how far into its window the
-// database clock is, tells the claimer when the next window begins.
+// grants never exceed the limit. A claimer that read the clock before
+// the window turned, and reached the row after a claimer of the new window
+// had, gets nothing (and looks again): its grant would count against a
+// window that has ended while its tasks start in the new one, whose budget
+// another claimer may have used already. ms_elapsed, how far into its
+// window the database clock is, tells the claimer when the next window
+// begins.
 func (q *Queries) RateLimitTake(ctx context.Context, db DBTX, arg RateLimitTakeParams) (RateLimitTakeRow, error) {
 	row := db.QueryRow(ctx, rateLimitTake,
 		arg.Key,

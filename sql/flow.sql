@@ -14,20 +14,26 @@ SELECT name, paused_at FROM skiplock_queues WHERE paused_at IS NOT NULL ORDER BY
 -- database clock) and returns how many were granted and the window. The row
 -- lock serializes every claimer of the limit; under READ COMMITTED a waiting
 -- claimer recomputes the SET list on the row its predecessor committed, so
--- grants never exceed the limit. ms_elapsed, how far into its window the
--- database clock is, tells the claimer when the next window begins.
+-- grants never exceed the limit. A claimer that read the clock before
+-- the window turned, and reached the row after a claimer of the new window
+-- had, gets nothing (and looks again): its grant would count against a
+-- window that has ended while its tasks start in the new one, whose budget
+-- another claimer may have used already. ms_elapsed, how far into its
+-- window the database clock is, tells the claimer when the next window
+-- begins.
 INSERT INTO skiplock_rate_limits AS r (key, window_start, used, last_granted)
 SELECT sqlc.arg(key)::text, cw.win,
        least(sqlc.arg(want)::integer, sqlc.arg(lim)::integer), least(sqlc.arg(want)::integer, sqlc.arg(lim)::integer)
 FROM (SELECT to_timestamp(floor(extract(epoch FROM clock_timestamp()) / sqlc.arg(period_seconds)::float8)
                           * sqlc.arg(period_seconds)::float8) AS win) AS cw
 ON CONFLICT (key) DO UPDATE
-SET last_granted = greatest(0, least(excluded.used,
-        sqlc.arg(lim)::integer - CASE WHEN r.window_start = excluded.window_start THEN r.used ELSE 0 END)),
-    used = CASE WHEN r.window_start = excluded.window_start THEN r.used ELSE 0 END
-         + greatest(0, least(excluded.used,
-        sqlc.arg(lim)::integer - CASE WHEN r.window_start = excluded.window_start THEN r.used ELSE 0 END)),
-    window_start = excluded.window_start
+SET last_granted = CASE WHEN r.window_start > excluded.window_start THEN 0 ELSE greatest(0, least(excluded.used,
+        sqlc.arg(lim)::integer - CASE WHEN r.window_start = excluded.window_start THEN r.used ELSE 0 END)) END,
+    used = CASE WHEN r.window_start > excluded.window_start THEN r.used
+                ELSE CASE WHEN r.window_start = excluded.window_start THEN r.used ELSE 0 END
+                     + greatest(0, least(excluded.used,
+                         sqlc.arg(lim)::integer - CASE WHEN r.window_start = excluded.window_start THEN r.used ELSE 0 END)) END,
+    window_start = greatest(r.window_start, excluded.window_start)
 RETURNING last_granted, window_start,
           floor(date_part('epoch', clock_timestamp() - window_start) * 1000)::bigint AS ms_elapsed;
 
@@ -48,7 +54,8 @@ WHERE key = @key::text AND window_start = @current_window::timestamptz;
 -- keys, and how long the window has left. As in RateLimitTake, a claimer
 -- that waited on a row lock recomputes the SET list on the row its
 -- predecessor committed, so grants never pass the limit; a key that lost
--- budget to a concurrent claimer gets only its first tasks. The caller
+-- budget to a concurrent claimer gets only its first tasks, and one whose
+-- row a claimer of the next window reached first gets none. The caller
 -- claims the tasks by id (TaskClaim's only_ids) and gives back what it did
 -- not claim (RateKeyGiveBack).
 WITH cw AS MATERIALIZED (
@@ -92,13 +99,14 @@ WITH cw AS MATERIALIZED (
     CROSS JOIN cw
     ORDER BY w.key
     ON CONFLICT (scope, key) DO UPDATE
-    SET last_granted = greatest(0, least(excluded.used,
-            (SELECT cw.lim FROM cw) - CASE WHEN r.window_start = excluded.window_start THEN r.used ELSE 0 END)),
-        used = CASE WHEN r.window_start = excluded.window_start THEN r.used ELSE 0 END
-             + greatest(0, least(excluded.used,
-            (SELECT cw.lim FROM cw) - CASE WHEN r.window_start = excluded.window_start THEN r.used ELSE 0 END)),
-        window_start = excluded.window_start,
-        window_end = excluded.window_end
+    SET last_granted = CASE WHEN r.window_start > excluded.window_start THEN 0 ELSE greatest(0, least(excluded.used,
+            (SELECT cw.lim FROM cw) - CASE WHEN r.window_start = excluded.window_start THEN r.used ELSE 0 END)) END,
+        used = CASE WHEN r.window_start > excluded.window_start THEN r.used
+                    ELSE CASE WHEN r.window_start = excluded.window_start THEN r.used ELSE 0 END
+                         + greatest(0, least(excluded.used,
+                             (SELECT cw.lim FROM cw) - CASE WHEN r.window_start = excluded.window_start THEN r.used ELSE 0 END)) END,
+        window_start = greatest(r.window_start, excluded.window_start),
+        window_end = greatest(r.window_end, excluded.window_end)
     RETURNING r.key, r.last_granted
 ), granted AS MATERIALIZED (
     SELECT c.id, c.key, c.pos
