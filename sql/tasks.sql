@@ -66,19 +66,6 @@ WHERE (unique_key = ANY(@unique_keys::text[]) AND status IN ('pending', 'running
 -- from the head would walk all of them (worker/claim.go decides when to
 -- use the cursor).
 --
--- A row that another session claimed after this statement's snapshot was
--- taken still looks pending to its scan. FOR UPDATE would follow it to its
--- running version, lock that, and only then find it no longer matches: the
--- row is skipped, but its lock stays until this claim commits, and the
--- outcome write of the worker running it waits for that commit. With 8
--- worker processes on 2 cores that was a sixth of the time the statements
--- were active, and 25 buffer visits per claimed row instead of 15. Such a
--- row has an xmax (its claim's), and the session that claimed it holds its
--- advisory lock, so the scan leaves it out before FOR UPDATE sees it: a
--- shared try of that lock, released at once, fails while another session
--- holds it. A row that no one has updated or locked (xmax 0: nearly every
--- row of a backlog) costs one comparison.
---
 -- It also releases the locks of tasks whose outcomes were just written
 -- (unlock_ids, and their limit slots, unlock_limit_locks), saving the lock
 -- session a round trip: "released" is evaluated, before anything is picked,
@@ -153,11 +140,6 @@ WITH released AS MATERIALIZED (
       AND (coalesce(cardinality(@only_ids::bigint[]), 0) = 0 OR p.id = ANY(@only_ids::bigint[]))
       AND (p.exclusive_key IS NULL OR NOT EXISTS (
           SELECT 1 FROM skiplock_tasks AS r WHERE r.exclusive_key = p.exclusive_key AND r.status = 'running'))
-      -- Not taken by another claim since this statement's snapshot (see TaskClaim).
-      AND CASE WHEN p.xmax = '0'::xid THEN true
-               WHEN pg_try_advisory_lock_shared(@lock_class::integer, p.id::bit(32)::integer)
-                   THEN pg_advisory_unlock_shared(@lock_class::integer, p.id::bit(32)::integer)
-               ELSE false END
       AND NOT EXISTS (SELECT 1 FROM full_scopes AS f WHERE f.kind = 'queue')
       AND p.name NOT IN (SELECT f.val FROM full_scopes AS f WHERE f.kind = 'name')
       AND (p.limit_key IS NULL OR p.limit_key NOT IN (SELECT f.val FROM full_scopes AS f WHERE f.kind = 'key'))
@@ -442,11 +424,6 @@ WITH released AS MATERIALIZED (
       AND NOT (p.name = ANY(@skip_names::text[]))
       AND (p.exclusive_key IS NULL OR NOT EXISTS (
           SELECT 1 FROM skiplock_tasks AS r WHERE r.exclusive_key = p.exclusive_key AND r.status = 'running'))
-      -- Not taken by another claim since this statement's snapshot (see TaskClaim).
-      AND CASE WHEN p.xmax = '0'::xid THEN true
-               WHEN pg_try_advisory_lock_shared(@lock_class::integer, p.id::bit(32)::integer)
-                   THEN pg_advisory_unlock_shared(@lock_class::integer, p.id::bit(32)::integer)
-               ELSE false END
     ORDER BY p.priority, p.run_at, p.id
     LIMIT @max::integer
     FOR UPDATE SKIP LOCKED
@@ -532,11 +509,6 @@ WITH released AS MATERIALIZED (
       AND NOT (p.name = ANY(@skip_names::text[]))
       AND (p.exclusive_key IS NULL OR NOT EXISTS (
           SELECT 1 FROM skiplock_tasks AS r WHERE r.exclusive_key = p.exclusive_key AND r.status = 'running'))
-      -- Not taken by another claim since this statement's snapshot (see TaskClaim).
-      AND CASE WHEN p.xmax = '0'::xid THEN true
-               WHEN pg_try_advisory_lock_shared(@lock_class::integer, p.id::bit(32)::integer)
-                   THEN pg_advisory_unlock_shared(@lock_class::integer, p.id::bit(32)::integer)
-               ELSE false END
     ORDER BY p.priority, p.run_at, p.id
     LIMIT least(@max::integer, greatest(coalesce((SELECT r.n FROM room AS r), @max::integer), 0))
     FOR UPDATE SKIP LOCKED
@@ -659,11 +631,6 @@ WITH released AS MATERIALIZED (
       AND NOT (p.name = ANY(@skip_names::text[]))
       AND (p.exclusive_key IS NULL OR NOT EXISTS (
           SELECT 1 FROM skiplock_tasks AS r WHERE r.exclusive_key = p.exclusive_key AND r.status = 'running'))
-      -- Not taken by another claim since this statement's snapshot (see TaskClaim).
-      AND CASE WHEN p.xmax = '0'::xid THEN true
-               WHEN pg_try_advisory_lock_shared(@lock_class::integer, p.id::bit(32)::integer)
-                   THEN pg_advisory_unlock_shared(@lock_class::integer, p.id::bit(32)::integer)
-               ELSE false END
     ORDER BY p.priority, p.run_at, p.id
     LIMIT least(@max::integer, coalesce((SELECT greatest(f.free, 0) FROM place AS f), 0))
     FOR UPDATE SKIP LOCKED
