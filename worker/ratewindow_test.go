@@ -93,6 +93,7 @@ func TestRateTakeAcrossWindowTurn(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				defer conn.Close(ctx)
 				var pid int32
 				if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
 					t.Fatal(err)
@@ -123,7 +124,6 @@ func TestRateTakeAcrossWindowTurn(t *testing.T) {
 					t.Fatal(err)
 				}
 				lateGranted := <-late
-				conn.Close(ctx)
 				if !waiting {
 					if attempt == 5 {
 						t.Fatal("the late take was never seen waiting within its window in 5 rounds")
