@@ -110,6 +110,9 @@ func TestRateTakeAcrossWindowTurn(t *testing.T) {
 					if err := b.pool.QueryRow(ctx, "SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1", pid).Scan(&waiting); err != nil {
 						t.Fatal(err)
 					}
+					if !waiting {
+						time.Sleep(2 * time.Millisecond)
+					}
 				}
 				// Into the next window; the holder takes its whole budget.
 				time.Sleep(time.Until(window.Add(time.Second + 50*time.Millisecond)))
