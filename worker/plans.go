@@ -10,13 +10,15 @@ import (
 )
 
 // customPlans sends statements unnamed (pgx.QueryExecModeExec), so that
-// PostgreSQL plans each call with its real parameters. The claim and the
-// outcome write must never run on a cached generic plan: one cached while
-// the table was small compares every running row with every row of the
-// batch (a 1,000-row write: 2,640 ms generic against 9 ms custom, measured
-// in docs/PERFORMANCE.md), and the claim's generic plan is a sequential
-// scan and sort (111 ms against 2 ms). Planning costs about 0.1-0.3 ms a
-// call, spread over hundreds of tasks.
+// PostgreSQL plans each call with its real parameters. The outcome write
+// and the claims with limits must never run on a generic plan left to the
+// planner's estimates: one made while the table was small compares every
+// running row with every row of the batch (a 1,000-row write: 2,640 ms
+// generic against 9 ms custom, measured in docs/PERFORMANCE.md), and a
+// claim's is a bitmap scan and sort of every pending row (66-430 ms at
+// 100,000 rows against 3 ms). Planning costs 0.5-1.5 ms a call, spread
+// over hundreds of tasks. The plain claim on the lock session runs on one
+// generic plan whose shape is fixed instead (onePlan).
 //
 // An unnamed statement also takes one round trip where a cached one takes
 // two the first time it runs on a connection (its Parse and Describe, then
@@ -35,4 +37,104 @@ func (c customPlans) Query(ctx context.Context, sql string, args ...any) (pgx.Ro
 
 func (c customPlans) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	return c.DBTX.QueryRow(ctx, sql, append([]any{pgx.QueryExecModeExec}, args...)...)
+}
+
+// onePlan runs the plain claim on the lock session on the session's one
+// generic plan: queries.ClaimPlanSettings, then the claim, sent together
+// in one round trip and one implicit transaction (a pgx batch, a single
+// Sync), so that the settings hold for the claim alone. The claim is
+// prepared under its own text once per session; the settings statement
+// goes as the connection's mode sends it. Planned per call, the claim
+// spent 0.7-1.5 ms of a 3-4 ms claim of 250 rows in the planner, on the
+// one session whose claims follow each other.
+type onePlan struct {
+	conn  *pgx.Conn
+	batch pgx.Batch
+	execs int
+}
+
+// Exec queues sql to run before the query that sends the batch.
+func (p *onePlan) Exec(_ context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	p.batch.Queue(sql, args...)
+	p.execs++
+	return pgconn.CommandTag{}, nil
+}
+
+// Query sends the queued statements and sql, and returns sql's rows. The
+// batch ends when the rows are closed or their Err read; p is spent.
+func (p *onePlan) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	// Prepared under its own text, which is how a batch finds it.
+	if _, err := p.conn.Prepare(ctx, sql, sql); err != nil {
+		return nil, err
+	}
+	p.batch.Queue(sql, args...)
+	br := p.conn.SendBatch(ctx, &p.batch)
+	for ; p.execs > 0; p.execs-- {
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			return nil, err
+		}
+	}
+	rows, err := br.Query()
+	if err != nil {
+		br.Close()
+		return nil, err
+	}
+	return &batchRows{Rows: rows, br: br}, nil
+}
+
+// QueryRow is Query's first row.
+func (p *onePlan) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	rows, err := p.Query(ctx, sql, args...)
+	return firstRow{rows, err}
+}
+
+// batchRows are the rows of a batch's last statement; closing them, or
+// reading their Err, reads the batch to its end, where its commit's error
+// would be.
+type batchRows struct {
+	pgx.Rows
+	br   pgx.BatchResults
+	err  error
+	done bool
+}
+
+func (r *batchRows) end() {
+	if !r.done {
+		r.done = true
+		r.Rows.Close()
+		r.err = r.br.Close()
+	}
+}
+
+func (r *batchRows) Close() { r.end() }
+
+func (r *batchRows) Err() error {
+	r.end()
+	if err := r.Rows.Err(); err != nil {
+		return err
+	}
+	return r.err
+}
+
+type firstRow struct {
+	rows pgx.Rows
+	err  error
+}
+
+func (r firstRow) Scan(dest ...any) error {
+	if r.err != nil {
+		return r.err
+	}
+	defer r.rows.Close()
+	if !r.rows.Next() {
+		if err := r.rows.Err(); err != nil {
+			return err
+		}
+		return pgx.ErrNoRows
+	}
+	if err := r.rows.Scan(dest...); err != nil {
+		return err
+	}
+	return r.rows.Err()
 }

@@ -69,7 +69,10 @@ func (s *lockSession) claim(p db.TaskClaimParams, how claimHow) (rows []db.TaskC
 				rows, err = s.queries.TaskClaim(ctx, customPlans{conn}, p)
 			}
 		default:
-			rows, err = claimPlain(ctx, s.queries, customPlans{conn}, p, 0)
+			plan := &onePlan{conn: conn}
+			if err = s.queries.ClaimPlanSettings(ctx, plan); err == nil {
+				rows, err = claimPlain(ctx, s.queries, plan, p, 0)
+			}
 		}
 		if err != nil {
 			return err

@@ -46,7 +46,7 @@ func pinPhases(pin time.Duration) (clean, after time.Duration) {
 }
 
 // claimTimer is a pgx tracer that keeps the duration of every claim (TaskClaim, TaskClaimPlain)
-// statement with the time it ended.
+// statement, or batch ending in one, with the time it ended.
 type claimTimer struct {
 	mu     sync.Mutex
 	claims []timedClaim
@@ -65,13 +65,33 @@ func (c *claimTimer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.
 }
 
 func (c *claimTimer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryEndData) {
-	s, ok := ctx.Value(traceKey{}).(traceStart)
-	if !ok {
-		return
+	if s, ok := ctx.Value(traceKey{}).(traceStart); ok {
+		c.record(s.start)
 	}
+}
+
+func (c *claimTimer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return context.WithValue(ctx, batchKey{}, &batchTrace{start: time.Now()})
+}
+
+func (c *claimTimer) TraceBatchQuery(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchQueryData) {
+	if b, ok := ctx.Value(batchKey{}).(*batchTrace); ok {
+		b.name = queryName(data.SQL)
+	}
+}
+
+// TraceBatchEnd keeps a batch whose last statement is a claim (the lock
+// session's claim, sent after its plan's settings).
+func (c *claimTimer) TraceBatchEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchEndData) {
+	if b, ok := ctx.Value(batchKey{}).(*batchTrace); ok && (b.name == "TaskClaim" || b.name == "TaskClaimPlain") {
+		c.record(b.start)
+	}
+}
+
+func (c *claimTimer) record(start time.Time) {
 	now := time.Now()
 	c.mu.Lock()
-	c.claims = append(c.claims, timedClaim{end: now, d: now.Sub(s.start)})
+	c.claims = append(c.claims, timedClaim{end: now, d: now.Sub(start)})
 	c.mu.Unlock()
 }
 

@@ -15,7 +15,9 @@ import (
 // queryStats is a pgx tracer that times every statement as the worker sees
 // it: round trip, execution and, for an autocommit statement, the commit's
 // WAL flush. The lock session copies the pool's connection config, tracer
-// included, so its claims and unlocks are timed too.
+// included, so its claims and unlocks are timed too. A batch (the lock
+// session's claim goes as one, after the statement of its plan's settings)
+// counts as one call of its last statement.
 type queryStats struct {
 	mu    sync.Mutex
 	stats map[string]*queryStat
@@ -42,23 +44,49 @@ func (q *queryStats) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.
 }
 
 func (q *queryStats) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryEndData) {
-	s, ok := ctx.Value(traceKey{}).(traceStart)
-	if !ok {
-		return
+	if s, ok := ctx.Value(traceKey{}).(traceStart); ok {
+		q.record(s.name, data.CommandTag.RowsAffected(), time.Since(s.start))
 	}
-	d := time.Since(s.start)
+}
+
+func (q *queryStats) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return context.WithValue(ctx, batchKey{}, &batchTrace{start: time.Now()})
+}
+
+func (q *queryStats) TraceBatchQuery(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchQueryData) {
+	if b, ok := ctx.Value(batchKey{}).(*batchTrace); ok {
+		b.name, b.rows = queryName(data.SQL), data.CommandTag.RowsAffected()
+	}
+}
+
+func (q *queryStats) TraceBatchEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchEndData) {
+	if b, ok := ctx.Value(batchKey{}).(*batchTrace); ok && b.name != "" {
+		q.record(b.name, b.rows, time.Since(b.start))
+	}
+}
+
+func (q *queryStats) record(name string, rows int64, d time.Duration) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	st := q.stats[s.name]
+	st := q.stats[name]
 	if st == nil {
 		st = &queryStat{}
-		q.stats[s.name] = st
+		q.stats[name] = st
 	}
 	st.Calls++
-	st.Rows += data.CommandTag.RowsAffected()
+	st.Rows += rows
 	st.Total += d
 	st.Max = max(st.Max, d)
 }
+
+// batchTrace is a batch's start, and its last statement's name and rows.
+type batchTrace struct {
+	start time.Time
+	name  string
+	rows  int64
+}
+
+type batchKey struct{}
 
 // queryName is the sqlc name of a query ("-- name: TaskClaim :many"), or
 // the start of its text.

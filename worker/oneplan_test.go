@@ -1,0 +1,162 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/skiplock/skiplock/db"
+	"github.com/skiplock/skiplock/queue"
+)
+
+// The lock session's plain claim runs on one generic plan, made the first
+// time it runs (here on a backlog of 20,000 never analyzed) and made again
+// after ANALYZE: whatever the table held then, the plan reads the claim
+// index in claim order and finds each row by its primary key. Left to its
+// estimates, PostgreSQL's generic plan for both is a bitmap scan and a sort
+// of every pending row (11-23 ms a claim here, against 3). The claim takes
+// rows in claim order, from the head when use_after is off (the lowest
+// priority and time there are), and past the cursor when it is on.
+func TestPlainClaimOnePlan(t *testing.T) {
+	t.Parallel()
+	b := setupJobs(t)
+	ctx := context.Background()
+	ls := newLockSession(b.pool.Config().ConnConfig, int32(uint32(b.schema.TableOID)), b.schema.TableOID, Config{}.sessionTuning(), b.log)
+	if err := ls.connect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer ls.close()
+	p := db.TaskClaimParams{WorkerID: "w", Queue: queue.DefaultQueue, OnlyNames: []string{}, SkipNames: []string{},
+		OnlyIds: []int64{}, ExclusiveSeed: b.schema.TableOID, Max: 10}
+	claim := func(max int32) []db.TaskClaimRow {
+		t.Helper()
+		p.Max = max
+		rows, gen, _, err := ls.claim(p, howPlain)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids := make([]int64, len(rows))
+		for i, r := range rows {
+			ids[i] = r.ID
+		}
+		ls.release(ids, nil, gen, false)
+		return rows
+	}
+	for _, sql := range []string{
+		// A backlog as EnqueueMany leaves it: one run_at, one priority.
+		`INSERT INTO skiplock_tasks (name, payload) SELECT 'job', jsonb_build_object('n', g) FROM generate_series(1, 20000) AS g`,
+		`INSERT INTO skiplock_tasks (name, priority) SELECT 'job', 1 FROM generate_series(1, 100)`,
+		// The least claim position there is: the head bound still admits it.
+		`INSERT INTO skiplock_tasks (name, priority, run_at) VALUES ('job', -32768, now() - interval '1000 years')`,
+	} {
+		if _, err := b.pool.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var first int64
+	if err := b.pool.QueryRow(ctx, `SELECT id FROM skiplock_tasks WHERE priority = -32768`).Scan(&first); err != nil {
+		t.Fatal(err)
+	}
+	rows := claim(100)
+	if len(rows) != 100 || rows[0].ID != first {
+		t.Fatalf("head claim: %d rows, first %d, want 100 from %d", len(rows), rows[0].ID, first)
+	}
+	for i := 2; i < len(rows); i++ {
+		if rows[i].Priority != 0 || rows[i].ID < rows[i-1].ID {
+			t.Fatalf("row %d out of claim order: %+v after %+v", i, rows[i], rows[i-1])
+		}
+	}
+	// Past a cursor: priority 1 onwards.
+	p.UseAfter, p.AfterPriority, p.AfterRunAt, p.AfterID = true, 0, time.Now().AddDate(1, 0, 0), 0
+	if rows := claim(50); len(rows) != 50 || rows[0].Priority != 1 {
+		t.Fatalf("cursor claim: %d rows, first %+v; want 50 of priority 1", len(rows), rows[0])
+	}
+	p.UseAfter = false
+	for range 6 { // past the five calls after which PostgreSQL would choose for itself
+		if rows := claim(20); len(rows) != 20 {
+			t.Fatalf("claimed %d, want 20", len(rows))
+		}
+	}
+	// The session's counts of plans, and the plan PostgreSQL makes of the
+	// session's statement, with the claim's settings, on a connection of
+	// its own (as it would for a new session, or after an invalidation).
+	checkPlan := func(when string, wantGeneric int64) {
+		t.Helper()
+		var text string
+		err := ls.do(func(ctx context.Context, conn *pgx.Conn, _ uint64) error {
+			var generic, custom int64
+			if err := conn.QueryRow(ctx, `SELECT statement, generic_plans, custom_plans
+				FROM pg_prepared_statements WHERE statement LIKE '-- name: TaskClaimPlain %'`).Scan(&text, &generic, &custom); err != nil {
+				return fmt.Errorf("the claim is not a prepared statement of the session: %w", err)
+			}
+			if custom != 0 || generic < wantGeneric {
+				return fmt.Errorf("%d generic and %d custom plans, want %d generic and no custom", generic, custom, wantGeneric)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("%s: %v", when, err)
+		}
+		plan := genericPlan(t, b, text)
+		if !strings.Contains(plan, "Index Scan using skiplock_tasks_claim_idx") ||
+			!strings.Contains(plan, "Index Scan using skiplock_tasks_pkey") ||
+			strings.Contains(plan, "Seq Scan on skiplock_tasks") || strings.Contains(plan, "Sort") || strings.Contains(plan, "Bitmap") {
+			t.Fatalf("%s: the claim's plan:\n%s", when, plan)
+		}
+	}
+	checkPlan("planned on a backlog never analyzed", 8)
+	if _, err := b.pool.Exec(ctx, `ANALYZE skiplock_tasks`); err != nil {
+		t.Fatal(err)
+	}
+	if rows := claim(20); len(rows) != 20 {
+		t.Fatalf("claimed %d after ANALYZE, want 20", len(rows))
+	}
+	checkPlan("planned again after ANALYZE", 9)
+}
+
+// genericPlan is the plan PostgreSQL makes of statement text, under
+// ClaimPlanSettings, on a connection of its own (as it would for a new
+// session, or after an invalidation), with random reads priced far above
+// sequential ones, as no server is tuned: left to its costs, the planner
+// then sorts every pending row for the claim.
+func genericPlan(t *testing.T, b *jobsBundle, text string) string {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.ConnectConfig(ctx, b.pool.Config().ConnConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, "SET LOCAL random_page_cost = 1000"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.queries.ClaimPlanSettings(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "PREPARE one_plan AS "+text, pgx.QueryExecModeSimpleProtocol); err != nil {
+		t.Fatal(err)
+	}
+	var params int
+	if err := tx.QueryRow(ctx, `SELECT cardinality(parameter_types) FROM pg_prepared_statements WHERE name = 'one_plan'`).Scan(&params); err != nil {
+		t.Fatal(err)
+	}
+	nulls := strings.TrimSuffix(strings.Repeat("NULL, ", params), ", ")
+	rows, err := tx.Query(ctx, "EXPLAIN (COSTS OFF) EXECUTE one_plan("+nulls+")", pgx.QueryExecModeSimpleProtocol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(lines, "\n")
+}
