@@ -26,7 +26,7 @@ SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
 // statistics or schema change), these make it the claim index read in
 // claim order and the primary key per row, whatever the table's size and
 // statistics then. Left to its estimates, the planner chose a bitmap scan
-// and a sort of every pending row from 1,000 rows up (66-430 ms at 100,000
+// and a sort of every pending row from 1,000 rows up (65-430 ms at 100,000
 // rows against 3 ms). No path is forbidden, only priced out: the small
 // tables it reads (skiplock_queues, skiplock_limits) are read through
 // their keys.

@@ -15,7 +15,7 @@ import (
 // planner's estimates: one made while the table was small compares every
 // running row with every row of the batch (a 1,000-row write: 2,640 ms
 // generic against 9 ms custom, measured in docs/PERFORMANCE.md), and a
-// claim's is a bitmap scan and sort of every pending row (66-430 ms at
+// claim's is a bitmap scan and sort of every pending row (65-430 ms at
 // 100,000 rows against 3 ms). Planning costs 0.5-1.5 ms a call, spread
 // over hundreds of tasks. The plain claim on the lock session runs on one
 // generic plan whose shape is fixed instead (onePlan).
