@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -326,20 +327,31 @@ func TestBatchShutdownWhileFilling(t *testing.T) {
 		b := setup(t)
 		b.enqueueMany(t, "bulk", 2)
 		var log batchLog
-		_, stop := start(t, b.pool, worker.Config{}, worker.Handlers{"bulk": worker.BatchHandler{
+		batched := worker.BatchHandler{
 			MaxSize: 100, MaxWait: time.Hour,
 			Handle: func(ctx context.Context, tasks []*worker.Task) []error {
 				log.add(tasks)
 				return nil
 			},
-		}.Handler()})
-		waitFor(t, 5*time.Second, "2 tasks running", func() bool { return b.count(t, "status = 'running'") == 2 })
+		}.Handler()
+		// Stop once both tasks' handlers were called: a task claimed but not
+		// yet started when the worker stops is returned to pending instead
+		// (seen on a loaded machine when the test stopped at "running").
+		var entered atomic.Int32
+		_, stop := start(t, b.pool, worker.Config{}, worker.Handlers{"bulk": func(ctx context.Context, task *worker.Task) error {
+			entered.Add(1)
+			return batched(ctx, task)
+		}})
+		waitFor(t, 5*time.Second, "2 handlers called", func() bool { return entered.Load() == 2 })
 		stop()
 		if n := b.count(t, "status = 'completed' AND attempt = 1"); n != 2 {
 			t.Fatalf("%d tasks completed after shutdown, want 2", n)
 		}
-		if got := log.sizes(); !slices.Equal(got, []int{2}) {
-			t.Fatalf("batch sizes %v, want [2]", got)
+		// One batch of 2; or, when the stop came between a handler's call
+		// and its joining the batch, that task in a batch of its own, run
+		// at once like the first.
+		if got := log.sizes(); !slices.Equal(got, []int{2}) && !slices.Equal(got, []int{1, 1}) {
+			t.Fatalf("batch sizes %v, want [2] (or [1 1])", got)
 		}
 	})
 	t.Run("grace over", func(t *testing.T) {
