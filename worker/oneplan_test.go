@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/skiplock/skiplock/db"
+	"github.com/skiplock/skiplock/internal/testinfra/pgtest"
 	"github.com/skiplock/skiplock/queue"
 )
 
@@ -159,4 +161,48 @@ func genericPlan(t *testing.T, b *jobsBundle, text string) string {
 		t.Fatal(err)
 	}
 	return strings.Join(lines, "\n")
+}
+
+// The lock session's claim is a batch, which pgx sends in the connection's
+// own mode: a pool configured for the simple protocol, or for unnamed
+// statements, works its tasks as the default mode does.
+func TestClaimUnderEveryExecMode(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeExec, pgx.QueryExecModeCacheDescribe} {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			b := setupJobs(t)
+			ctx := context.Background()
+			cfg := b.pool.Config()
+			cfg.ConnConfig.DefaultQueryExecMode = mode
+			pool := pgtest.PoolFromConfig(t, cfg)
+			tasks := make([]queue.NewTask, 300)
+			for i := range tasks {
+				tasks[i] = queue.NewTask{Name: "job", Payload: i}
+			}
+			if _, err := b.client.EnqueueMany(ctx, tasks); err != nil {
+				t.Fatal(err)
+			}
+			var ran atomic.Int64
+			rctx, cancel := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() {
+				done <- New(pool, Config{Logger: b.log}).Run(rctx, Handlers{"job": func(context.Context, *Task) error { ran.Add(1); return nil }})
+			}()
+			pgtest.Eventually(t, 10*time.Second, "300 tasks completed", func() bool {
+				var n int
+				if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM skiplock_tasks WHERE status = 'completed'`).Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+				return n == 300
+			})
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			if ran.Load() != 300 {
+				t.Fatalf("%d handler calls, want 300", ran.Load())
+			}
+		})
+	}
 }
