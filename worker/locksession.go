@@ -274,13 +274,13 @@ func (s *lockSession) tryLeader(key int64) (acquired bool, gen uint64, err error
 }
 
 // close ends the session, releasing every lock it still holds before it
-// returns: queued unlocks, then the rest (unlocks that waited to ride a
-// claim that will not come, the locks of tasks a stopping worker claimed
-// and did not start). Left to the end of the session, they are released a
-// moment after close returns, as the server notices; a look at pg_locks
-// right after a worker stopped saw 6 of them.
+// returns, with one statement: queued unlocks (which no claim will carry
+// now), the locks of tasks a stopping worker claimed and did not start,
+// and its limit blocks. Left to the end of the session, they are released
+// a moment after close returns, as the server notices; a look at pg_locks
+// right after a worker stopped saw 6 of them. Places it held are then
+// announced free, as an unlock statement would.
 func (s *lockSession) close() {
-	s.flushUnlocks()
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -289,17 +289,26 @@ func (s *lockSession) close() {
 	s.closed = true
 	close(s.stop)
 	conn := s.conn
+	freed := false
+	if conn != nil {
+		_, _, freed = s.takeUnlocks(s.gen)
+		freed = freed || len(s.heldLimits) > 0
+	}
 	s.conn = nil
 	s.sock.Store(nil)
 	s.mu.Unlock()
-	if conn != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		// No statement can be running: do holds mu through its statement,
-		// and the session is no longer there for it to take. A failure
-		// leaves the locks to the end of the session.
-		_ = s.queries.LockSessionReleaseAll(ctx, customPlans{conn})
-		conn.Close(ctx)
+	if conn == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	// No statement can be running: do holds mu through its statement, and
+	// the session is no longer there for it to take. A failure leaves the
+	// locks to the end of the session, which frees them all the same.
+	_ = s.queries.LockSessionReleaseAll(ctx, customPlans{conn})
+	conn.Close(ctx)
+	if freed {
+		s.announceFreed()
 	}
 }
 

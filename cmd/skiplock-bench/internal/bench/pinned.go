@@ -48,6 +48,7 @@ func pinPhases(pin time.Duration) (clean, after time.Duration) {
 // claimTimer is a pgx tracer that keeps the duration of every claim (TaskClaim, TaskClaimPlain)
 // statement, or batch ending in one, with the time it ended.
 type claimTimer struct {
+	batchTracing
 	mu     sync.Mutex
 	claims []timedClaim
 }
@@ -67,16 +68,6 @@ func (c *claimTimer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.
 func (c *claimTimer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryEndData) {
 	if s, ok := ctx.Value(traceKey{}).(traceStart); ok {
 		c.record(s.start)
-	}
-}
-
-func (c *claimTimer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	return context.WithValue(ctx, batchKey{}, &batchTrace{start: time.Now()})
-}
-
-func (c *claimTimer) TraceBatchQuery(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchQueryData) {
-	if b, ok := ctx.Value(batchKey{}).(*batchTrace); ok {
-		b.name = queryName(data.SQL)
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 // session's claim goes as one, after the statement of its plan's settings)
 // counts as one call of its last statement.
 type queryStats struct {
+	batchTracing
 	mu    sync.Mutex
 	stats map[string]*queryStat
 }
@@ -46,16 +47,6 @@ func (q *queryStats) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.
 func (q *queryStats) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryEndData) {
 	if s, ok := ctx.Value(traceKey{}).(traceStart); ok {
 		q.record(s.name, data.CommandTag.RowsAffected(), time.Since(s.start))
-	}
-}
-
-func (q *queryStats) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	return context.WithValue(ctx, batchKey{}, &batchTrace{start: time.Now()})
-}
-
-func (q *queryStats) TraceBatchQuery(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchQueryData) {
-	if b, ok := ctx.Value(batchKey{}).(*batchTrace); ok {
-		b.name, b.rows = queryName(data.SQL), data.CommandTag.RowsAffected()
 	}
 }
 
@@ -87,6 +78,21 @@ type batchTrace struct {
 }
 
 type batchKey struct{}
+
+// batchTracing is the start and statements of pgx's BatchTracer, shared by
+// the tracers here: it keeps a batchTrace in the batch's context, for
+// their TraceBatchEnd.
+type batchTracing struct{}
+
+func (batchTracing) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return context.WithValue(ctx, batchKey{}, &batchTrace{start: time.Now()})
+}
+
+func (batchTracing) TraceBatchQuery(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchQueryData) {
+	if b, ok := ctx.Value(batchKey{}).(*batchTrace); ok {
+		b.name, b.rows = queryName(data.SQL), data.CommandTag.RowsAffected()
+	}
+}
 
 // queryName is the sqlc name of a query ("-- name: TaskClaim :many"), or
 // the start of its text.
