@@ -765,6 +765,64 @@ WHERE t.id = ANY(@ids::bigint[])
   AND t.worker_id = u.worker_id
 RETURNING t.id;
 
+-- name: TaskCompleteManyDeleting :many
+-- TaskCompleteMany for a worker with DeleteCompleted: the same fenced write,
+-- except that a completed task nothing reads afterwards is deleted instead
+-- of kept as completed. A delete writes no new row version and no index
+-- entry; the update writes both. Kept as completed, so that what reads
+-- them still can: workflow members (their dependents and the workflow's
+-- state), sequence tasks (the next one waits for them), batch members (the
+-- batch counts them) and tasks with a windowed unique key (the key holds
+-- for its window whatever the status).
+--
+-- The delete has TaskCompleteMany's shape: rows found by primary key, the
+-- fence a join with the batch. The test of what reads a task is part of
+-- that join too (compared with the batch's "unread", always true): as a
+-- filter on the table it would be guessed to keep one row in thousands,
+-- and the planner would then compare every row it found with the whole
+-- batch. The rest of the batch is updated as TaskCompleteMany would; it
+-- is usually nothing, and then the update reads no row at all (EXISTS is
+-- a one-time test above its scans). Both conditions are checked again, as the fence always is, on a
+-- row changed since the statement's snapshot (a task rescued and claimed
+-- again, a dependent enqueued on it); the two parts change disjoint rows.
+WITH deleted AS (
+    DELETE FROM skiplock_tasks AS t
+    USING (
+        SELECT unnest(@ids::bigint[])       AS id,
+               unnest(@attempts::integer[]) AS attempt,
+               @worker_id::text             AS worker_id,
+               'running'::text              AS running,
+               true                         AS unread
+    ) AS u
+    WHERE t.id = ANY(@ids::bigint[])
+      AND t.id = u.id
+      AND t.status = u.running
+      AND t.attempt = u.attempt
+      AND t.worker_id = u.worker_id
+      AND (t.workflow_id IS NULL AND t.dependents IS NULL AND t.sequence_key IS NULL
+           AND t.batch_id IS NULL AND t.unique_window_key IS NULL) = u.unread
+    RETURNING t.id
+), rest AS MATERIALIZED (
+    SELECT r.id, r.attempt, @worker_id::text AS worker_id, 'running'::text AS running
+    FROM (SELECT unnest(@ids::bigint[]) AS id, unnest(@attempts::integer[]) AS attempt) AS r
+    WHERE r.id NOT IN (SELECT deleted.id FROM deleted)
+), kept AS (
+    UPDATE skiplock_tasks AS t
+    SET status = 'completed',
+        finished_at = now()
+    FROM rest
+    WHERE EXISTS (SELECT 1 FROM rest AS any_left)
+      AND t.id = ANY(@ids::bigint[])
+      AND t.id = rest.id
+      AND t.status = rest.running
+      AND t.attempt = rest.attempt
+      AND t.worker_id = rest.worker_id
+    RETURNING t.id
+)
+SELECT deleted.id FROM deleted
+UNION ALL
+SELECT kept.id FROM kept;
+
 -- name: TaskRescueOrphans :many
 -- Returns running tasks whose worker is gone to pending, or to failed when
 -- out of attempts. A task guarded by an advisory lock (locked_until NULL) is

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"golang.org/x/sync/semaphore"
 
 	"github.com/skiplock/skiplock/db"
@@ -221,10 +222,57 @@ func (c *completer) flush(batch []finish) {
 // the IDs it wrote: the others were no longer this worker's.
 func (w *Worker) writeFinishes(ctx context.Context, p db.TaskFinishManyParams) ([]int64, error) {
 	p.WorkerID = w.cfg.WorkerID
+	if w.cfg.DeleteCompleted {
+		return w.writeDeleting(ctx, p)
+	}
 	if onlyCompletions(p) {
 		return w.queries.TaskCompleteMany(ctx, customPlans{w.pool}, db.TaskCompleteManyParams{WorkerID: p.WorkerID, Ids: p.Ids, Attempts: p.Attempts})
 	}
 	return w.queries.TaskFinishMany(ctx, customPlans{w.pool}, p)
+}
+
+// writeDeleting writes a batch for a worker with DeleteCompleted: its
+// completions without output go to TaskCompleteManyDeleting, whatever the
+// rest of the batch holds, and the other outcomes to TaskFinishMany, both
+// in one transaction when there are both, so that a retry of the batch
+// finds it as it was.
+func (w *Worker) writeDeleting(ctx context.Context, p db.TaskFinishManyParams) ([]int64, error) {
+	done := db.TaskCompleteManyDeletingParams{WorkerID: p.WorkerID}
+	rest := db.TaskFinishManyParams{WorkerID: p.WorkerID}
+	for i, id := range p.Ids {
+		if onlyCompletion(p, i) {
+			done.Ids = append(done.Ids, id)
+			done.Attempts = append(done.Attempts, p.Attempts[i])
+			continue
+		}
+		rest.Ids = append(rest.Ids, id)
+		rest.Attempts = append(rest.Attempts, p.Attempts[i])
+		rest.Statuses = append(rest.Statuses, p.Statuses[i])
+		rest.DelayMs = append(rest.DelayMs, p.DelayMs[i])
+		rest.Refunds = append(rest.Refunds, p.Refunds[i])
+		rest.Errors = append(rest.Errors, p.Errors[i])
+		rest.Outputs = append(rest.Outputs, p.Outputs[i])
+	}
+	switch {
+	case len(rest.Ids) == 0:
+		return w.queries.TaskCompleteManyDeleting(ctx, customPlans{w.pool}, done)
+	case len(done.Ids) == 0:
+		return w.queries.TaskFinishMany(ctx, customPlans{w.pool}, rest)
+	}
+	var wrote []int64
+	err := pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
+		deleted, err := w.queries.TaskCompleteManyDeleting(ctx, customPlans{tx}, done)
+		if err != nil {
+			return err
+		}
+		finished, err := w.queries.TaskFinishMany(ctx, customPlans{tx}, rest)
+		wrote = append(deleted, finished...)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return wrote, nil
 }
 
 // onlyCompletions reports whether every outcome of a batch is a completion
@@ -232,12 +280,18 @@ func (w *Worker) writeFinishes(ctx context.Context, p db.TaskFinishManyParams) (
 // for less.
 func onlyCompletions(p db.TaskFinishManyParams) bool {
 	for i := range p.Ids {
-		if p.Statuses[i] != string(queue.StatusCompleted) || p.DelayMs[i] >= 0 || p.Refunds[i] != 0 ||
-			string(p.Errors[i]) != "null" || string(p.Outputs[i]) != "null" {
+		if !onlyCompletion(p, i) {
 			return false
 		}
 	}
 	return true
+}
+
+// onlyCompletion reports whether outcome i of a batch is a completion
+// without output.
+func onlyCompletion(p db.TaskFinishManyParams, i int) bool {
+	return p.Statuses[i] == string(queue.StatusCompleted) && p.DelayMs[i] < 0 && p.Refunds[i] == 0 &&
+		string(p.Errors[i]) == "null" && string(p.Outputs[i]) == "null"
 }
 
 // finishParams lays a batch of outcomes out for TaskFinishMany; the

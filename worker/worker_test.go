@@ -108,6 +108,10 @@ func TestOutcomeWritePlan(t *testing.T) {
 				_, err := q.TaskCompleteMany(ctx, e, db.TaskCompleteManyParams{WorkerID: p.WorkerID, Ids: p.Ids, Attempts: p.Attempts})
 				return err
 			},
+			"TaskCompleteManyDeleting": func(e explainer) error {
+				_, err := q.TaskCompleteManyDeleting(ctx, e, db.TaskCompleteManyDeletingParams{WorkerID: p.WorkerID, Ids: p.Ids, Attempts: p.Attempts})
+				return err
+			},
 		}
 		for name, write := range writes {
 			var plan *explained

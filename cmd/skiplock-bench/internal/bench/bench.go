@@ -141,6 +141,9 @@ type Options struct {
 	// Trace times every statement of the worker processes (a pgx tracer)
 	// and adds per-statement rows to the throughput and scaling results.
 	Trace bool
+	// DeleteCompleted sets the throughput workers' Config.DeleteCompleted:
+	// the tasks they complete are deleted, not kept.
+	DeleteCompleted bool
 	// WorkerSettings are server settings ("synchronous_commit=off") SET on
 	// every connection of the worker processes, and LockSessionSettings on
 	// their lock sessions only: experiments, not defaults.
@@ -299,6 +302,7 @@ type Report struct {
 	// The experiments applied to the schema and the worker's connections,
 	// if any.
 	SchemaSQL           string   `json:"schema_sql,omitempty"`
+	DeleteCompleted     bool     `json:"delete_completed,omitempty"`
 	WorkerSettings      []string `json:"worker_settings,omitempty"`
 	LockSessionSettings []string `json:"lock_session_settings,omitempty"`
 	Results             []Result `json:"results"`
@@ -371,7 +375,7 @@ func Run(ctx context.Context, opts Options, w io.Writer) error {
 		return err
 	}
 	b := &bencher{opts: opts, prog: newProgress(opts.Progress), report: &Report{Started: time.Now(), Runs: opts.Runs, Mode: opts.Mode,
-		SchemaSQL: opts.SchemaSQL, WorkerSettings: opts.WorkerSettings, LockSessionSettings: opts.LockSessionSettings}}
+		SchemaSQL: opts.SchemaSQL, DeleteCompleted: opts.DeleteCompleted, WorkerSettings: opts.WorkerSettings, LockSessionSettings: opts.LockSessionSettings}}
 	b.env, err = openEnv(ctx, opts, b.prog)
 	if err == nil {
 		b.env.schemaSQL = opts.SchemaSQL

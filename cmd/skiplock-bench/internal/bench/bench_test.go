@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"encoding/xml"
+	"fmt"
 	"io"
 	"math"
 	"net/url"
@@ -308,10 +309,15 @@ func TestStats(t *testing.T) {
 }
 
 // TestPeerLine runs the comparison tool's line at a tiny size, by both
-// enqueue paths, on a schema of its own.
+// enqueue paths, and with a worker that deletes what it completes, on a
+// schema of its own each.
 func TestPeerLine(t *testing.T) {
-	for _, path := range []string{PeerEnqueueMany, PeerEnqueueSingle} {
-		t.Run(path, func(t *testing.T) {
+	for _, c := range []struct {
+		path     string
+		deleting bool
+	}{{PeerEnqueueMany, false}, {PeerEnqueueSingle, false}, {PeerEnqueueMany, true}} {
+		path := c.path
+		t.Run(fmt.Sprintf("%s/delete=%t", path, c.deleting), func(t *testing.T) {
 			schema := pgtest.Schema(t, false)
 			u, err := url.Parse(pgtest.Server(t).URL)
 			if err != nil {
@@ -321,7 +327,7 @@ func TestPeerLine(t *testing.T) {
 			q.Set("search_path", schema)
 			u.RawQuery = q.Encode()
 			var out, progress bytes.Buffer
-			err = PeerLine(context.Background(), PeerOptions{N: 300, DSN: u.String(), Enqueue: path}, &out, &progress)
+			err = PeerLine(context.Background(), PeerOptions{N: 300, DSN: u.String(), Enqueue: path, DeleteCompleted: c.deleting}, &out, &progress)
 			if err != nil {
 				t.Fatalf("PeerLine: %v\nprogress:\n%s", err, progress.String())
 			}
@@ -334,6 +340,15 @@ func TestPeerLine(t *testing.T) {
 			}
 			if !strings.Contains(out.String(), "heap_tuples_per_task=") {
 				t.Errorf("no writes line in:\n%s", out.String())
+			}
+			// The line checked the count itself (every task completed, and
+			// with deletes nothing is left); the writes show which it was.
+			d := regexp.MustCompile(`deleted ([0-9.]+)\)`).FindStringSubmatch(out.String())
+			if d == nil {
+				t.Fatalf("no deleted figure in:\n%s", out.String())
+			}
+			if v, _ := strconv.ParseFloat(d[1], 64); (v > 0.5) != c.deleting {
+				t.Errorf("%s rows deleted per task with DeleteCompleted %t", d[1], c.deleting)
 			}
 		})
 	}

@@ -56,6 +56,8 @@ type workerSpec struct {
 	Mode        string `json:"mode,omitempty"`
 	CPUProfile  string `json:"cpu_profile,omitempty"`
 	Trace       bool   `json:"trace,omitempty"`
+	// DeleteCompleted is the worker's Config.DeleteCompleted.
+	DeleteCompleted bool `json:"delete_completed,omitempty"`
 	// Settings are SET on every connection of the worker, LockSettings on
 	// its lock session only: experiments such as synchronous_commit=off.
 	Settings     []string `json:"settings,omitempty"`
@@ -103,10 +105,11 @@ func workerProcess(ctx context.Context, stdin io.Reader, stdout, stderr io.Write
 		return nil
 	}}
 	w := worker.New(pool, worker.Config{
-		Mode:        workerMode(spec.Mode),
-		Concurrency: spec.Concurrency,
-		RateLimits:  spec.RateLimits,
-		Logger:      slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Mode:            workerMode(spec.Mode),
+		Concurrency:     spec.Concurrency,
+		RateLimits:      spec.RateLimits,
+		DeleteCompleted: spec.DeleteCompleted,
+		Logger:          slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 
 	var outMu sync.Mutex

@@ -73,7 +73,7 @@ func Command(ctx context.Context, self, args []string, stdout, stderr io.Writer)
 	var o Options
 	workloads := fs.String("workload", strings.Join(DefaultWorkloads, ","), "comma-separated `workloads` to run")
 	tasks := fs.String("tasks", strconv.Itoa(DefaultTasks), "backlog `sizes` for throughput, workflow and enqueue-copy, comma-separated (scaling uses the first)")
-	conc := fs.String("concurrency", "0", "worker Concurrency `values` for throughput, workflow and scaling, comma-separated; 0 is the default (100)")
+	conc := fs.String("concurrency", "0", "worker Concurrency `values` for throughput, workflow and scaling, comma-separated; 0 is the default (sized by the round trip, 500 on a local network)")
 	procs := fs.String("procs", "1,2", "worker process `counts` for scaling, comma-separated")
 	limits := fs.String("limit", "0", "throughput: cluster-wide concurrency `limits` (queue.SetLimit on the bench's queue, before the workers start), comma-separated; 0 sets none")
 	fs.IntVar(&o.WorkflowSize, "workflow-size", DefaultWorkflowSize, "workflow: tasks per workflow; --tasks must be a multiple of it")
@@ -95,6 +95,7 @@ func Command(ctx context.Context, self, args []string, stdout, stderr io.Writer)
 	fs.BoolVar(&o.Vacuum, "vacuum", false, "run VACUUM ANALYZE after preloading a backlog, before the workers start (cases are labelled vacuumed); off by default, as for a burst that has just arrived")
 	noVacuum := fs.Bool("no-vacuum", false, "no VACUUM between preloading and work: the default now; kept for old command lines")
 	fs.BoolVar(&o.Trace, "trace", false, "time the worker's statements (claim, finish, unlock) and report them")
+	fs.BoolVar(&o.DeleteCompleted, "delete-completed", false, "throughput: workers with Config.DeleteCompleted (completed tasks deleted, not kept)")
 	fs.StringVar(&o.SchemaSQL, "schema-sql", "", "experiment: `SQL` to run on every fresh schema after migrating it")
 	fs.DurationVar(&o.WaitQuiet, "wait-quiet", 0, "before each run, wait up to this long for an idle machine (for shared machines)")
 	fs.BoolVar(&o.JSON, "json", false, "print the report as JSON")
@@ -103,6 +104,7 @@ func Command(ctx context.Context, self, args []string, stdout, stderr io.Writer)
 	peerEnqueue := fs.String("peer-enqueue", PeerEnqueueMany, "with --peer-line: how the backlog is enqueued, `many` (EnqueueMany) or single (16 producers calling Enqueue)")
 	peerConcurrency := fs.Int("peer-concurrency", 0, "with --peer-line: the worker's Concurrency (0: the default), for comparing settings side by side with -also")
 	peerClaimBatch := fs.Int("peer-claim-batch", 0, "with --peer-line: the worker's ClaimBatch (0: the default)")
+	peerDeleteCompleted := fs.Bool("peer-delete-completed", false, "with --peer-line: the worker's DeleteCompleted (completed tasks deleted, not kept)")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write the CPU profile of the first throughput worker process to `file`")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -119,7 +121,7 @@ func Command(ctx context.Context, self, args []string, stdout, stderr io.Writer)
 		return 2
 	}
 	if *peerLine {
-		if err := PeerLine(ctx, PeerOptions{Enqueue: *peerEnqueue, Concurrency: *peerConcurrency, ClaimBatch: *peerClaimBatch}, stdout, stderr); err != nil {
+		if err := PeerLine(ctx, PeerOptions{Enqueue: *peerEnqueue, Concurrency: *peerConcurrency, ClaimBatch: *peerClaimBatch, DeleteCompleted: *peerDeleteCompleted}, stdout, stderr); err != nil {
 			fmt.Fprintf(stderr, "skiplock-bench: %v\n", err)
 			return 1
 		}

@@ -33,6 +33,9 @@ func (r *Report) writeTable(w io.Writer) error {
 	if r.SchemaSQL != "" {
 		fmt.Fprintf(w, "EXPERIMENT: schema SQL %q\n", r.SchemaSQL)
 	}
+	if r.DeleteCompleted {
+		fmt.Fprintln(w, "workers: DeleteCompleted (throughput)")
+	}
 	if m.Build != "" {
 		fmt.Fprintf(w, "build: %s\n", m.Build)
 	}

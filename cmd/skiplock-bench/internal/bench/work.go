@@ -156,7 +156,7 @@ func (b *bencher) workBacklog(ctx context.Context, c workCase, label string) ([]
 	}
 
 	spec := workerSpec{URL: b.env.url, Schema: s.name, Concurrency: c.concurrency, Mode: b.opts.Mode, Trace: b.opts.Trace,
-		Settings: b.opts.WorkerSettings, LockSettings: b.opts.LockSessionSettings}
+		DeleteCompleted: b.opts.DeleteCompleted, Settings: b.opts.WorkerSettings, LockSettings: b.opts.LockSessionSettings}
 	if b.opts.CPUProfile != "" && !b.profiled {
 		spec.CPUProfile = b.opts.CPUProfile
 		b.profiled = true
@@ -255,11 +255,11 @@ func (b *bencher) workBacklog(ctx context.Context, c workCase, label string) ([]
 		return nil, err
 	}
 
-	var completed int
-	if err := s.pool.QueryRow(ctx, "SELECT count(*) FROM skiplock_tasks WHERE status = 'completed'").Scan(&completed); err != nil {
+	completed, err := countCompleted(ctx, s.pool, want, b.opts.DeleteCompleted && c.workflowSize == 0)
+	if err != nil {
 		return nil, err
 	}
-	if int64(completed) != want {
+	if completed != want {
 		return nil, fmt.Errorf("%d of %d tasks completed", completed, want)
 	}
 	perTask := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(c.tasks) }
