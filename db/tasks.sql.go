@@ -19,8 +19,8 @@ SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
        set_config('jit', 'off', true)
 `
 
-// Run in the same implicit transaction just before TaskClaimPlain on the
-// lock session (worker/plans.go), in the same round trip and for that
+// Run in the same implicit transaction just before TaskClaimPlain, or
+// TaskClaimHeld, on the lock session (worker/plans.go), in the same round trip and for that
 // transaction only: the claim runs on the session's one generic plan, and
 // whenever PostgreSQL makes that plan (first use, or after the table's
 // statistics or schema change), these make it the claim index read in
@@ -450,8 +450,10 @@ WITH released AS MATERIALIZED (
       AND p.queue = $6::text
       AND p.run_at <= now()
       AND (SELECT ok FROM open)
-      AND (NOT $9::boolean
-           OR (p.priority, p.run_at, p.id) > ($10::smallint, $11::timestamptz, $12::bigint))
+      AND (p.priority, p.run_at, p.id) > (
+          CASE WHEN $9::boolean THEN $10::smallint ELSE -32768 END,
+          CASE WHEN $9::boolean THEN $11::timestamptz ELSE '-infinity' END,
+          CASE WHEN $9::boolean THEN $12::bigint ELSE -9223372036854775808 END)
       AND (cardinality($13::text[]) = 0 OR p.name = ANY($13::text[]))
       AND NOT (p.name = ANY($14::text[]))
       AND (p.exclusive_key IS NULL OR NOT EXISTS (
@@ -460,13 +462,13 @@ WITH released AS MATERIALIZED (
     LIMIT least($15::integer, coalesce((SELECT greatest(f.free, 0) FROM place AS f), 0))
     FOR UPDATE SKIP LOCKED
 ), locked AS MATERIALIZED (
-    -- As TaskClaimPlain's (advisory mode only).
+    -- As TaskClaimPlain's (advisory mode only), in one CASE.
     SELECT p.id
     FROM picked AS p
-    WHERE CASE WHEN p.exclusive_key IS NULL THEN true
+    WHERE CASE WHEN p.exclusive_key IS NULL THEN pg_try_advisory_lock($2::integer, p.id::bit(32)::integer)
                WHEN p.id <> (SELECT min(k.id) FROM picked AS k WHERE k.exclusive_key = p.exclusive_key) THEN false
-               ELSE pg_try_advisory_xact_lock(hashtextextended(p.exclusive_key, $16::bigint)) END
-      AND pg_try_advisory_lock($2::integer, p.id::bit(32)::integer)
+               WHEN NOT pg_try_advisory_xact_lock(hashtextextended(p.exclusive_key, $16::bigint)) THEN false
+               ELSE pg_try_advisory_lock($2::integer, p.id::bit(32)::integer) END
 )
 UPDATE skiplock_tasks AS t
 SET status = 'running',
@@ -530,7 +532,8 @@ type TaskClaimHeldRow struct {
 // when a name or key limit exists, or no held block (held_limit_locks,
 // with held_limit_counts as in TaskClaim) has a free place. See TaskClaim
 // for the blocks, the lock keys, the cursor, flow control and the unlocks
-// it carries.
+// it carries. It runs as TaskClaimPlain does, on the lock session's one
+// generic plan (ClaimPlanSettings), its cursor written the same way.
 func (q *Queries) TaskClaimHeld(ctx context.Context, db DBTX, arg TaskClaimHeldParams) ([]TaskClaimHeldRow, error) {
 	rows, err := db.Query(ctx, taskClaimHeld,
 		arg.WorkerID,
@@ -819,16 +822,20 @@ WITH released AS MATERIALIZED (
     LIMIT $14::integer
     FOR UPDATE SKIP LOCKED
 ), locked AS MATERIALIZED (
-    -- Per row, in this order (CASE fixes it): a row with an exclusive key
-    -- is the first of its key in the batch and gets the key's transaction
-    -- lock; then the task's advisory lock, or in lease mode (lease_ms > 0)
-    -- none.
+    -- Per row, in this order, which one CASE fixes (two conditions joined
+    -- by AND are run cheapest first, the task's lock before the key's
+    -- test, and a row that then failed the test kept a lock it was not
+    -- claimed with): a row with an exclusive key is the first of its key
+    -- in the batch and gets the key's transaction lock; then the task's
+    -- advisory lock, or in lease mode (lease_ms > 0) none.
     SELECT p.id
     FROM picked AS p
-    WHERE CASE WHEN p.exclusive_key IS NULL THEN true
+    WHERE CASE WHEN p.exclusive_key IS NULL
+                    THEN CASE WHEN $2::bigint > 0 THEN true
+                              ELSE pg_try_advisory_lock($3::integer, p.id::bit(32)::integer) END
                WHEN p.id <> (SELECT min(k.id) FROM picked AS k WHERE k.exclusive_key = p.exclusive_key) THEN false
-               ELSE pg_try_advisory_xact_lock(hashtextextended(p.exclusive_key, $15::bigint)) END
-      AND CASE WHEN $2::bigint > 0 THEN true
+               WHEN NOT pg_try_advisory_xact_lock(hashtextextended(p.exclusive_key, $15::bigint)) THEN false
+               WHEN $2::bigint > 0 THEN true
                ELSE pg_try_advisory_lock($3::integer, p.id::bit(32)::integer) END
 )
 UPDATE skiplock_tasks AS t

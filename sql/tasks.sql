@@ -392,8 +392,8 @@ RETURNING t.id, t.queue, t.name, t.payload, t.metadata, t.priority, t.attempt,
           (t.exclusive_key IS NOT NULL)::boolean AS exclusive;
 
 -- name: ClaimPlanSettings :exec
--- Run in the same implicit transaction just before TaskClaimPlain on the
--- lock session (worker/plans.go), in the same round trip and for that
+-- Run in the same implicit transaction just before TaskClaimPlain, or
+-- TaskClaimHeld, on the lock session (worker/plans.go), in the same round trip and for that
 -- transaction only: the claim runs on the session's one generic plan, and
 -- whenever PostgreSQL makes that plan (first use, or after the table's
 -- statistics or schema change), these make it the claim index read in
@@ -456,16 +456,20 @@ WITH released AS MATERIALIZED (
     LIMIT @max::integer
     FOR UPDATE SKIP LOCKED
 ), locked AS MATERIALIZED (
-    -- Per row, in this order (CASE fixes it): a row with an exclusive key
-    -- is the first of its key in the batch and gets the key's transaction
-    -- lock; then the task's advisory lock, or in lease mode (lease_ms > 0)
-    -- none.
+    -- Per row, in this order, which one CASE fixes (two conditions joined
+    -- by AND are run cheapest first, the task's lock before the key's
+    -- test, and a row that then failed the test kept a lock it was not
+    -- claimed with): a row with an exclusive key is the first of its key
+    -- in the batch and gets the key's transaction lock; then the task's
+    -- advisory lock, or in lease mode (lease_ms > 0) none.
     SELECT p.id
     FROM picked AS p
-    WHERE CASE WHEN p.exclusive_key IS NULL THEN true
+    WHERE CASE WHEN p.exclusive_key IS NULL
+                    THEN CASE WHEN @lease_ms::bigint > 0 THEN true
+                              ELSE pg_try_advisory_lock(@lock_class::integer, p.id::bit(32)::integer) END
                WHEN p.id <> (SELECT min(k.id) FROM picked AS k WHERE k.exclusive_key = p.exclusive_key) THEN false
-               ELSE pg_try_advisory_xact_lock(hashtextextended(p.exclusive_key, @exclusive_seed::bigint)) END
-      AND CASE WHEN @lease_ms::bigint > 0 THEN true
+               WHEN NOT pg_try_advisory_xact_lock(hashtextextended(p.exclusive_key, @exclusive_seed::bigint)) THEN false
+               WHEN @lease_ms::bigint > 0 THEN true
                ELSE pg_try_advisory_lock(@lock_class::integer, p.id::bit(32)::integer) END
 )
 UPDATE skiplock_tasks AS t
@@ -620,7 +624,8 @@ RETURNING t.id, t.queue, t.name, t.payload, t.metadata, t.priority, t.attempt,
 -- when a name or key limit exists, or no held block (held_limit_locks,
 -- with held_limit_counts as in TaskClaim) has a free place. See TaskClaim
 -- for the blocks, the lock keys, the cursor, flow control and the unlocks
--- it carries.
+-- it carries. It runs as TaskClaimPlain does, on the lock session's one
+-- generic plan (ClaimPlanSettings), its cursor written the same way.
 WITH released AS MATERIALIZED (
     SELECT (SELECT count(*) FILTER (WHERE pg_advisory_unlock(@lock_class::integer, u.id::bit(32)::integer))
             FROM unnest(@unlock_ids::bigint[]) AS u(id))
@@ -653,8 +658,10 @@ WITH released AS MATERIALIZED (
       AND p.queue = @queue::text
       AND p.run_at <= now()
       AND (SELECT ok FROM open)
-      AND (NOT @use_after::boolean
-           OR (p.priority, p.run_at, p.id) > (@after_priority::smallint, @after_run_at::timestamptz, @after_id::bigint))
+      AND (p.priority, p.run_at, p.id) > (
+          CASE WHEN @use_after::boolean THEN @after_priority::smallint ELSE -32768 END,
+          CASE WHEN @use_after::boolean THEN @after_run_at::timestamptz ELSE '-infinity' END,
+          CASE WHEN @use_after::boolean THEN @after_id::bigint ELSE -9223372036854775808 END)
       AND (cardinality(@only_names::text[]) = 0 OR p.name = ANY(@only_names::text[]))
       AND NOT (p.name = ANY(@skip_names::text[]))
       AND (p.exclusive_key IS NULL OR NOT EXISTS (
@@ -663,13 +670,13 @@ WITH released AS MATERIALIZED (
     LIMIT least(@max::integer, coalesce((SELECT greatest(f.free, 0) FROM place AS f), 0))
     FOR UPDATE SKIP LOCKED
 ), locked AS MATERIALIZED (
-    -- As TaskClaimPlain's (advisory mode only).
+    -- As TaskClaimPlain's (advisory mode only), in one CASE.
     SELECT p.id
     FROM picked AS p
-    WHERE CASE WHEN p.exclusive_key IS NULL THEN true
+    WHERE CASE WHEN p.exclusive_key IS NULL THEN pg_try_advisory_lock(@lock_class::integer, p.id::bit(32)::integer)
                WHEN p.id <> (SELECT min(k.id) FROM picked AS k WHERE k.exclusive_key = p.exclusive_key) THEN false
-               ELSE pg_try_advisory_xact_lock(hashtextextended(p.exclusive_key, @exclusive_seed::bigint)) END
-      AND pg_try_advisory_lock(@lock_class::integer, p.id::bit(32)::integer)
+               WHEN NOT pg_try_advisory_xact_lock(hashtextextended(p.exclusive_key, @exclusive_seed::bigint)) THEN false
+               ELSE pg_try_advisory_lock(@lock_class::integer, p.id::bit(32)::integer) END
 )
 UPDATE skiplock_tasks AS t
 SET status = 'running',

@@ -83,27 +83,9 @@ func TestPlainClaimOnePlan(t *testing.T) {
 			t.Fatalf("claimed %d, want 20", len(rows))
 		}
 	}
-	// The session's counts of plans, and the plan PostgreSQL makes of the
-	// session's statement, with the claim's settings, on a connection of
-	// its own (as it would for a new session, or after an invalidation).
 	checkPlan := func(when string, wantGeneric int64) {
 		t.Helper()
-		var text string
-		err := ls.do(func(ctx context.Context, conn *pgx.Conn, _ uint64) error {
-			var generic, custom int64
-			if err := conn.QueryRow(ctx, `SELECT statement, generic_plans, custom_plans
-				FROM pg_prepared_statements WHERE statement LIKE '-- name: TaskClaimPlain %'`).Scan(&text, &generic, &custom); err != nil {
-				return fmt.Errorf("the claim is not a prepared statement of the session: %w", err)
-			}
-			if custom != 0 || generic < wantGeneric {
-				return fmt.Errorf("%d generic and %d custom plans, want %d generic and no custom", generic, custom, wantGeneric)
-			}
-			return nil
-		})
-		if err != nil {
-			t.Fatalf("%s: %v", when, err)
-		}
-		plan := genericPlan(t, b, text)
+		plan := sessionPlan(t, b, ls, "TaskClaimPlain", when, wantGeneric)
 		if !strings.Contains(plan, "Index Scan using skiplock_tasks_claim_idx") ||
 			!strings.Contains(plan, "Index Scan using skiplock_tasks_pkey") ||
 			strings.Contains(plan, "Seq Scan on skiplock_tasks") || strings.Contains(plan, "Sort") || strings.Contains(plan, "Bitmap") {
@@ -118,6 +100,92 @@ func TestPlainClaimOnePlan(t *testing.T) {
 		t.Fatalf("claimed %d after ANALYZE, want 20", len(rows))
 	}
 	checkPlan("planned again after ANALYZE", 9)
+}
+
+// The claim within a held block of a queue limit far above what runs runs
+// on the lock session's one generic plan too, read as the plain claim's:
+// the claim index in claim order, each row by its primary key.
+func TestHeldClaimOnePlan(t *testing.T) {
+	t.Parallel()
+	b := setupJobs(t)
+	ctx := context.Background()
+	if err := b.client.SetLimit(ctx, queue.Limit{Queue: queue.DefaultQueue, Max: 1_000_000}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.pool.Exec(ctx, `INSERT INTO skiplock_tasks (name) SELECT 'job' FROM generate_series(1, 20000)`); err != nil {
+		t.Fatal(err)
+	}
+	var limitClass int32
+	if err := b.pool.QueryRow(ctx, "SELECT 'skiplock_limits'::regclass::oid::integer").Scan(&limitClass); err != nil {
+		t.Fatal(err)
+	}
+	ls := newLockSession(b.pool.Config().ConnConfig, int32(uint32(b.schema.TableOID)), b.schema.TableOID, Config{}.sessionTuning(), b.log)
+	if err := ls.connect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer ls.close()
+	p := db.TaskClaimParams{WorkerID: "w", Queue: queue.DefaultQueue, LimitClass: limitClass, OnlyNames: []string{},
+		SkipNames: []string{}, OnlyIds: []int64{}, ExclusiveSeed: b.schema.TableOID, Max: 20}
+	last := int64(0)
+	claim := func(how claimHow) claimHow {
+		t.Helper()
+		rows, gen, ran, err := ls.claim(p, how)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rows) != 20 {
+			t.Fatalf("%v claim took %d rows, want 20", ran, len(rows))
+		}
+		ids := make([]int64, len(rows))
+		for i, r := range rows {
+			if r.ID < last {
+				t.Fatalf("row %d out of claim order after %d", r.ID, last)
+			}
+			ids[i], last = r.ID, r.ID
+		}
+		ls.release(ids, nil, gen, false)
+		return ran
+	}
+	if ran := claim(howQueue); ran != howQueue {
+		t.Fatalf("first claim ran as %v", ran)
+	}
+	for range 8 {
+		if ran := claim(howHeld); ran != howHeld {
+			t.Fatalf("claim within the held block ran as %v", ran)
+		}
+	}
+	plan := sessionPlan(t, b, ls, "TaskClaimHeld", "planned on a backlog never analyzed", 8)
+	if !strings.Contains(plan, "Index Scan using skiplock_tasks_claim_idx") ||
+		!strings.Contains(plan, "Index Scan using skiplock_tasks_pkey") ||
+		strings.Contains(plan, "Seq Scan on skiplock_tasks") || strings.Contains(plan, "Bitmap") ||
+		strings.Contains(plan, "Sort Key: p.priority") {
+		t.Fatalf("the held claim's plan:\n%s", plan)
+	}
+}
+
+// sessionPlan checks that the lock session ls ran the claim query name on
+// its one generic plan (at least wantGeneric times, never a custom plan),
+// and returns the plan PostgreSQL makes of that statement under the
+// claim's settings on a connection of its own, as it would for a new
+// session or after an invalidation.
+func sessionPlan(t *testing.T, b *jobsBundle, ls *lockSession, name, when string, wantGeneric int64) string {
+	t.Helper()
+	var text string
+	err := ls.do(func(ctx context.Context, conn *pgx.Conn, _ uint64) error {
+		var generic, custom int64
+		if err := conn.QueryRow(ctx, `SELECT statement, generic_plans, custom_plans
+			FROM pg_prepared_statements WHERE statement LIKE '-- name: ' || $1::text || ' %'`, name).Scan(&text, &generic, &custom); err != nil {
+			return fmt.Errorf("%s is not a prepared statement of the session: %w", name, err)
+		}
+		if custom != 0 || generic < wantGeneric {
+			return fmt.Errorf("%s: %d generic and %d custom plans, want %d generic and no custom", name, generic, custom, wantGeneric)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("%s: %v", when, err)
+	}
+	return genericPlan(t, b, text)
 }
 
 // genericPlan is the plan PostgreSQL makes of statement text, under
@@ -202,6 +270,74 @@ func TestClaimUnderEveryExecMode(t *testing.T) {
 			}
 			if ran.Load() != 300 {
 				t.Fatalf("%d handler calls, want 300", ran.Load())
+			}
+		})
+	}
+}
+
+// A claim holds a task's advisory lock only for the rows it claims: a row
+// it passes over for its exclusive key (not the first of its key in the
+// batch) is not locked first and then left behind, on the plain claim and
+// on the claim within a held block of a queue limit alike. A lock left so
+// would keep the task from every other worker until the session ended.
+func TestClaimLocksOnlyWhatItClaims(t *testing.T) {
+	t.Parallel()
+	for name, how := range map[string]claimHow{"plain": howPlain, "held": howHeld} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := setupJobs(t)
+			ctx := context.Background()
+			var limitClass int32
+			if err := b.pool.QueryRow(ctx, "SELECT 'skiplock_limits'::regclass::oid::integer").Scan(&limitClass); err != nil {
+				t.Fatal(err)
+			}
+			ls := newLockSession(b.pool.Config().ConnConfig, int32(uint32(b.schema.TableOID)), b.schema.TableOID, Config{}.sessionTuning(), b.log)
+			if err := ls.connect(ctx); err != nil {
+				t.Fatal(err)
+			}
+			defer ls.close()
+			p := db.TaskClaimParams{WorkerID: "w", Queue: queue.DefaultQueue, LimitClass: limitClass, OnlyNames: []string{},
+				SkipNames: []string{}, OnlyIds: []int64{}, ExclusiveSeed: b.schema.TableOID, Max: 10}
+			insert := func(sql string) {
+				t.Helper()
+				if _, err := b.pool.Exec(ctx, sql); err != nil {
+					t.Fatal(err)
+				}
+			}
+			claim := func(how claimHow, want int) {
+				t.Helper()
+				rows, _, ran, err := ls.claim(p, how)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ran != how || len(rows) != want {
+					t.Fatalf("claim as %v ran as %v and took %d rows, want %d", how, ran, len(rows), want)
+				}
+			}
+			held := 0
+			if how == howHeld {
+				// A block of a limit far above what runs, taken by a first
+				// claim of the queue's own.
+				if err := b.client.SetLimit(ctx, queue.Limit{Queue: queue.DefaultQueue, Max: 1_000_000}); err != nil {
+					t.Fatal(err)
+				}
+				insert(`INSERT INTO skiplock_tasks (name) VALUES ('job')`)
+				claim(howQueue, 1)
+				held = 1
+			}
+			insert(`INSERT INTO skiplock_tasks (name, exclusive_key) VALUES ('job', 'k'), ('job', 'k')`)
+			insert(`INSERT INTO skiplock_tasks (name) VALUES ('job')`)
+			claim(how, 2) // the first task of key k, and the task without a key
+			var locks int
+			err := ls.do(func(ctx context.Context, conn *pgx.Conn, _ uint64) error {
+				return b.pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2
+					AND classid = $1::oid AND pid = $2`, b.schema.TableOID, conn.PgConn().PID()).Scan(&locks)
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if locks != held+2 {
+				t.Fatalf("the lock session holds %d task locks, want %d: one per task it claimed", locks, held+2)
 			}
 		})
 	}

@@ -39,8 +39,8 @@ func (c customPlans) QueryRow(ctx context.Context, sql string, args ...any) pgx.
 	return c.DBTX.QueryRow(ctx, sql, append([]any{pgx.QueryExecModeExec}, args...)...)
 }
 
-// onePlan runs the plain claim on the lock session on the session's one
-// generic plan: queries.ClaimPlanSettings, then the claim, sent together
+// onePlan runs the plain claim, and the claim within a held block of a
+// queue limit, on the lock session on the session's one generic plan: queries.ClaimPlanSettings, then the claim, sent together
 // in one round trip and one implicit transaction (a pgx batch, a single
 // Sync), so that the settings hold for the claim alone. The claim is
 // prepared under its own text once per session; the settings statement

@@ -64,7 +64,10 @@ func (s *lockSession) claim(p db.TaskClaimParams, how claimHow) (rows []db.TaskC
 			case howQueue:
 				rows, err = claimQueue(ctx, s.queries, customPlans{conn}, p)
 			case howHeld:
-				rows, err = claimHeld(ctx, s.queries, customPlans{conn}, p)
+				plan := &onePlan{conn: conn}
+				if err = s.queries.ClaimPlanSettings(ctx, plan); err == nil {
+					rows, err = claimHeld(ctx, s.queries, plan, p)
+				}
 			default:
 				rows, err = s.queries.TaskClaim(ctx, customPlans{conn}, p)
 			}
