@@ -261,9 +261,10 @@ type Config struct {
 	// dashboard leave it out (the worker's Observer still sees it
 	// complete). Tasks that something reads after they complete are kept
 	// as completed whatever this says: workflow members, sequence tasks,
-	// batch members, tasks with a windowed unique key (queue.WithUniqueWindow)
-	// and tasks that recorded an output (SetOutput). Failed and cancelled
-	// tasks are kept as always. Defaults to false.
+	// batch members, tasks with a windowed unique key
+	// (queue.WithUniqueWindow; every periodic task's tick has one) and
+	// tasks that recorded an output (SetOutput). Failed and cancelled tasks
+	// are kept as always. Defaults to false.
 	DeleteCompleted bool
 
 	// RetainAudit is how long the records of the audit trail (operator

@@ -25,6 +25,10 @@ type advisoryGuard struct {
 	// warnedNoSignal: said once that this role may not end a stale
 	// worker's lock session.
 	warnedNoSignal atomic.Bool
+	// staleDown logs a database that went away once for the look for
+	// stale sessions, not once per rescue pass; made on first use (passes
+	// follow each other, on the rescuer's goroutine).
+	staleDown *outage
 }
 
 // checkPooling: session locks cannot guard tasks behind a transaction
@@ -183,9 +187,15 @@ func (g *advisoryGuard) endStaleSessions(ctx context.Context, leaderKey int64) {
 			// end; this is a race with a change of grants.
 			g.warnNoSignal(db.WorkerTerminateStaleRow{}, err)
 		default:
-			g.log.Warn("skiplock: looking for lock sessions of workers whose heartbeat is stale", "error", err)
+			if g.staleDown == nil {
+				g.staleDown = &outage{log: g.log, what: "looking for lock sessions of workers whose heartbeat is stale"}
+			}
+			g.staleDown.failed(err)
 		}
 		return
+	}
+	if g.staleDown != nil {
+		g.staleDown.ok()
 	}
 	for _, r := range rows {
 		switch {

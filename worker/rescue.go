@@ -30,6 +30,29 @@ type rescuer struct {
 	observer     Observer
 	log          *slog.Logger
 	passed       func() // after each pass, if set (a test signal)
+	// The two parts of a pass log a database that went away once, not
+	// once per pass: the leader may pass again before it learns that its
+	// election's session is gone too. Made on first use.
+	orphansDown, sequencesDown *outage
+}
+
+// failed logs a part's failure through its outage (made on first use);
+// failures that a context's end caused are not logged.
+func (r *rescuer) failed(ctx context.Context, o **outage, what string, err error) {
+	if ctx.Err() != nil {
+		return
+	}
+	if *o == nil {
+		*o = &outage{log: r.log, what: what}
+	}
+	(*o).failed(err)
+}
+
+// succeeded ends a part's outage, if it had one.
+func (r *rescuer) succeeded(o *outage) {
+	if o != nil {
+		o.ok()
+	}
 }
 
 func (r *rescuer) run(ctx context.Context) {
@@ -56,11 +79,10 @@ func (r *rescuer) rescue(ctx context.Context) {
 func (r *rescuer) releaseSequences(ctx context.Context) {
 	rows, err := r.queries.SequenceReleaseStalled(ctx, r.pool, r.channel)
 	if err != nil {
-		if ctx.Err() == nil {
-			r.log.Warn("skiplock: releasing stalled sequences", "error", err)
-		}
+		r.failed(ctx, &r.sequencesDown, "releasing stalled sequences", err)
 		return
 	}
+	r.succeeded(r.sequencesDown)
 	if len(rows) > 0 {
 		ids := make([]int64, len(rows))
 		for i, row := range rows {
@@ -73,11 +95,10 @@ func (r *rescuer) releaseSequences(ctx context.Context) {
 func (r *rescuer) rescueOrphans(ctx context.Context) {
 	rows, err := r.queries.TaskRescueOrphans(ctx, r.pool, r.classOID)
 	if err != nil {
-		if ctx.Err() == nil {
-			r.log.Warn("skiplock: rescuing orphaned tasks", "error", err)
-		}
+		r.failed(ctx, &r.orphansDown, "rescuing orphaned tasks", err)
 		return
 	}
+	r.succeeded(r.orphansDown)
 	if len(rows) == 0 {
 		return
 	}
