@@ -20,16 +20,16 @@ SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
 `
 
 // Run in the same implicit transaction just before TaskClaimPlain, or
-// TaskClaimHeld, on the lock session (worker/plans.go), in the same round trip and for that
-// transaction only: the claim runs on the session's one generic plan, and
-// whenever PostgreSQL makes that plan (first use, or after the table's
-// statistics or schema change), these make it the claim index read in
-// claim order and the primary key per row, whatever the table's size and
-// statistics then. Left to its estimates, the planner chose a bitmap scan
-// and a sort of every pending row from 1,000 rows up (65-430 ms at 100,000
-// rows against 3 ms). No path is forbidden, only priced out: the small
-// tables it reads (skiplock_queues, skiplock_limits) are read through
-// their keys.
+// TaskClaimHeld, on the lock session (worker/plans.go), in the same round
+// trip and for that transaction only: the claim runs on the session's one
+// generic plan, and whenever PostgreSQL makes that plan (first use, or
+// after the table's statistics or schema change), these make it the claim
+// index read in claim order and the primary key per row, whatever the
+// table's size and statistics then. Left to its estimates, the planner
+// chose a bitmap scan and a sort of every pending row from 1,000 rows up
+// (65-430 ms at 100,000 rows against 3 ms). No path is forbidden, only
+// priced out: the small tables it reads (skiplock_queues, skiplock_limits)
+// are read through their keys.
 func (q *Queries) ClaimPlanSettings(ctx context.Context, db DBTX) error {
 	_, err := db.Exec(ctx, claimPlanSettings)
 	return err
@@ -1288,9 +1288,10 @@ type TaskCompleteManyDeletingParams struct {
 // and the planner would then compare every row it found with the whole
 // batch. The rest of the batch is updated as TaskCompleteMany would; it
 // is usually nothing, and then the update reads no row at all (EXISTS is
-// a one-time test above its scans). Both conditions are checked again, as the fence always is, on a
-// row changed since the statement's snapshot (a task rescued and claimed
-// again, a dependent enqueued on it); the two parts change disjoint rows.
+// a one-time test above its scans). Both conditions are checked again, as
+// the fence always is, on a row changed since the statement's snapshot (a
+// task rescued and claimed again, a dependent enqueued on it); the two
+// parts change disjoint rows.
 func (q *Queries) TaskCompleteManyDeleting(ctx context.Context, db DBTX, arg TaskCompleteManyDeletingParams) ([]int64, error) {
 	rows, err := db.Query(ctx, taskCompleteManyDeleting, arg.Ids, arg.Attempts, arg.WorkerID)
 	if err != nil {
