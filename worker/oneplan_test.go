@@ -115,17 +115,8 @@ func TestHeldClaimOnePlan(t *testing.T) {
 	if _, err := b.pool.Exec(ctx, `INSERT INTO skiplock_tasks (name) SELECT 'job' FROM generate_series(1, 20000)`); err != nil {
 		t.Fatal(err)
 	}
-	var limitClass int32
-	if err := b.pool.QueryRow(ctx, "SELECT 'skiplock_limits'::regclass::oid::integer").Scan(&limitClass); err != nil {
-		t.Fatal(err)
-	}
-	ls := newLockSession(b.pool.Config().ConnConfig, int32(uint32(b.schema.TableOID)), b.schema.TableOID, Config{}.sessionTuning(), b.log)
-	if err := ls.connect(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer ls.close()
-	p := db.TaskClaimParams{WorkerID: "w", Queue: queue.DefaultQueue, LimitClass: limitClass, OnlyNames: []string{},
-		SkipNames: []string{}, OnlyIds: []int64{}, ExclusiveSeed: b.schema.TableOID, Max: 20}
+	ls, p := openClaimSession(t, b)
+	p.Max = 20
 	last := int64(0)
 	claim := func(how claimHow) claimHow {
 		t.Helper()
@@ -287,17 +278,7 @@ func TestClaimLocksOnlyWhatItClaims(t *testing.T) {
 			t.Parallel()
 			b := setupJobs(t)
 			ctx := context.Background()
-			var limitClass int32
-			if err := b.pool.QueryRow(ctx, "SELECT 'skiplock_limits'::regclass::oid::integer").Scan(&limitClass); err != nil {
-				t.Fatal(err)
-			}
-			ls := newLockSession(b.pool.Config().ConnConfig, int32(uint32(b.schema.TableOID)), b.schema.TableOID, Config{}.sessionTuning(), b.log)
-			if err := ls.connect(ctx); err != nil {
-				t.Fatal(err)
-			}
-			defer ls.close()
-			p := db.TaskClaimParams{WorkerID: "w", Queue: queue.DefaultQueue, LimitClass: limitClass, OnlyNames: []string{},
-				SkipNames: []string{}, OnlyIds: []int64{}, ExclusiveSeed: b.schema.TableOID, Max: 10}
+			ls, p := openClaimSession(t, b)
 			insert := func(sql string) {
 				t.Helper()
 				if _, err := b.pool.Exec(ctx, sql); err != nil {
@@ -341,4 +322,23 @@ func TestClaimLocksOnlyWhatItClaims(t *testing.T) {
 			}
 		})
 	}
+}
+
+// openClaimSession opens a lock session on b's schema, closed when the
+// test ends, and the parameters of a claim of the default queue on it (10
+// rows, any name, the limits' lock class set).
+func openClaimSession(t *testing.T, b *jobsBundle) (*lockSession, db.TaskClaimParams) {
+	t.Helper()
+	ctx := context.Background()
+	var limitClass int32
+	if err := b.pool.QueryRow(ctx, "SELECT 'skiplock_limits'::regclass::oid::integer").Scan(&limitClass); err != nil {
+		t.Fatal(err)
+	}
+	ls := newLockSession(b.pool.Config().ConnConfig, int32(uint32(b.schema.TableOID)), b.schema.TableOID, Config{}.sessionTuning(), b.log)
+	if err := ls.connect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ls.close)
+	return ls, db.TaskClaimParams{WorkerID: "w", Queue: queue.DefaultQueue, LimitClass: limitClass, OnlyNames: []string{},
+		SkipNames: []string{}, OnlyIds: []int64{}, ExclusiveSeed: b.schema.TableOID, Max: 10}
 }
