@@ -187,16 +187,11 @@ func (g *advisoryGuard) endStaleSessions(ctx context.Context, leaderKey int64) {
 			// end; this is a race with a change of grants.
 			g.warnNoSignal(db.WorkerTerminateStaleRow{}, err)
 		default:
-			if g.staleDown == nil {
-				g.staleDown = &outage{log: g.log, what: "looking for lock sessions of workers whose heartbeat is stale"}
-			}
-			g.staleDown.failed(err)
+			outageOf(&g.staleDown, g.log, "looking for lock sessions of workers whose heartbeat is stale").failed(err)
 		}
 		return
 	}
-	if g.staleDown != nil {
-		g.staleDown.ok()
-	}
+	g.staleDown.ok()
 	for _, r := range rows {
 		switch {
 		case r.Terminated:

@@ -46,19 +46,8 @@ func TestHeldClaimWithoutBlock(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var limitClass int32
-	if err := b.pool.QueryRow(ctx, "SELECT 'skiplock_limits'::regclass::oid::integer").Scan(&limitClass); err != nil {
-		t.Fatal(err)
-	}
-	ls := newLockSession(b.pool.Config().ConnConfig, int32(uint32(b.schema.TableOID)), b.schema.TableOID, Config{}.sessionTuning(), b.log)
-	if err := ls.connect(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer ls.close()
-	p := db.TaskClaimParams{
-		WorkerID: "w", Queue: queue.DefaultQueue, OnlyNames: []string{}, SkipNames: []string{}, OnlyIds: []int64{},
-		Max: 1, CheckFull: true, ExclusiveSeed: b.schema.TableOID, LimitClass: limitClass,
-	}
+	ls, p := openClaimSession(t, b)
+	p.Max, p.CheckFull = 1, true
 	rows, gen, ran, err := ls.claim(p, howQueue)
 	if err != nil || len(rows) != 1 || len(rows[0].LimitLocks) != 1 || ran != howQueue {
 		t.Fatalf("queue claim: %d rows (%+v), ran %d, %v; want one task with one block", len(rows), rows, ran, err)

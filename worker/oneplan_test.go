@@ -27,13 +27,7 @@ func TestPlainClaimOnePlan(t *testing.T) {
 	t.Parallel()
 	b := setupJobs(t)
 	ctx := context.Background()
-	ls := newLockSession(b.pool.Config().ConnConfig, int32(uint32(b.schema.TableOID)), b.schema.TableOID, Config{}.sessionTuning(), b.log)
-	if err := ls.connect(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer ls.close()
-	p := db.TaskClaimParams{WorkerID: "w", Queue: queue.DefaultQueue, OnlyNames: []string{}, SkipNames: []string{},
-		OnlyIds: []int64{}, ExclusiveSeed: b.schema.TableOID, Max: 10}
+	ls, p := openClaimSession(t, b)
 	claim := func(max int32) []db.TaskClaimRow {
 		t.Helper()
 		p.Max = max

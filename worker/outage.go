@@ -50,6 +50,16 @@ func (o *outage) failed(err error, attrs ...any) {
 		"(logged again when the error changes, and when it is back)", attrs...)
 }
 
+// outageOf is *o, made on first use: for loops that fail seldom, and that
+// keep one outage per part (a rescue pass's), made lazily so that their
+// structs need no set-up.
+func outageOf(o **outage, log *slog.Logger, what string) *outage {
+	if *o == nil {
+		*o = &outage{log: log, what: what}
+	}
+	return *o
+}
+
 // began records an outage that the caller has logged itself (a lost lock
 // session): failures to reach the server that follow are not logged again,
 // only a change to another kind of error.
@@ -61,8 +71,12 @@ func (o *outage) began() {
 	}
 }
 
-// ok ends an outage, logging how long it lasted.
+// ok ends an outage, logging how long it lasted. A nil outage (one never
+// made by outageOf) has none to end.
 func (o *outage) ok() {
+	if o == nil {
+		return
+	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.since.IsZero() {

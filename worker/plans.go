@@ -17,8 +17,9 @@ import (
 // generic against 9 ms custom, measured in docs/PERFORMANCE.md), and a
 // claim's is a bitmap scan and sort of every pending row (65-430 ms at
 // 100,000 rows against 3 ms). Planning costs 0.5-1.5 ms a call, spread
-// over hundreds of tasks. The plain claim on the lock session runs on one
-// generic plan whose shape is fixed instead (onePlan).
+// over hundreds of tasks. The plain claim on the lock session, and the
+// claim within a held block of a queue limit, run on one generic plan
+// whose shape is fixed instead (onePlan).
 //
 // An unnamed statement also takes one round trip where a cached one takes
 // two the first time it runs on a connection (its Parse and Describe, then
@@ -40,17 +41,28 @@ func (c customPlans) QueryRow(ctx context.Context, sql string, args ...any) pgx.
 }
 
 // onePlan runs the plain claim, and the claim within a held block of a
-// queue limit, on the lock session on the session's one generic plan: queries.ClaimPlanSettings, then the claim, sent together
-// in one round trip and one implicit transaction (a pgx batch, a single
-// Sync), so that the settings hold for the claim alone. The claim is
-// prepared under its own text once per session; the settings statement
-// goes as the connection's mode sends it. Planned per call, the claim
-// spent 0.7-1.5 ms of a 3-4 ms claim of 250 rows in the planner, on the
-// one session whose claims follow each other.
+// queue limit, on the lock session on the session's one generic plan:
+// queries.ClaimPlanSettings, then the claim, sent together in one round
+// trip and one implicit transaction (a pgx batch, a single Sync), so that
+// the settings hold for the claim alone. The claim is prepared under its
+// own text once per session; the settings statement goes as the
+// connection's mode sends it. Planned per call, the claim spent 0.7-1.5 ms
+// of a 3-4 ms claim of 250 rows in the planner, on the one session whose
+// claims follow each other.
 type onePlan struct {
 	conn  *pgx.Conn
 	batch pgx.Batch
 	execs int
+}
+
+// newOnePlan is a onePlan on conn with the claim's settings queued: the
+// claim query sent through it goes with them.
+func newOnePlan(ctx context.Context, queries *db.Queries, conn *pgx.Conn) (*onePlan, error) {
+	p := &onePlan{conn: conn}
+	if err := queries.ClaimPlanSettings(ctx, p); err != nil {
+		return nil, err
+	}
+	return p, nil
 }
 
 // Exec queues sql to run before the query that sends the batch.

@@ -36,22 +36,11 @@ type rescuer struct {
 	orphansDown, sequencesDown *outage
 }
 
-// failed logs a part's failure through its outage (made on first use);
-// failures that a context's end caused are not logged.
+// failed logs a part's failure through its outage; failures that a
+// context's end caused are not logged.
 func (r *rescuer) failed(ctx context.Context, o **outage, what string, err error) {
-	if ctx.Err() != nil {
-		return
-	}
-	if *o == nil {
-		*o = &outage{log: r.log, what: what}
-	}
-	(*o).failed(err)
-}
-
-// succeeded ends a part's outage, if it had one.
-func (r *rescuer) succeeded(o *outage) {
-	if o != nil {
-		o.ok()
+	if ctx.Err() == nil {
+		outageOf(o, r.log, what).failed(err)
 	}
 }
 
@@ -82,7 +71,7 @@ func (r *rescuer) releaseSequences(ctx context.Context) {
 		r.failed(ctx, &r.sequencesDown, "releasing stalled sequences", err)
 		return
 	}
-	r.succeeded(r.sequencesDown)
+	r.sequencesDown.ok()
 	if len(rows) > 0 {
 		ids := make([]int64, len(rows))
 		for i, row := range rows {
@@ -98,7 +87,7 @@ func (r *rescuer) rescueOrphans(ctx context.Context) {
 		r.failed(ctx, &r.orphansDown, "rescuing orphaned tasks", err)
 		return
 	}
-	r.succeeded(r.orphansDown)
+	r.orphansDown.ok()
 	if len(rows) == 0 {
 		return
 	}

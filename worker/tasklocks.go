@@ -64,16 +64,16 @@ func (s *lockSession) claim(p db.TaskClaimParams, how claimHow) (rows []db.TaskC
 			case howQueue:
 				rows, err = claimQueue(ctx, s.queries, customPlans{conn}, p)
 			case howHeld:
-				plan := &onePlan{conn: conn}
-				if err = s.queries.ClaimPlanSettings(ctx, plan); err == nil {
+				var plan *onePlan
+				if plan, err = newOnePlan(ctx, s.queries, conn); err == nil {
 					rows, err = claimHeld(ctx, s.queries, plan, p)
 				}
 			default:
 				rows, err = s.queries.TaskClaim(ctx, customPlans{conn}, p)
 			}
 		default:
-			plan := &onePlan{conn: conn}
-			if err = s.queries.ClaimPlanSettings(ctx, plan); err == nil {
+			var plan *onePlan
+			if plan, err = newOnePlan(ctx, s.queries, conn); err == nil {
 				rows, err = claimPlain(ctx, s.queries, plan, p, 0)
 			}
 		}
