@@ -89,16 +89,23 @@ func TestMain(m *testing.M) {
 
 // workerMain is one worker process. Its handler appends a line to the
 // ledger when it starts and when it ends: "S|F task attempt worker unixnano
-// port", port being that of the node its pool is on.
+// port", port being that of the node its pool is on; a start adds when the
+// handler was called and when the task was claimed (the server's clock, on
+// this machine), both in Unix nanoseconds: the handler asks the pool for
+// its port first, which may wait for a connection long after the claim.
 func workerMain(id string) error {
 	ledger, err := os.OpenFile(os.Getenv(envLedger), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err
 	}
 	defer ledger.Close()
-	record := func(kind string, t *worker.Task, port int) error {
+	record := func(kind string, t *worker.Task, port int, times ...time.Time) error {
+		line := fmt.Sprintf("%s %d %d %s %d %d", kind, t.ID, t.Attempt, id, time.Now().UnixNano(), port)
+		for _, at := range times {
+			line += fmt.Sprintf(" %d", at.UnixNano())
+		}
 		// One write of one short line: O_APPEND keeps lines whole.
-		_, err := fmt.Fprintf(ledger, "%s %d %d %s %d %d\n", kind, t.ID, t.Attempt, id, time.Now().UnixNano(), port)
+		_, err := fmt.Fprintln(ledger, line)
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
@@ -109,13 +116,14 @@ func workerMain(id string) error {
 	}
 	defer pool.Close()
 	handlers := worker.Handlers{"work": func(ctx context.Context, t *worker.Task) error {
+		called := time.Now()
 		// Which node the worker is on, as near the claim as a handler can
 		// tell: the pool's connections follow the primary.
 		var port int
 		if err := pool.QueryRow(ctx, "SELECT inet_server_port()").Scan(&port); err != nil {
 			return err
 		}
-		if err := record("S", t, port); err != nil {
+		if err := record("S", t, port, called, t.StartedAt); err != nil {
 			return err
 		}
 		select {
@@ -162,6 +170,21 @@ type run struct {
 	finish   time.Time // zero: it never ended (cancelled)
 	finished bool
 	port     int // the node the worker's pool was on when the run started
+	// called is when the handler was called, claimed when the task was
+	// claimed for this run (zero in a ledger line without them).
+	called, claimed time.Time
+}
+
+// began is the earliest moment the run is known to have been under way:
+// its claim, whose advisory lock it lives by.
+func (x run) began() time.Time {
+	b := x.start
+	for _, at := range []time.Time{x.called, x.claimed} {
+		if !at.IsZero() && at.Before(b) {
+			b = at
+		}
+	}
+	return b
 }
 
 type round struct {
@@ -590,6 +613,13 @@ func runFailover(t *testing.T, mode, kind string) {
 	for _, p := range procs {
 		logStateChanges(t, p.id, p.out.String())
 	}
+	if t.Failed() {
+		// The lines themselves, with their times and task IDs, to set
+		// beside the ledger's runs.
+		for _, p := range procs {
+			t.Logf("worker %s logged:\n%s", p.id, tailN(p.out.String(), 16000))
+		}
+	}
 	t.Logf("%s mode, %s failover: %d acknowledged enqueues (%d enqueue errors during the failovers; %d lost by pg_auto_failover), %d rounds, %s",
 		mode, kind, len(want)+lost, enqueueErrors, lost, rounds, workTime.Round(time.Millisecond))
 }
@@ -765,7 +795,7 @@ func readLedgers(t *testing.T, dir string) []run {
 		sc := bufio.NewScanner(file)
 		for sc.Scan() {
 			fields := strings.Fields(sc.Text())
-			if len(fields) != 6 {
+			if len(fields) != 6 && len(fields) != 8 {
 				continue // a line being written
 			}
 			port, _ := strconv.Atoi(fields[5])
@@ -776,6 +806,11 @@ func readLedgers(t *testing.T, dir string) []run {
 			switch fields[0] {
 			case "S":
 				r := &run{task: task, attempt: attempt, worker: fields[3], start: time.Unix(0, nanos), port: port}
+				if len(fields) == 8 {
+					called, _ := strconv.ParseInt(fields[6], 10, 64)
+					claimed, _ := strconv.ParseInt(fields[7], 10, 64)
+					r.called, r.claimed = time.Unix(0, called), time.Unix(0, claimed)
+				}
 				byKey[k] = r
 				runs = append(runs, r)
 			case "F":
@@ -866,14 +901,18 @@ func verify(t *testing.T, ctx context.Context, pool *pgxpool.Pool, dir string, a
 	}
 
 	// A task ran (to the end, or in part) more than once only if an earlier
-	// run was under way at a failover: started before the new primary
-	// accepted writes, and not finished before the old one was lost, or
-	// finished so shortly before that its outcome, written in batches, may
-	// not have been committed yet.
+	// run was under way at a failover: begun (claimed) before the new
+	// primary accepted writes, and not finished before the old one was
+	// lost, or finished so shortly before that its outcome, written in
+	// batches, may not have been committed yet. "Accepted writes" is the
+	// probe's synchronous commit; a claim commits asynchronously on the
+	// lock session, so on the promoted node it goes through while the
+	// formation still holds synchronous commits back, and its handler may
+	// start seconds later, once the pool has a connection.
 	const outcomeLag = 2 * time.Second
 	atFailover := func(x run) *round {
 		for _, r := range rs {
-			if x.start.Before(r.until()) && (!x.finished || x.finish.After(r.loss.Add(-outcomeLag))) {
+			if x.began().Before(r.until()) && (!x.finished || x.finish.After(r.loss.Add(-outcomeLag))) {
 				return r
 			}
 		}
@@ -915,13 +954,18 @@ func verify(t *testing.T, ctx context.Context, pool *pgxpool.Pool, dir string, a
 		// was on; and runs started on the old node after its loss (a
 		// planned failover's old primary drains for a while).
 		var firstClaim time.Time
-		onOld := 0
+		onOld, inSwitch := 0, 0
 		for _, x := range runs {
 			if x.port == r.newNode.Port && x.start.After(r.loss) && (firstClaim.IsZero() || x.start.Before(firstClaim)) {
 				firstClaim = x.start
 			}
 			if x.port == r.oldNode.Port && x.start.After(r.loss) && x.start.Before(r.writable) {
 				onOld++
+			}
+			// Claimed after the loss and before the probe's commit went
+			// through (see atFailover).
+			if x.claimed.After(r.loss) && x.claimed.Before(r.writable) {
+				inSwitch++
 			}
 		}
 		// An orphan (a run under way at the failover whose task was
@@ -977,10 +1021,10 @@ func verify(t *testing.T, ctx context.Context, pool *pgxpool.Pool, dir string, a
 		t.Logf("round %d: old primary lost at %s, new primary writable at %s", i, r.loss.Format("15:04:05.000"), r.writable.Format("15:04:05.000"))
 		t.Logf("FAILOVER mode=%s kind=%s round=%d loss_to_writable_s=%s writable_to_first_claim_s=%s loss_to_first_claim_s=%s "+
 			"running_at_writable=%d rescued=%d completed_by_own_worker=%d writable_to_last_rescue_s=%s loss_to_last_rescue_s=%s "+
-			"writable_to_repoint_s=%s runs_started_on_old_after_loss=%d throughput_before_per_s=%.0f throughput_after_per_s=%.0f load1=%.2f",
+			"writable_to_repoint_s=%s runs_started_on_old_after_loss=%d runs_claimed_before_writable=%d throughput_before_per_s=%.0f throughput_after_per_s=%.0f load1=%.2f",
 			mode, r.kind, i, secs(r.loss, r.writable), secs(r.writable, firstClaim), secs(r.loss, firstClaim),
 			len(r.orphans), rescued, ownOutcome, secs(r.writable, lastRescue), secs(r.loss, lastRescue),
-			secs(r.writable, r.repointed), onOld, rate(r.loss.Add(-window)), rate(firstClaim), load)
+			secs(r.writable, r.repointed), onOld, inSwitch, rate(r.loss.Add(-window)), rate(firstClaim), load)
 	}
 	t.Logf("%d handler runs for %d tasks; %d tasks ran more than once, all orphans of a failover (%d unexplained)",
 		len(runs), len(completions), twice, unexplained)
@@ -1018,9 +1062,11 @@ func loadAvg() float64 {
 	return f
 }
 
-func tail(s string) string {
-	if len(s) > 3000 {
-		return "..." + s[len(s)-3000:]
+func tail(s string) string { return tailN(s, 3000) }
+
+func tailN(s string, n int) string {
+	if len(s) > n {
+		return "..." + s[len(s)-n:]
 	}
 	return s
 }
