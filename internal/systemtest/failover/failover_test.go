@@ -906,7 +906,7 @@ func verify(t *testing.T, ctx context.Context, pool *pgxpool.Pool, dir string, a
 	// lost, or finished so shortly before that its outcome, written in
 	// batches, may not have been committed yet. "Accepted writes" is the
 	// probe's synchronous commit; a claim commits asynchronously on the
-	// lock session, so on the promoted node it goes through while the
+	// lock session, so on the promoted node it may go through while the
 	// formation still holds synchronous commits back, and its handler may
 	// start seconds later, once the pool has a connection.
 	const outcomeLag = 2 * time.Second
