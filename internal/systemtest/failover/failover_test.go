@@ -175,6 +175,22 @@ type run struct {
 	called, claimed time.Time
 }
 
+// String is the run as a failure message shows it.
+func (x run) String() string {
+	at := func(t time.Time) string {
+		if t.IsZero() {
+			return "-"
+		}
+		return t.Format("15:04:05.000000")
+	}
+	end := "not finished"
+	if x.finished {
+		end = "finished " + at(x.finish)
+	}
+	return fmt.Sprintf("{attempt %d by %s on :%d: claimed %s, called %s, started %s, %s}",
+		x.attempt, x.worker, x.port, at(x.claimed), at(x.called), at(x.start), end)
+}
+
 // began is the earliest moment the run is known to have been under way:
 // its claim, whose advisory lock it lives by.
 func (x run) began() time.Time {
@@ -609,7 +625,11 @@ func runFailover(t *testing.T, mode, kind string) {
 		}
 	}
 
-	verify(t, ctx, admin, dir, want, rs, classOID, mode)
+	losses := map[string][]time.Time{}
+	for _, p := range procs {
+		losses[p.id] = sessionLosses(p.out.String())
+	}
+	verify(t, ctx, admin, dir, want, rs, classOID, mode, losses)
 	for _, p := range procs {
 		logStateChanges(t, p.id, p.out.String())
 	}
@@ -828,7 +848,7 @@ func readLedgers(t *testing.T, dir string) []run {
 	return out
 }
 
-func verify(t *testing.T, ctx context.Context, pool *pgxpool.Pool, dir string, acked []int64, rs []*round, classOID uint32, mode string) {
+func verify(t *testing.T, ctx context.Context, pool *pgxpool.Pool, dir string, acked []int64, rs []*round, classOID uint32, mode string, losses map[string][]time.Time) {
 	t.Helper()
 	runs := readLedgers(t, dir)
 	byTask := map[int64][]run{}
@@ -892,7 +912,7 @@ func verify(t *testing.T, ctx context.Context, pool *pgxpool.Pool, dir string, a
 		if !ok {
 			fenced++
 			if fenced <= 5 {
-				t.Errorf("task %d: completed as attempt %d by %s, which is not its last claim's finished run: %+v", d.id, d.attempt, d.worker, byTask[d.id])
+				t.Errorf("task %d: completed as attempt %d by %s, which is not its last claim's finished run: %v", d.id, d.attempt, d.worker, byTask[d.id])
 			}
 		}
 	}
@@ -929,9 +949,33 @@ func verify(t *testing.T, ctx context.Context, pool *pgxpool.Pool, dir string, a
 			if x.attempt != last.attempt && atFailover(x) == nil {
 				unexplained++
 				if unexplained <= 5 {
-					t.Errorf("task %d ran %d times, its attempt %d not at a failover: %+v", id, len(rr), x.attempt, rr)
+					t.Errorf("task %d ran %d times, its attempt %d not at a failover: %v", id, len(rr), x.attempt, rr)
 				}
 				break
+			}
+		}
+	}
+
+	// However near a failover, a run is taken over only once the lock
+	// session that claimed it is gone: its worker says so after the claim.
+	// (A lease may lapse with its worker's sessions alive.)
+	if mode == "advisory" {
+		lostSince := func(worker string, claimed time.Time) bool {
+			for _, at := range losses[worker] {
+				// Log times are to the millisecond.
+				if at.Add(time.Millisecond).After(claimed) {
+					return true
+				}
+			}
+			return false
+		}
+		for id, rr := range byTask {
+			last := slices.MaxFunc(rr, func(a, b run) int { return a.attempt - b.attempt })
+			for _, x := range rr {
+				if x.attempt != last.attempt && !x.claimed.IsZero() && !lostSince(x.worker, x.claimed) {
+					t.Errorf("task %d: its attempt %d was run again, though %s logged no lost lock session after claiming it at %s: %v",
+						id, x.attempt, x.worker, x.claimed.Format("15:04:05.000000"), rr)
+				}
 			}
 		}
 	}
@@ -1056,6 +1100,24 @@ func logStateChanges(t *testing.T, id, out string) {
 	t.Logf("worker %s logged at warning level and above:%s", id, b.String())
 }
 
+// sessionLosses are the times at which a worker's log says it lost its lock
+// session.
+func sessionLosses(out string) []time.Time {
+	var at []time.Time
+	for _, line := range strings.Split(out, "\n") {
+		if !strings.Contains(line, `msg="skiplock: lock session lost`) {
+			continue
+		}
+		if v, ok := strings.CutPrefix(line, "time="); ok {
+			v, _, _ = strings.Cut(v, " ")
+			if when, err := time.Parse(time.RFC3339, v); err == nil {
+				at = append(at, when)
+			}
+		}
+	}
+	return at
+}
+
 func loadAvg() float64 {
 	b, _ := os.ReadFile("/proc/loadavg")
 	f, _ := strconv.ParseFloat(strings.Fields(string(b) + " 0")[0], 64)
@@ -1069,4 +1131,23 @@ func tailN(s string, n int) string {
 		return "..." + s[len(s)-n:]
 	}
 	return s
+}
+
+// TestSessionLosses: the check that a run was taken over only after its
+// lock session was lost reads the workers' logs as slog writes them.
+func TestSessionLosses(t *testing.T) {
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	log.Error("skiplock: lock session lost; cancelling its running tasks and reconnecting", "error", "unexpected EOF")
+	log.Info("skiplock: lock session reconnected", "after", "13.5s")
+	log.Error("skiplock: lock session lost; cancelling its running tasks and reconnecting", "error", "terminated")
+	got := sessionLosses(logs.String())
+	if len(got) != 2 {
+		t.Fatalf("read %d losses, want 2, from:\n%s", len(got), logs.String())
+	}
+	for _, at := range got {
+		if d := time.Since(at); d < 0 || d > time.Minute {
+			t.Errorf("a loss read at %s, %s ago", at, d)
+		}
+	}
 }
