@@ -382,9 +382,9 @@ func TestWorkflowDependentEnqueuedDuringCompletion(t *testing.T) {
 // on the dependent's row), and then the worker's connections are killed,
 // the one writing and its lock session. The completion was not committed:
 // the task is still running (or already rescued, pending) and its
-// dependent still waiting. Once the lock
-// is let go the worker recovers (its write is retried, or the task is
-// rescued and run again), and the dependent runs, once.
+// dependent still waiting. Once the lock is let go the worker recovers
+// (its write is retried, or the task is rescued and run again), and the
+// dependent runs, once.
 func TestWorkflowKilledBetweenCompletionAndRelease(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

@@ -291,7 +291,8 @@ func (b *bencher) pinnedRun(ctx context.Context, label string) ([]measure, error
 	// Where the worst window was, and how many passed 50 ms: one slow
 	// window is a stall to find in the server's log at that time, many a
 	// trend.
-	var worstWait, firstWait, lastWait, worstAt float64
+	var worstWait, firstWait, lastWait float64
+	var worstFrom time.Time
 	slowWindows := 0
 	for t := pinStart; !t.Add(window).After(pinEnd); t = t.Add(window) {
 		_, ws := starts.between(t, t.Add(window))
@@ -301,7 +302,7 @@ func (b *bencher) pinnedRun(ctx context.Context, label string) ([]measure, error
 		}
 		lastWait = w
 		if w > worstWait {
-			worstWait, worstAt = w, t.Sub(pinStart).Seconds()
+			worstWait, worstFrom = w, t
 		}
 		if w > 50 {
 			slowWindows++
@@ -309,7 +310,7 @@ func (b *bencher) pinnedRun(ctx context.Context, label string) ([]measure, error
 	}
 	if worstWait > 50 {
 		fmt.Fprintf(b.progressOut(), "pinned: the worst window's wait p99, %.1f ms, began %.0f s into the pin, at %s\n",
-			worstWait, worstAt, pinStart.Add(time.Duration(worstAt*float64(time.Second))).Format(time.RFC3339))
+			worstWait, worstFrom.Sub(pinStart).Seconds(), worstFrom.UTC().Format(time.RFC3339))
 	}
 	// Recovery: from the commit until the last task that had waited more
 	// than 100 ms started.
