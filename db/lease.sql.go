@@ -7,6 +7,7 @@ package db
 
 import (
 	"context"
+	"time"
 )
 
 const leaderLeaseAcquire = `-- name: LeaderLeaseAcquire :execrows
@@ -51,11 +52,13 @@ const taskLeaseRenew = `-- name: TaskLeaseRenew :many
 UPDATE skiplock_tasks AS t
 SET locked_until = now() + interval '1 millisecond' * $1::bigint
 FROM (
-    SELECT unnest($3::bigint[])       AS id,
-           unnest($4::integer[]) AS attempt
+    SELECT unnest($3::bigint[])               AS id,
+           unnest($4::integer[])         AS attempt,
+           unnest($5::timestamptz[])  AS started_at
 ) AS u
 WHERE t.id = u.id
   AND t.attempt = u.attempt
+  AND t.started_at = u.started_at
   AND t.status = 'running'
   AND t.worker_id = $2::text
   AND t.locked_until IS NOT NULL
@@ -63,10 +66,11 @@ RETURNING t.id
 `
 
 type TaskLeaseRenewParams struct {
-	LeaseMs  int64
-	WorkerID string
-	Ids      []int64
-	Attempts []int32
+	LeaseMs    int64
+	WorkerID   string
+	Ids        []int64
+	Attempts   []int32
+	StartedAts []time.Time
 }
 
 // Extends the leases of a worker's running tasks; a task missing from the
@@ -77,6 +81,7 @@ func (q *Queries) TaskLeaseRenew(ctx context.Context, db DBTX, arg TaskLeaseRene
 		arg.WorkerID,
 		arg.Ids,
 		arg.Attempts,
+		arg.StartedAts,
 	)
 	if err != nil {
 		return nil, err

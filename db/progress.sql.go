@@ -8,6 +8,7 @@ package db
 import (
 	"context"
 	"encoding/json"
+	"time"
 )
 
 const taskCheckpointLoad = `-- name: TaskCheckpointLoad :many
@@ -17,19 +18,26 @@ WHERE id = $1::bigint
   AND status = 'running'
   AND attempt = $2::integer
   AND worker_id = $3::text
+  AND started_at = $4::timestamptz
 `
 
 type TaskCheckpointLoadParams struct {
-	ID       int64
-	Attempt  int32
-	WorkerID string
+	ID        int64
+	Attempt   int32
+	WorkerID  string
+	StartedAt time.Time
 }
 
 // Reads a running task's last checkpoint (worker.LoadCheckpoint), fenced
 // as TaskProgressSet is: no row means the task is no longer this
 // attempt's; a row with a NULL checkpoint means none was saved.
 func (q *Queries) TaskCheckpointLoad(ctx context.Context, db DBTX, arg TaskCheckpointLoadParams) ([]json.RawMessage, error) {
-	rows, err := db.Query(ctx, taskCheckpointLoad, arg.ID, arg.Attempt, arg.WorkerID)
+	rows, err := db.Query(ctx, taskCheckpointLoad,
+		arg.ID,
+		arg.Attempt,
+		arg.WorkerID,
+		arg.StartedAt,
+	)
 	if err != nil {
 		return nil, err
 	}
@@ -55,6 +63,7 @@ WHERE id = $2::bigint
   AND status = 'running'
   AND attempt = $3::integer
   AND worker_id = $4::text
+  AND started_at = $5::timestamptz
 `
 
 type TaskCheckpointSaveParams struct {
@@ -62,6 +71,7 @@ type TaskCheckpointSaveParams struct {
 	ID         int64
 	Attempt    int32
 	WorkerID   string
+	StartedAt  time.Time
 }
 
 // Records a running task's checkpoint (worker.SaveCheckpoint) at once,
@@ -72,6 +82,7 @@ func (q *Queries) TaskCheckpointSave(ctx context.Context, db DBTX, arg TaskCheck
 		arg.ID,
 		arg.Attempt,
 		arg.WorkerID,
+		arg.StartedAt,
 	)
 	if err != nil {
 		return 0, err
@@ -86,24 +97,28 @@ WHERE id = $2::bigint
   AND status = 'running'
   AND attempt = $3::integer
   AND worker_id = $4::text
+  AND started_at = $5::timestamptz
 `
 
 type TaskProgressSetParams struct {
-	Progress json.RawMessage
-	ID       int64
-	Attempt  int32
-	WorkerID string
+	Progress  json.RawMessage
+	ID        int64
+	Attempt   int32
+	WorkerID  string
+	StartedAt time.Time
 }
 
 // Records a running task's progress (worker.SetProgress) at once, fenced
-// as the outcome write is (status running, same attempt, same worker): no
-// row means the task is no longer this attempt's.
+// as the outcome write is (status running, same attempt, same worker, same
+// claim time; see TaskFinishMany): no row means the task is no longer this
+// attempt's.
 func (q *Queries) TaskProgressSet(ctx context.Context, db DBTX, arg TaskProgressSetParams) (int64, error) {
 	result, err := db.Exec(ctx, taskProgressSet,
 		arg.Progress,
 		arg.ID,
 		arg.Attempt,
 		arg.WorkerID,
+		arg.StartedAt,
 	)
 	if err != nil {
 		return 0, err

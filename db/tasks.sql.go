@@ -1182,23 +1182,26 @@ UPDATE skiplock_tasks AS t
 SET status = 'completed',
     finished_at = now()
 FROM (
-    SELECT unnest($1::bigint[])       AS id,
-           unnest($2::integer[]) AS attempt,
-           $3::text             AS worker_id,
-           'running'::text              AS running
+    SELECT unnest($1::bigint[])               AS id,
+           unnest($2::integer[])         AS attempt,
+           unnest($3::timestamptz[])  AS started_at,
+           $4::text                     AS worker_id,
+           'running'::text                      AS running
 ) AS u
 WHERE t.id = ANY($1::bigint[])
   AND t.id = u.id
   AND t.status = u.running
   AND t.attempt = u.attempt
   AND t.worker_id = u.worker_id
+  AND t.started_at = u.started_at
 RETURNING t.id
 `
 
 type TaskCompleteManyParams struct {
-	Ids      []int64
-	Attempts []int32
-	WorkerID string
+	Ids        []int64
+	Attempts   []int32
+	StartedAts []time.Time
+	WorkerID   string
 }
 
 // TaskFinishMany for a batch whose every attempt completed with no output,
@@ -1207,7 +1210,12 @@ type TaskCompleteManyParams struct {
 // of them jsonb, parsed row by row) and a new row version that copies
 // every other column as it is (docs/PERFORMANCE.md, "The outcome write").
 func (q *Queries) TaskCompleteMany(ctx context.Context, db DBTX, arg TaskCompleteManyParams) ([]int64, error) {
-	rows, err := db.Query(ctx, taskCompleteMany, arg.Ids, arg.Attempts, arg.WorkerID)
+	rows, err := db.Query(ctx, taskCompleteMany,
+		arg.Ids,
+		arg.Attempts,
+		arg.StartedAts,
+		arg.WorkerID,
+	)
 	if err != nil {
 		return nil, err
 	}
@@ -1230,23 +1238,26 @@ const taskCompleteManyDeleting = `-- name: TaskCompleteManyDeleting :many
 WITH deleted AS (
     DELETE FROM skiplock_tasks AS t
     USING (
-        SELECT unnest($1::bigint[])       AS id,
-               unnest($2::integer[]) AS attempt,
-               $3::text             AS worker_id,
-               'running'::text              AS running,
-               true                         AS unread
+        SELECT unnest($1::bigint[])               AS id,
+               unnest($2::integer[])         AS attempt,
+               unnest($3::timestamptz[])  AS started_at,
+               $4::text                     AS worker_id,
+               'running'::text                      AS running,
+               true                                 AS unread
     ) AS u
     WHERE t.id = ANY($1::bigint[])
       AND t.id = u.id
       AND t.status = u.running
       AND t.attempt = u.attempt
       AND t.worker_id = u.worker_id
+      AND t.started_at = u.started_at
       AND (t.workflow_id IS NULL AND t.dependents IS NULL AND t.sequence_key IS NULL
            AND t.batch_id IS NULL AND t.unique_window_key IS NULL) = u.unread
     RETURNING t.id
 ), rest AS MATERIALIZED (
-    SELECT r.id, r.attempt, $3::text AS worker_id, 'running'::text AS running
-    FROM (SELECT unnest($1::bigint[]) AS id, unnest($2::integer[]) AS attempt) AS r
+    SELECT r.id, r.attempt, r.started_at, $4::text AS worker_id, 'running'::text AS running
+    FROM (SELECT unnest($1::bigint[]) AS id, unnest($2::integer[]) AS attempt,
+                 unnest($3::timestamptz[]) AS started_at) AS r
     WHERE r.id NOT IN (SELECT deleted.id FROM deleted)
 ), kept AS (
     UPDATE skiplock_tasks AS t
@@ -1259,6 +1270,7 @@ WITH deleted AS (
       AND t.status = rest.running
       AND t.attempt = rest.attempt
       AND t.worker_id = rest.worker_id
+      AND t.started_at = rest.started_at
     RETURNING t.id
 )
 SELECT deleted.id FROM deleted
@@ -1267,9 +1279,10 @@ SELECT kept.id FROM kept
 `
 
 type TaskCompleteManyDeletingParams struct {
-	Ids      []int64
-	Attempts []int32
-	WorkerID string
+	Ids        []int64
+	Attempts   []int32
+	StartedAts []time.Time
+	WorkerID   string
 }
 
 // TaskCompleteMany for a worker with DeleteCompleted: the same fenced write,
@@ -1293,7 +1306,12 @@ type TaskCompleteManyDeletingParams struct {
 // task rescued and claimed again, a dependent enqueued on it); the two
 // parts change disjoint rows.
 func (q *Queries) TaskCompleteManyDeleting(ctx context.Context, db DBTX, arg TaskCompleteManyDeletingParams) ([]int64, error) {
-	rows, err := db.Query(ctx, taskCompleteManyDeleting, arg.Ids, arg.Attempts, arg.WorkerID)
+	rows, err := db.Query(ctx, taskCompleteManyDeleting,
+		arg.Ids,
+		arg.Attempts,
+		arg.StartedAts,
+		arg.WorkerID,
+	)
 	if err != nil {
 		return nil, err
 	}
@@ -1329,7 +1347,8 @@ FROM (
            unnest($5::integer[])     AS refund,
            unnest($6::jsonb[])        AS error,
            unnest($7::jsonb[])       AS output,
-           $8::text                AS worker_id,
+           unnest($8::timestamptz[]) AS started_at,
+           $9::text                AS worker_id,
            'running'::text                 AS running
 ) AS u
 WHERE t.id = ANY($1::bigint[])
@@ -1337,26 +1356,38 @@ WHERE t.id = ANY($1::bigint[])
   AND t.status = u.running
   AND t.attempt = u.attempt
   AND t.worker_id = u.worker_id
+  AND t.started_at = u.started_at
 RETURNING t.id
 `
 
 type TaskFinishManyParams struct {
-	Ids      []int64
-	Attempts []int32
-	Statuses []string
-	DelayMs  []int64
-	Refunds  []int32
-	Errors   []json.RawMessage
-	Outputs  []json.RawMessage
-	WorkerID string
+	Ids        []int64
+	Attempts   []int32
+	Statuses   []string
+	DelayMs    []int64
+	Refunds    []int32
+	Errors     []json.RawMessage
+	Outputs    []json.RawMessage
+	StartedAts []time.Time
+	WorkerID   string
 }
 
 // Records the outcome of a batch of attempts. Each write is fenced by the
-// claim (status running, same attempt, same worker): a worker that lost its
-// claim, because the task was rescued and maybe claimed again, writes nothing
-// and learns so from the missing id in the result. delay_ms < 0 keeps run_at
-// (a task returned at shutdown keeps its place in line); refund 1 gives the
-// attempt back.
+// claim (status running, same attempt, same worker, same started_at): a
+// worker that lost its claim, because the task was rescued and maybe
+// claimed again, writes nothing and learns so from the missing id in the
+// result. delay_ms < 0 keeps run_at (a task returned at shutdown keeps its
+// place in line); refund 1 gives the attempt back.
+//
+// The worker and the attempt alone do not name a claim. A refund gives
+// the attempt back, and a claim the server loses (committed on the lock
+// session without waiting for its WAL flush, then gone with a crash or a
+// failover) leaves the task pending with its attempt unspent: either way
+// the same worker can claim the task again with the same attempt number,
+// and the late outcome of the earlier claim's run would land on the new
+// one. started_at is the claim's transaction time, which only a claim
+// writes, and two claims of a task are two transactions one after the
+// other.
 //
 // The batch drives the write: the tasks are found by primary key (id =
 // ANY, whose row count the planner knows, the arrays being parameters of a
@@ -1380,6 +1411,7 @@ func (q *Queries) TaskFinishMany(ctx context.Context, db DBTX, arg TaskFinishMan
 		arg.Refunds,
 		arg.Errors,
 		arg.Outputs,
+		arg.StartedAts,
 		arg.WorkerID,
 	)
 	if err != nil {
@@ -1612,6 +1644,7 @@ FROM victims
 WHERE t.id = victims.id
   AND t.status = 'running'
   AND t.attempt = victims.attempt
+  AND t.started_at IS NOT DISTINCT FROM victims.started_at
   AND t.locked_until IS NOT DISTINCT FROM victims.locked_until
 RETURNING t.id, t.queue, t.name, t.status, t.attempt, victims.worker_id AS lost_worker_id
 `
@@ -1635,7 +1668,9 @@ type TaskRescueOrphansRow struct {
 // tasks. A rescued task keeps its run_at, so it goes back to the front of its
 // queue, not the end. The UPDATE re-checks status and attempt on the latest
 // row version: a task that finished, or was claimed again, between the
-// snapshot and the read of pg_locks is left alone.
+// snapshot and the read of pg_locks is left alone. The claim is known by
+// its started_at too (see TaskFinishMany): a task handed back with its
+// attempt refunded and claimed again in between has the attempt it had.
 func (q *Queries) TaskRescueOrphans(ctx context.Context, db DBTX, lockClassOid int64) ([]TaskRescueOrphansRow, error) {
 	rows, err := db.Query(ctx, taskRescueOrphans, lockClassOid)
 	if err != nil {

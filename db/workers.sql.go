@@ -66,8 +66,11 @@ type SessionTuneParams struct {
 // pending again, attempt not counted, as if the crash came just before
 // it). An outcome is written on another session with the server's
 // setting, and its flush carries the claim's earlier commit record with
-// it: no outcome is ever durable without its claim. The claim, serial on
-// this one session, no longer waits a flush each time.
+// it: no outcome is ever durable without its claim. The outcome of a lost
+// claim's run, written late, finds the task pending, or claimed again
+// (maybe by this worker, with the same attempt number), and is fenced off
+// by the claim's started_at (TaskFinishMany). The claim, serial on this
+// one session, no longer waits a flush each time.
 func (q *Queries) SessionTune(ctx context.Context, db DBTX, arg SessionTuneParams) error {
 	_, err := db.Exec(ctx, sessionTune,
 		arg.KeepaliveIdleSeconds,

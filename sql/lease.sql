@@ -4,11 +4,13 @@
 UPDATE skiplock_tasks AS t
 SET locked_until = now() + interval '1 millisecond' * @lease_ms::bigint
 FROM (
-    SELECT unnest(@ids::bigint[])       AS id,
-           unnest(@attempts::integer[]) AS attempt
+    SELECT unnest(@ids::bigint[])               AS id,
+           unnest(@attempts::integer[])         AS attempt,
+           unnest(@started_ats::timestamptz[])  AS started_at
 ) AS u
 WHERE t.id = u.id
   AND t.attempt = u.attempt
+  AND t.started_at = u.started_at
   AND t.status = 'running'
   AND t.worker_id = @worker_id::text
   AND t.locked_until IS NOT NULL

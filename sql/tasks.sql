@@ -705,11 +705,21 @@ SELECT ((SELECT count(*) FILTER (WHERE pg_advisory_unlock(@lock_class::integer, 
 
 -- name: TaskFinishMany :many
 -- Records the outcome of a batch of attempts. Each write is fenced by the
--- claim (status running, same attempt, same worker): a worker that lost its
--- claim, because the task was rescued and maybe claimed again, writes nothing
--- and learns so from the missing id in the result. delay_ms < 0 keeps run_at
--- (a task returned at shutdown keeps its place in line); refund 1 gives the
--- attempt back.
+-- claim (status running, same attempt, same worker, same started_at): a
+-- worker that lost its claim, because the task was rescued and maybe
+-- claimed again, writes nothing and learns so from the missing id in the
+-- result. delay_ms < 0 keeps run_at (a task returned at shutdown keeps its
+-- place in line); refund 1 gives the attempt back.
+--
+-- The worker and the attempt alone do not name a claim. A refund gives
+-- the attempt back, and a claim the server loses (committed on the lock
+-- session without waiting for its WAL flush, then gone with a crash or a
+-- failover) leaves the task pending with its attempt unspent: either way
+-- the same worker can claim the task again with the same attempt number,
+-- and the late outcome of the earlier claim's run would land on the new
+-- one. started_at is the claim's transaction time, which only a claim
+-- writes, and two claims of a task are two transactions one after the
+-- other.
 --
 -- The batch drives the write: the tasks are found by primary key (id =
 -- ANY, whose row count the planner knows, the arrays being parameters of a
@@ -740,6 +750,7 @@ FROM (
            unnest(@refunds::integer[])     AS refund,
            unnest(@errors::jsonb[])        AS error,
            unnest(@outputs::jsonb[])       AS output,
+           unnest(@started_ats::timestamptz[]) AS started_at,
            @worker_id::text                AS worker_id,
            'running'::text                 AS running
 ) AS u
@@ -748,6 +759,7 @@ WHERE t.id = ANY(@ids::bigint[])
   AND t.status = u.running
   AND t.attempt = u.attempt
   AND t.worker_id = u.worker_id
+  AND t.started_at = u.started_at
 RETURNING t.id;
 
 -- name: TaskCompleteMany :many
@@ -760,16 +772,18 @@ UPDATE skiplock_tasks AS t
 SET status = 'completed',
     finished_at = now()
 FROM (
-    SELECT unnest(@ids::bigint[])       AS id,
-           unnest(@attempts::integer[]) AS attempt,
-           @worker_id::text             AS worker_id,
-           'running'::text              AS running
+    SELECT unnest(@ids::bigint[])               AS id,
+           unnest(@attempts::integer[])         AS attempt,
+           unnest(@started_ats::timestamptz[])  AS started_at,
+           @worker_id::text                     AS worker_id,
+           'running'::text                      AS running
 ) AS u
 WHERE t.id = ANY(@ids::bigint[])
   AND t.id = u.id
   AND t.status = u.running
   AND t.attempt = u.attempt
   AND t.worker_id = u.worker_id
+  AND t.started_at = u.started_at
 RETURNING t.id;
 
 -- name: TaskCompleteManyDeleting :many
@@ -796,23 +810,26 @@ RETURNING t.id;
 WITH deleted AS (
     DELETE FROM skiplock_tasks AS t
     USING (
-        SELECT unnest(@ids::bigint[])       AS id,
-               unnest(@attempts::integer[]) AS attempt,
-               @worker_id::text             AS worker_id,
-               'running'::text              AS running,
-               true                         AS unread
+        SELECT unnest(@ids::bigint[])               AS id,
+               unnest(@attempts::integer[])         AS attempt,
+               unnest(@started_ats::timestamptz[])  AS started_at,
+               @worker_id::text                     AS worker_id,
+               'running'::text                      AS running,
+               true                                 AS unread
     ) AS u
     WHERE t.id = ANY(@ids::bigint[])
       AND t.id = u.id
       AND t.status = u.running
       AND t.attempt = u.attempt
       AND t.worker_id = u.worker_id
+      AND t.started_at = u.started_at
       AND (t.workflow_id IS NULL AND t.dependents IS NULL AND t.sequence_key IS NULL
            AND t.batch_id IS NULL AND t.unique_window_key IS NULL) = u.unread
     RETURNING t.id
 ), rest AS MATERIALIZED (
-    SELECT r.id, r.attempt, @worker_id::text AS worker_id, 'running'::text AS running
-    FROM (SELECT unnest(@ids::bigint[]) AS id, unnest(@attempts::integer[]) AS attempt) AS r
+    SELECT r.id, r.attempt, r.started_at, @worker_id::text AS worker_id, 'running'::text AS running
+    FROM (SELECT unnest(@ids::bigint[]) AS id, unnest(@attempts::integer[]) AS attempt,
+                 unnest(@started_ats::timestamptz[]) AS started_at) AS r
     WHERE r.id NOT IN (SELECT deleted.id FROM deleted)
 ), kept AS (
     UPDATE skiplock_tasks AS t
@@ -825,6 +842,7 @@ WITH deleted AS (
       AND t.status = rest.running
       AND t.attempt = rest.attempt
       AND t.worker_id = rest.worker_id
+      AND t.started_at = rest.started_at
     RETURNING t.id
 )
 SELECT deleted.id FROM deleted
@@ -842,7 +860,9 @@ SELECT kept.id FROM kept;
 -- tasks. A rescued task keeps its run_at, so it goes back to the front of its
 -- queue, not the end. The UPDATE re-checks status and attempt on the latest
 -- row version: a task that finished, or was claimed again, between the
--- snapshot and the read of pg_locks is left alone.
+-- snapshot and the read of pg_locks is left alone. The claim is known by
+-- its started_at too (see TaskFinishMany): a task handed back with its
+-- attempt refunded and claimed again in between has the attempt it had.
 WITH held AS MATERIALIZED (
     SELECT l.objid::bigint AS key
     FROM pg_catalog.pg_locks AS l
@@ -888,6 +908,7 @@ FROM victims
 WHERE t.id = victims.id
   AND t.status = 'running'
   AND t.attempt = victims.attempt
+  AND t.started_at IS NOT DISTINCT FROM victims.started_at
   AND t.locked_until IS NOT DISTINCT FROM victims.locked_until
 RETURNING t.id, t.queue, t.name, t.status, t.attempt, victims.worker_id AS lost_worker_id;
 

@@ -26,9 +26,13 @@ const finishBatch = 1000
 type finish struct {
 	id      int64
 	attempt int
-	gen     uint64
-	limits  []int32 // limit slot locks to release with the task's
-	gated   bool    // its end may let a waiting task run (execution.gated)
+	// startedAt is the claim's started_at, which fences the write with
+	// the attempt (TaskFinishMany): the worker and the attempt alone may
+	// name two claims.
+	startedAt time.Time
+	gen       uint64
+	limits    []int32 // limit slot locks to release with the task's
+	gated     bool    // its end may let a waiting task run (execution.gated)
 	// exclusive: it held an exclusive key, free to every worker once the
 	// outcome is written.
 	exclusive bool
@@ -226,7 +230,8 @@ func (w *Worker) writeFinishes(ctx context.Context, p db.TaskFinishManyParams) (
 		return w.writeDeleting(ctx, p)
 	}
 	if onlyCompletions(p) {
-		return w.queries.TaskCompleteMany(ctx, customPlans{w.pool}, db.TaskCompleteManyParams{WorkerID: p.WorkerID, Ids: p.Ids, Attempts: p.Attempts})
+		return w.queries.TaskCompleteMany(ctx, customPlans{w.pool},
+			db.TaskCompleteManyParams{WorkerID: p.WorkerID, Ids: p.Ids, Attempts: p.Attempts, StartedAts: p.StartedAts})
 	}
 	return w.queries.TaskFinishMany(ctx, customPlans{w.pool}, p)
 }
@@ -243,10 +248,12 @@ func (w *Worker) writeDeleting(ctx context.Context, p db.TaskFinishManyParams) (
 		if onlyCompletion(p, i) {
 			done.Ids = append(done.Ids, id)
 			done.Attempts = append(done.Attempts, p.Attempts[i])
+			done.StartedAts = append(done.StartedAts, p.StartedAts[i])
 			continue
 		}
 		rest.Ids = append(rest.Ids, id)
 		rest.Attempts = append(rest.Attempts, p.Attempts[i])
+		rest.StartedAts = append(rest.StartedAts, p.StartedAts[i])
 		rest.Statuses = append(rest.Statuses, p.Statuses[i])
 		rest.DelayMs = append(rest.DelayMs, p.DelayMs[i])
 		rest.Refunds = append(rest.Refunds, p.Refunds[i])
@@ -298,17 +305,19 @@ func onlyCompletion(p db.TaskFinishManyParams, i int) bool {
 // worker's ID is the writer's to set.
 func finishParams(batch []finish) db.TaskFinishManyParams {
 	p := db.TaskFinishManyParams{
-		Ids:      make([]int64, len(batch)),
-		Attempts: make([]int32, len(batch)),
-		Statuses: make([]string, len(batch)),
-		DelayMs:  make([]int64, len(batch)),
-		Refunds:  make([]int32, len(batch)),
-		Errors:   make([]json.RawMessage, len(batch)),
-		Outputs:  make([]json.RawMessage, len(batch)),
+		Ids:        make([]int64, len(batch)),
+		Attempts:   make([]int32, len(batch)),
+		StartedAts: make([]time.Time, len(batch)),
+		Statuses:   make([]string, len(batch)),
+		DelayMs:    make([]int64, len(batch)),
+		Refunds:    make([]int32, len(batch)),
+		Errors:     make([]json.RawMessage, len(batch)),
+		Outputs:    make([]json.RawMessage, len(batch)),
 	}
 	for i, f := range batch {
 		p.Ids[i] = f.id
 		p.Attempts[i] = int32(f.attempt)
+		p.StartedAts[i] = f.startedAt
 		p.Statuses[i] = string(f.status)
 		p.DelayMs[i] = f.delayMs
 		p.Refunds[i] = int32(f.refund)

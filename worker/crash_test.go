@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -85,6 +86,110 @@ func TestRescueAndFencing(t *testing.T) {
 		t.Fatalf("error history = %+v, want one rescue of A's attempt 1", task.Errors)
 	}
 	waitFor(t, 5*time.Second, "no locks left", func() bool { return b.taskLocks(t) == 0 })
+}
+
+// TestOutcomeOfALostClaim: a claim the server loses leaves its task
+// pending with the attempt unspent. The lock session commits claims without
+// waiting for the WAL flush, so a claim can be lost when the primary fails
+// over before the claim reached the standby, or crashes before the flush.
+// The same worker may then claim the task again on its new lock session,
+// with the same attempt number. The lost claim's run ends late (its
+// handler was cancelled when the session died), and its outcome must not
+// land on the new claim: the fence is the claim, not the worker and the
+// attempt.
+func TestOutcomeOfALostClaim(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	logs := &syncBuffer{}
+	var calls atomic.Int32
+	firstCancelled := make(chan struct{})
+	releaseFirst := make(chan struct{})
+	secondStarted := make(chan *worker.Task, 1)
+	releaseSecond := make(chan struct{})
+	defer func() {
+		select {
+		case <-releaseFirst:
+		default:
+			close(releaseFirst)
+		}
+		select {
+		case <-releaseSecond:
+		default:
+			close(releaseSecond)
+		}
+	}()
+	handler := func(ctx context.Context, task *worker.Task) error {
+		switch calls.Add(1) {
+		case 1:
+			<-ctx.Done()
+			close(firstCancelled)
+			<-releaseFirst
+			return ctx.Err()
+		case 2:
+			secondStarted <- task
+			<-releaseSecond
+			return nil
+		}
+		t.Errorf("task ran a third time (attempt %d): the lost claim's outcome returned it to the queue while its new claim ran", task.Attempt)
+		return nil
+	}
+	a, stopA := start(t, b.pool, worker.Config{Concurrency: 2, Logger: slog.New(slog.NewTextHandler(logs, nil))},
+		worker.Handlers{"job": handler})
+	id := b.enqueue(t, "job", nil)
+	waitFor(t, 10*time.Second, "A running the task", func() bool { return b.get(t, id).WorkerID == a.ID() })
+
+	// The claim is lost with the session, as on a standby it never
+	// reached: the task is pending again with its attempt unspent. Both in
+	// one transaction, so that the rescuer never sees the task orphaned.
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE skiplock_tasks SET status = 'pending', attempt = attempt - 1,
+		worker_id = NULL, started_at = NULL WHERE id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	b.terminateLockSession(t, a)
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-firstCancelled:
+	case <-time.After(pgtest.Patient(10 * time.Second)):
+		t.Fatal("the first run was not cancelled when its lock session died")
+	}
+	var second *worker.Task
+	select {
+	case second = <-secondStarted:
+	case <-time.After(pgtest.Patient(10 * time.Second)):
+		t.Fatalf("A did not claim the task again on its new session; the task: %+v", b.get(t, id))
+	}
+	if second.Attempt != 1 {
+		t.Fatalf("the new claim is attempt %d, want 1 (the lost claim's attempt)", second.Attempt)
+	}
+
+	// The first run's outcome (lock lost: back to pending) is written now,
+	// while the new claim runs.
+	close(releaseFirst)
+	waitFor(t, 5*time.Second, "the first run's outcome written or discarded", func() bool {
+		task := b.get(t, id)
+		return strings.Contains(logs.String(), "outcomes discarded") || task.Status != queue.StatusRunning
+	})
+	task := b.get(t, id)
+	if task.Status != queue.StatusRunning || task.WorkerID != a.ID() || task.Attempt != 1 ||
+		task.StartedAt == nil || !task.StartedAt.Equal(second.StartedAt) {
+		t.Fatalf("the lost claim's outcome landed on the new claim: the task is %s, attempt %d, worker %q, started %v; want running, attempt 1, %q, started %v",
+			task.Status, task.Attempt, task.WorkerID, task.StartedAt, a.ID(), second.StartedAt)
+	}
+	close(releaseSecond)
+	waitFor(t, 5*time.Second, "the new claim completed", func() bool { return b.get(t, id).Status == queue.StatusCompleted })
+	stopA()
+	task = b.get(t, id)
+	if task.Attempt != 1 || task.WorkerID != a.ID() || len(task.Errors) != 0 || calls.Load() != 2 {
+		t.Fatalf("completed as attempt %d by %q with history %+v after %d runs; want attempt 1 by %q, no history, 2 runs",
+			task.Attempt, task.WorkerID, task.Errors, calls.Load(), a.ID())
+	}
 }
 
 // TestRescueThousands: with thousands of tasks running and locked, the

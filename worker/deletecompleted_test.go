@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -122,36 +123,46 @@ func TestDeleteCompleted(t *testing.T) {
 }
 
 // The deleting write is fenced as the update is: a task that another
-// worker, or another attempt, holds is neither deleted nor changed.
+// worker, another attempt or another claim of the same attempt holds is
+// neither deleted nor changed.
 func TestDeleteCompletedFenced(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
+	claimed := time.Now().Add(-time.Minute).Truncate(time.Microsecond)
 	var ids []int64
 	for _, row := range []string{
-		`INSERT INTO skiplock_tasks (name, status, attempt, worker_id, started_at) VALUES ('job', 'running', 1, 'other', now()) RETURNING id`,
-		`INSERT INTO skiplock_tasks (name, status, attempt, worker_id, started_at) VALUES ('job', 'running', 2, 'w', now()) RETURNING id`,
+		`INSERT INTO skiplock_tasks (name, status, attempt, worker_id, started_at) VALUES ('job', 'running', 1, 'other', $1) RETURNING id`,
+		`INSERT INTO skiplock_tasks (name, status, attempt, worker_id, started_at) VALUES ('job', 'running', 2, 'w', $1) RETURNING id`,
 		`INSERT INTO skiplock_tasks (name, status, attempt) VALUES ('job', 'pending', 1) RETURNING id`,
-		`INSERT INTO skiplock_tasks (name, status, attempt, worker_id, started_at) VALUES ('job', 'running', 1, 'w', now()) RETURNING id`,
+		// Claimed again by this worker with the same attempt, after the
+		// claim the write is for was lost.
+		`INSERT INTO skiplock_tasks (name, status, attempt, worker_id, started_at) VALUES ('job', 'running', 1, 'w', $1::timestamptz + interval '1 second') RETURNING id`,
+		`INSERT INTO skiplock_tasks (name, status, attempt, worker_id, started_at) VALUES ('job', 'running', 1, 'w', $1) RETURNING id`,
 	} {
 		var id int64
-		if err := b.pool.QueryRow(ctx, row).Scan(&id); err != nil {
+		args := []any{claimed}
+		if !strings.Contains(row, "$1") {
+			args = nil
+		}
+		if err := b.pool.QueryRow(ctx, row, args...).Scan(&id); err != nil {
 			t.Fatal(err)
 		}
 		ids = append(ids, id)
 	}
+	at := []time.Time{claimed, claimed, claimed, claimed, claimed}
 	wrote, err := db.New().TaskCompleteManyDeleting(ctx, b.pool, db.TaskCompleteManyDeletingParams{
-		WorkerID: "w", Ids: ids, Attempts: []int32{1, 1, 1, 1}})
+		WorkerID: "w", Ids: ids, Attempts: []int32{1, 1, 1, 1, 1}, StartedAts: at})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(wrote) != 1 || wrote[0] != ids[3] {
-		t.Fatalf("wrote %v, want only %d", wrote, ids[3])
+	if len(wrote) != 1 || wrote[0] != ids[4] {
+		t.Fatalf("wrote %v, want only %d", wrote, ids[4])
 	}
-	if n := b.count(t, "id = ANY($1) AND status IN ('running', 'pending')", ids[:3]); n != 3 {
-		t.Fatalf("%d of the 3 fenced tasks are as they were", n)
+	if n := b.count(t, "id = ANY($1) AND status IN ('running', 'pending')", ids[:4]); n != 4 {
+		t.Fatalf("%d of the 4 fenced tasks are as they were", n)
 	}
-	if n := b.count(t, "id = $1", ids[3]); n != 0 {
+	if n := b.count(t, "id = $1", ids[4]); n != 0 {
 		t.Fatalf("the worker's own task was not deleted")
 	}
 }

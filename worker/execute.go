@@ -97,7 +97,7 @@ func (w *Worker) newExecution(r db.TaskClaimRow, gen uint64, queueSlots *semapho
 	if r.TimeoutMs != nil {
 		timeout = time.Duration(*r.TimeoutMs) * time.Millisecond
 	}
-	sc := &scope{taskID: r.ID, attempt: r.Attempt, limit: w.cfg.MaxOutputSize, worker: w}
+	sc := &scope{taskID: r.ID, attempt: r.Attempt, claimed: derefTime(r.StartedAt), limit: w.cfg.MaxOutputSize, worker: w}
 	base, cancel := context.WithCancelCause(context.WithValue(context.Background(), scopeKey{}, sc))
 	sc.cancel = cancel
 	ctx, stop := base, context.CancelFunc(func() {})

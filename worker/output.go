@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/skiplock/skiplock/internal/schema"
 )
@@ -21,9 +22,12 @@ var ErrOutputTooLarge = errors.New("skiplock: task output too large")
 // scope is what a handler's context carries about its attempt: the output
 // it recorded. Each attempt has its own.
 type scope struct {
-	taskID  int64
-	attempt int32 // fences SetProgress and the checkpoint's writes
-	limit   int   // bytes; < 0 for none
+	taskID int64
+	// attempt and claimed (the claim's started_at) fence SetProgress and
+	// the checkpoint's writes.
+	attempt int32
+	claimed time.Time
+	limit   int // bytes; < 0 for none
 	worker  *Worker
 	alone   bool // RunTask's: a batch handler runs the task in a batch of one
 	// cancel cancels the handler's context: a batch whose context ended

@@ -43,7 +43,7 @@ const progressWriteTimeout = 10 * time.Second
 // failed call changes nothing and does not fail the task.
 func SetProgress(ctx context.Context, v any) error {
 	return writeProgress(ctx, "SetProgress", "progress", v, func(q *db.Queries, ctx context.Context, s *scope, raw json.RawMessage) (int64, error) {
-		return q.TaskProgressSet(ctx, s.worker.pool, db.TaskProgressSetParams{Progress: raw, ID: s.taskID, Attempt: s.attempt, WorkerID: s.worker.cfg.WorkerID})
+		return q.TaskProgressSet(ctx, s.worker.pool, db.TaskProgressSetParams{Progress: raw, ID: s.taskID, Attempt: s.attempt, WorkerID: s.worker.cfg.WorkerID, StartedAt: s.claimed})
 	})
 }
 
@@ -60,7 +60,7 @@ func SetProgress(ctx context.Context, v any) error {
 // error outside a handler's context. A failed call changes nothing.
 func SaveCheckpoint(ctx context.Context, v any) error {
 	return writeProgress(ctx, "SaveCheckpoint", "checkpoint", v, func(q *db.Queries, ctx context.Context, s *scope, raw json.RawMessage) (int64, error) {
-		return q.TaskCheckpointSave(ctx, s.worker.pool, db.TaskCheckpointSaveParams{Checkpoint: raw, ID: s.taskID, Attempt: s.attempt, WorkerID: s.worker.cfg.WorkerID})
+		return q.TaskCheckpointSave(ctx, s.worker.pool, db.TaskCheckpointSaveParams{Checkpoint: raw, ID: s.taskID, Attempt: s.attempt, WorkerID: s.worker.cfg.WorkerID, StartedAt: s.claimed})
 	})
 }
 
@@ -108,7 +108,7 @@ func LoadCheckpoint(ctx context.Context, v any) (bool, error) {
 		return false, errors.New("skiplock: LoadCheckpoint called outside a task handler's context")
 	}
 	rows, err := s.worker.queries.TaskCheckpointLoad(ctx, s.worker.pool,
-		db.TaskCheckpointLoadParams{ID: s.taskID, Attempt: s.attempt, WorkerID: s.worker.cfg.WorkerID})
+		db.TaskCheckpointLoadParams{ID: s.taskID, Attempt: s.attempt, WorkerID: s.worker.cfg.WorkerID, StartedAt: s.claimed})
 	if err != nil {
 		return false, fmt.Errorf("reading the checkpoint of task %d: %w", s.taskID, err)
 	}
