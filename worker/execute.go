@@ -28,10 +28,13 @@ var (
 
 // execution is one attempt of one claimed task in this process.
 type execution struct {
-	task   *Task
-	slots  *semaphore.Weighted // the queue's own slots, if it has a cap
-	gen    uint64              // lock session generation holding the task's lock
-	limits []int32             // limit slot locks held with the task's lock (clusterlimits.go)
+	task *Task
+	// claimed is the claim's started_at, which fences every write of the
+	// attempt with it (TaskFinishMany); the Task's copy is the handler's.
+	claimed time.Time
+	slots   *semaphore.Weighted // the queue's own slots, if it has a cap
+	gen     uint64              // lock session generation holding the task's lock
+	limits  []int32             // limit slot locks held with the task's lock (clusterlimits.go)
 	// gated: the task held a place that another task may be waiting for
 	// (a concurrency limit's slot, its exclusive key), so its end wakes
 	// the claim loops here and in every other worker (completer.flush).
@@ -97,14 +100,15 @@ func (w *Worker) newExecution(r db.TaskClaimRow, gen uint64, queueSlots *semapho
 	if r.TimeoutMs != nil {
 		timeout = time.Duration(*r.TimeoutMs) * time.Millisecond
 	}
-	sc := &scope{taskID: r.ID, attempt: r.Attempt, claimed: derefTime(r.StartedAt), limit: w.cfg.MaxOutputSize, worker: w}
+	claimed := derefTime(r.StartedAt)
+	sc := &scope{taskID: r.ID, attempt: r.Attempt, claimed: claimed, limit: w.cfg.MaxOutputSize, worker: w}
 	base, cancel := context.WithCancelCause(context.WithValue(context.Background(), scopeKey{}, sc))
 	sc.cancel = cancel
 	ctx, stop := base, context.CancelFunc(func() {})
 	if timeout > 0 {
 		ctx, stop = context.WithTimeoutCause(base, timeout, errTimeout)
 	}
-	return &execution{task: queueTask(r), slots: queueSlots, gen: gen, limits: r.LimitLocks, gated: len(r.LimitLocks) > 0 || r.Exclusive, exclusive: r.Exclusive,
+	return &execution{task: queueTask(r), claimed: claimed, slots: queueSlots, gen: gen, limits: r.LimitLocks, gated: len(r.LimitLocks) > 0 || r.Exclusive, exclusive: r.Exclusive,
 		timeout: timeout, ctx: ctx, scope: sc, cancel: cancel, stopCtx: stop}
 }
 

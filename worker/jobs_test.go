@@ -104,7 +104,7 @@ func (b *jobsBundle) exec(t *testing.T, sql string, args ...any) {
 }
 
 func executionOf(r db.TaskClaimRow) *execution {
-	return &execution{task: queueTask(r)}
+	return &execution{task: queueTask(r), claimed: derefTime(r.StartedAt)}
 }
 
 // waitFor receives from ch, or fails after a patient deadline.

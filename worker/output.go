@@ -23,9 +23,8 @@ var ErrOutputTooLarge = errors.New("skiplock: task output too large")
 // it recorded. Each attempt has its own.
 type scope struct {
 	taskID int64
-	// attempt and claimed (the claim's started_at, kept here rather than
-	// read from the Task a handler may change) fence SetProgress, the
-	// checkpoint's writes, lease renewals and the outcome write.
+	// attempt and claimed (execution.claimed) fence SetProgress and the
+	// checkpoint's writes.
 	attempt int32
 	claimed time.Time
 	limit   int // bytes; < 0 for none
