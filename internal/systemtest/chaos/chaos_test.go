@@ -37,6 +37,7 @@ package chaos
 import (
 	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -596,7 +597,8 @@ func verify(t *testing.T, ctx context.Context, pool *pgxpool.Pool, tasks int, ev
 		}
 		if !explained {
 			unexplained++
-			t.Errorf("task %d: run by %s finished at %s but was not recorded, with no disruption of its worker; its log:\n%s", r.task, r.worker, r.finish, logOf(r.worker))
+			t.Errorf("task %d: run by %s finished at %s but was not recorded, with no disruption of its worker; the task:\n%s\nits worker's log:\n%s",
+				r.task, r.worker, r.finish, taskStory(ctx, pool, r.task, r.claimed, r.nextClaim, events), logOf(r.worker))
 		}
 	}
 	var runs, tasksRunTwice int
@@ -727,6 +729,52 @@ func count(events []event, kind string) int {
 		}
 	}
 	return n
+}
+
+// taskStory tells what is known of a task for a failure message: its runs
+// in the ledger, its row's error history, and every disruption from a
+// second before the run's claim to a second after the next claim.
+func taskStory(ctx context.Context, pool *pgxpool.Pool, id int64, claimed, nextClaim time.Time, events []event) string {
+	var b strings.Builder
+	rows, err := pool.Query(ctx, `SELECT worker_id, attempt, claimed_at, started_at, finished_at
+		FROM chaos_runs WHERE task_id = $1 ORDER BY claimed_at, started_at`, id)
+	if err == nil {
+		for rows.Next() {
+			var worker string
+			var attempt int
+			var claimedAt, startedAt time.Time
+			var finishedAt *time.Time
+			if err = rows.Scan(&worker, &attempt, &claimedAt, &startedAt, &finishedAt); err != nil {
+				break
+			}
+			finished := "never"
+			if finishedAt != nil {
+				finished = finishedAt.Format("15:04:05.000")
+			}
+			fmt.Fprintf(&b, "  run: %s attempt %d claimed %s started %s finished %s\n", worker, attempt,
+				claimedAt.Format("15:04:05.000000"), startedAt.Format("15:04:05.000"), finished)
+		}
+		rows.Close()
+		err = errors.Join(err, rows.Err())
+	}
+	var status, worker string
+	var attempt int
+	var history []byte
+	if err == nil {
+		err = pool.QueryRow(ctx, `SELECT status, attempt, coalesce(worker_id, ''), errors::text FROM skiplock_tasks WHERE id = $1`, id).
+			Scan(&status, &attempt, &worker, &history)
+	}
+	if err != nil {
+		fmt.Fprintf(&b, "  (reading it: %v)\n", err)
+	}
+	fmt.Fprintf(&b, "  now: %s, attempt %d, by %s; history %s\n", status, attempt, worker, history)
+	for _, e := range events {
+		if !e.after.Before(claimed.Add(-time.Second)) && !e.at.After(nextClaim.Add(time.Second)) {
+			fmt.Fprintf(&b, "  event: %s of %q at %s-%s, its tasks %v\n", e.kind, e.worker,
+				e.at.Format("15:04:05.000"), e.after.Format("15:04:05.000"), e.tasks)
+		}
+	}
+	return b.String()
 }
 
 func tail(s string) string {
