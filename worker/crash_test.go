@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/skiplock/skiplock/db"
 	"github.com/skiplock/skiplock/internal/testinfra/pgtest"
 	"github.com/skiplock/skiplock/queue"
 	"github.com/skiplock/skiplock/worker"
@@ -225,6 +226,73 @@ func TestOutcomeOfALostClaim(t *testing.T) {
 	case r := <-started:
 		t.Fatalf("the task ran again (attempt %d) after the new claim: the lost claim's outcome returned it to the queue", r.attempt)
 	default:
+	}
+}
+
+// TestRescueRechecksTheClaim: the rescuer picks its orphans from a
+// snapshot and pg_locks, and then updates them. A task handed back with
+// its attempt refunded (a shutdown, a snooze) and claimed again in between
+// has the attempt the rescuer saw; only the claim's started_at tells the
+// new claim from the orphan, and the rescuer leaves it alone.
+func TestRescueRechecksTheClaim(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	var id, class int64
+	if err := b.pool.QueryRow(ctx, `INSERT INTO skiplock_tasks (name, status, attempt, worker_id, started_at)
+		VALUES ('job', 'running', 1, 'a', now() - interval '1 minute') RETURNING id, 'skiplock_tasks'::regclass::oid::bigint`).Scan(&id, &class); err != nil {
+		t.Fatal(err)
+	}
+	// The row is held while the rescuer runs: it decides, then waits for
+	// the row to update it.
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, "SELECT 1 FROM skiplock_tasks WHERE id = $1 FOR UPDATE", id); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := b.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	var rescuer int32
+	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&rescuer); err != nil {
+		t.Fatal(err)
+	}
+	type rescue struct {
+		rows []db.TaskRescueOrphansRow
+		err  error
+	}
+	done := make(chan rescue, 1)
+	go func() {
+		rows, err := db.New().TaskRescueOrphans(ctx, conn, class)
+		done <- rescue{rows, err}
+	}()
+	waitFor(t, 5*time.Second, "the rescuer waiting for the task's row", func() bool {
+		var waiting bool
+		err := b.pool.QueryRow(ctx, "SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1", rescuer).Scan(&waiting)
+		return err == nil && waiting
+	})
+	// Handed back with the attempt refunded and claimed again, by another
+	// worker: running, attempt 1, no lease, as the rescuer saw it.
+	if _, err := tx.Exec(ctx, "UPDATE skiplock_tasks SET worker_id = 'b', started_at = now() WHERE id = $1", id); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if len(r.rows) != 0 {
+		t.Fatalf("the rescuer returned %+v: a task claimed again after it decided", r.rows)
+	}
+	if task := b.get(t, id); task.Status != queue.StatusRunning || task.WorkerID != "b" {
+		t.Fatalf("the new claim's task is %s by %q", task.Status, task.WorkerID)
 	}
 }
 
