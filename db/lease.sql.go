@@ -7,7 +7,6 @@ package db
 
 import (
 	"context"
-	"time"
 )
 
 const leaderLeaseAcquire = `-- name: LeaderLeaseAcquire :execrows
@@ -54,7 +53,7 @@ SET locked_until = now() + interval '1 millisecond' * $1::bigint
 FROM (
     SELECT unnest($3::bigint[])               AS id,
            unnest($4::integer[])         AS attempt,
-           unnest($5::timestamptz[])  AS started_at
+           'epoch'::timestamptz + unnest($5::bigint[]) * interval '1 microsecond' AS started_at
 ) AS u
 WHERE t.id = u.id
   AND t.attempt = u.attempt
@@ -66,11 +65,11 @@ RETURNING t.id
 `
 
 type TaskLeaseRenewParams struct {
-	LeaseMs    int64
-	WorkerID   string
-	Ids        []int64
-	Attempts   []int32
-	StartedAts []time.Time
+	LeaseMs   int64
+	WorkerID  string
+	Ids       []int64
+	Attempts  []int32
+	ClaimedUs []int64
 }
 
 // Extends the leases of a worker's running tasks; a task missing from the
@@ -81,7 +80,7 @@ func (q *Queries) TaskLeaseRenew(ctx context.Context, db DBTX, arg TaskLeaseRene
 		arg.WorkerID,
 		arg.Ids,
 		arg.Attempts,
-		arg.StartedAts,
+		arg.ClaimedUs,
 	)
 	if err != nil {
 		return nil, err

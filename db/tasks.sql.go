@@ -1184,7 +1184,7 @@ SET status = 'completed',
 FROM (
     SELECT unnest($1::bigint[])               AS id,
            unnest($2::integer[])         AS attempt,
-           unnest($3::timestamptz[])  AS started_at,
+           'epoch'::timestamptz + unnest($3::bigint[]) * interval '1 microsecond' AS started_at,
            $4::text                     AS worker_id,
            'running'::text                      AS running
 ) AS u
@@ -1198,10 +1198,10 @@ RETURNING t.id
 `
 
 type TaskCompleteManyParams struct {
-	Ids        []int64
-	Attempts   []int32
-	StartedAts []time.Time
-	WorkerID   string
+	Ids       []int64
+	Attempts  []int32
+	ClaimedUs []int64
+	WorkerID  string
 }
 
 // TaskFinishMany for a batch whose every attempt completed with no output,
@@ -1213,7 +1213,7 @@ func (q *Queries) TaskCompleteMany(ctx context.Context, db DBTX, arg TaskComplet
 	rows, err := db.Query(ctx, taskCompleteMany,
 		arg.Ids,
 		arg.Attempts,
-		arg.StartedAts,
+		arg.ClaimedUs,
 		arg.WorkerID,
 	)
 	if err != nil {
@@ -1240,7 +1240,7 @@ WITH deleted AS (
     USING (
         SELECT unnest($1::bigint[])               AS id,
                unnest($2::integer[])         AS attempt,
-               unnest($3::timestamptz[])  AS started_at,
+               'epoch'::timestamptz + unnest($3::bigint[]) * interval '1 microsecond' AS started_at,
                $4::text                     AS worker_id,
                'running'::text                      AS running,
                true                                 AS unread
@@ -1257,7 +1257,7 @@ WITH deleted AS (
 ), rest AS MATERIALIZED (
     SELECT r.id, r.attempt, r.started_at, $4::text AS worker_id, 'running'::text AS running
     FROM (SELECT unnest($1::bigint[]) AS id, unnest($2::integer[]) AS attempt,
-                 unnest($3::timestamptz[]) AS started_at) AS r
+                 'epoch'::timestamptz + unnest($3::bigint[]) * interval '1 microsecond' AS started_at) AS r
     WHERE r.id NOT IN (SELECT deleted.id FROM deleted)
 ), kept AS (
     UPDATE skiplock_tasks AS t
@@ -1279,10 +1279,10 @@ SELECT kept.id FROM kept
 `
 
 type TaskCompleteManyDeletingParams struct {
-	Ids        []int64
-	Attempts   []int32
-	StartedAts []time.Time
-	WorkerID   string
+	Ids       []int64
+	Attempts  []int32
+	ClaimedUs []int64
+	WorkerID  string
 }
 
 // TaskCompleteMany for a worker with DeleteCompleted: the same fenced write,
@@ -1309,7 +1309,7 @@ func (q *Queries) TaskCompleteManyDeleting(ctx context.Context, db DBTX, arg Tas
 	rows, err := db.Query(ctx, taskCompleteManyDeleting,
 		arg.Ids,
 		arg.Attempts,
-		arg.StartedAts,
+		arg.ClaimedUs,
 		arg.WorkerID,
 	)
 	if err != nil {
@@ -1347,7 +1347,7 @@ FROM (
            unnest($5::integer[])     AS refund,
            unnest($6::jsonb[])        AS error,
            unnest($7::jsonb[])       AS output,
-           unnest($8::timestamptz[]) AS started_at,
+           'epoch'::timestamptz + unnest($8::bigint[]) * interval '1 microsecond' AS started_at,
            $9::text                AS worker_id,
            'running'::text                 AS running
 ) AS u
@@ -1361,15 +1361,15 @@ RETURNING t.id
 `
 
 type TaskFinishManyParams struct {
-	Ids        []int64
-	Attempts   []int32
-	Statuses   []string
-	DelayMs    []int64
-	Refunds    []int32
-	Errors     []json.RawMessage
-	Outputs    []json.RawMessage
-	StartedAts []time.Time
-	WorkerID   string
+	Ids       []int64
+	Attempts  []int32
+	Statuses  []string
+	DelayMs   []int64
+	Refunds   []int32
+	Errors    []json.RawMessage
+	Outputs   []json.RawMessage
+	ClaimedUs []int64
+	WorkerID  string
 }
 
 // Records the outcome of a batch of attempts. Each write is fenced by the
@@ -1387,7 +1387,11 @@ type TaskFinishManyParams struct {
 // and the late outcome of the earlier claim's run would land on the new
 // one. started_at is the claim's transaction time, which only a claim
 // writes, and two claims of a task are two transactions one after the
-// other.
+// other. The batch sends it as microseconds since the Unix epoch
+// (claimed_us): every parameter goes as text, and a bigint parses in a
+// quarter of a timestamp's time (0.07 against 0.27 us), and is formatted
+// for less in the worker; the conversion back is exact (a whole number of
+// microseconds below 2^53 times one microsecond).
 //
 // The batch drives the write: the tasks are found by primary key (id =
 // ANY, whose row count the planner knows, the arrays being parameters of a
@@ -1411,7 +1415,7 @@ func (q *Queries) TaskFinishMany(ctx context.Context, db DBTX, arg TaskFinishMan
 		arg.Refunds,
 		arg.Errors,
 		arg.Outputs,
-		arg.StartedAts,
+		arg.ClaimedUs,
 		arg.WorkerID,
 	)
 	if err != nil {

@@ -6,7 +6,7 @@ SET locked_until = now() + interval '1 millisecond' * @lease_ms::bigint
 FROM (
     SELECT unnest(@ids::bigint[])               AS id,
            unnest(@attempts::integer[])         AS attempt,
-           unnest(@started_ats::timestamptz[])  AS started_at
+           'epoch'::timestamptz + unnest(@claimed_us::bigint[]) * interval '1 microsecond' AS started_at
 ) AS u
 WHERE t.id = u.id
   AND t.attempt = u.attempt

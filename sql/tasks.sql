@@ -719,7 +719,11 @@ SELECT ((SELECT count(*) FILTER (WHERE pg_advisory_unlock(@lock_class::integer, 
 -- and the late outcome of the earlier claim's run would land on the new
 -- one. started_at is the claim's transaction time, which only a claim
 -- writes, and two claims of a task are two transactions one after the
--- other.
+-- other. The batch sends it as microseconds since the Unix epoch
+-- (claimed_us): every parameter goes as text, and a bigint parses in a
+-- quarter of a timestamp's time (0.07 against 0.27 us), and is formatted
+-- for less in the worker; the conversion back is exact (a whole number of
+-- microseconds below 2^53 times one microsecond).
 --
 -- The batch drives the write: the tasks are found by primary key (id =
 -- ANY, whose row count the planner knows, the arrays being parameters of a
@@ -750,7 +754,7 @@ FROM (
            unnest(@refunds::integer[])     AS refund,
            unnest(@errors::jsonb[])        AS error,
            unnest(@outputs::jsonb[])       AS output,
-           unnest(@started_ats::timestamptz[]) AS started_at,
+           'epoch'::timestamptz + unnest(@claimed_us::bigint[]) * interval '1 microsecond' AS started_at,
            @worker_id::text                AS worker_id,
            'running'::text                 AS running
 ) AS u
@@ -774,7 +778,7 @@ SET status = 'completed',
 FROM (
     SELECT unnest(@ids::bigint[])               AS id,
            unnest(@attempts::integer[])         AS attempt,
-           unnest(@started_ats::timestamptz[])  AS started_at,
+           'epoch'::timestamptz + unnest(@claimed_us::bigint[]) * interval '1 microsecond' AS started_at,
            @worker_id::text                     AS worker_id,
            'running'::text                      AS running
 ) AS u
@@ -812,7 +816,7 @@ WITH deleted AS (
     USING (
         SELECT unnest(@ids::bigint[])               AS id,
                unnest(@attempts::integer[])         AS attempt,
-               unnest(@started_ats::timestamptz[])  AS started_at,
+               'epoch'::timestamptz + unnest(@claimed_us::bigint[]) * interval '1 microsecond' AS started_at,
                @worker_id::text                     AS worker_id,
                'running'::text                      AS running,
                true                                 AS unread
@@ -829,7 +833,7 @@ WITH deleted AS (
 ), rest AS MATERIALIZED (
     SELECT r.id, r.attempt, r.started_at, @worker_id::text AS worker_id, 'running'::text AS running
     FROM (SELECT unnest(@ids::bigint[]) AS id, unnest(@attempts::integer[]) AS attempt,
-                 unnest(@started_ats::timestamptz[]) AS started_at) AS r
+                 'epoch'::timestamptz + unnest(@claimed_us::bigint[]) * interval '1 microsecond' AS started_at) AS r
     WHERE r.id NOT IN (SELECT deleted.id FROM deleted)
 ), kept AS (
     UPDATE skiplock_tasks AS t

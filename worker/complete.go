@@ -231,7 +231,7 @@ func (w *Worker) writeFinishes(ctx context.Context, p db.TaskFinishManyParams) (
 	}
 	if onlyCompletions(p) {
 		return w.queries.TaskCompleteMany(ctx, customPlans{w.pool},
-			db.TaskCompleteManyParams{WorkerID: p.WorkerID, Ids: p.Ids, Attempts: p.Attempts, StartedAts: p.StartedAts})
+			db.TaskCompleteManyParams{WorkerID: p.WorkerID, Ids: p.Ids, Attempts: p.Attempts, ClaimedUs: p.ClaimedUs})
 	}
 	return w.queries.TaskFinishMany(ctx, customPlans{w.pool}, p)
 }
@@ -248,12 +248,12 @@ func (w *Worker) writeDeleting(ctx context.Context, p db.TaskFinishManyParams) (
 		if onlyCompletion(p, i) {
 			done.Ids = append(done.Ids, id)
 			done.Attempts = append(done.Attempts, p.Attempts[i])
-			done.StartedAts = append(done.StartedAts, p.StartedAts[i])
+			done.ClaimedUs = append(done.ClaimedUs, p.ClaimedUs[i])
 			continue
 		}
 		rest.Ids = append(rest.Ids, id)
 		rest.Attempts = append(rest.Attempts, p.Attempts[i])
-		rest.StartedAts = append(rest.StartedAts, p.StartedAts[i])
+		rest.ClaimedUs = append(rest.ClaimedUs, p.ClaimedUs[i])
 		rest.Statuses = append(rest.Statuses, p.Statuses[i])
 		rest.DelayMs = append(rest.DelayMs, p.DelayMs[i])
 		rest.Refunds = append(rest.Refunds, p.Refunds[i])
@@ -305,19 +305,19 @@ func onlyCompletion(p db.TaskFinishManyParams, i int) bool {
 // worker's ID is the writer's to set.
 func finishParams(batch []finish) db.TaskFinishManyParams {
 	p := db.TaskFinishManyParams{
-		Ids:        make([]int64, len(batch)),
-		Attempts:   make([]int32, len(batch)),
-		StartedAts: make([]time.Time, len(batch)),
-		Statuses:   make([]string, len(batch)),
-		DelayMs:    make([]int64, len(batch)),
-		Refunds:    make([]int32, len(batch)),
-		Errors:     make([]json.RawMessage, len(batch)),
-		Outputs:    make([]json.RawMessage, len(batch)),
+		Ids:       make([]int64, len(batch)),
+		Attempts:  make([]int32, len(batch)),
+		ClaimedUs: make([]int64, len(batch)),
+		Statuses:  make([]string, len(batch)),
+		DelayMs:   make([]int64, len(batch)),
+		Refunds:   make([]int32, len(batch)),
+		Errors:    make([]json.RawMessage, len(batch)),
+		Outputs:   make([]json.RawMessage, len(batch)),
 	}
 	for i, f := range batch {
 		p.Ids[i] = f.id
 		p.Attempts[i] = int32(f.attempt)
-		p.StartedAts[i] = f.startedAt
+		p.ClaimedUs[i] = f.startedAt.UnixMicro()
 		p.Statuses[i] = string(f.status)
 		p.DelayMs[i] = f.delayMs
 		p.Refunds[i] = int32(f.refund)

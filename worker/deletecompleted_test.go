@@ -150,9 +150,10 @@ func TestDeleteCompletedFenced(t *testing.T) {
 		}
 		ids = append(ids, id)
 	}
-	at := []time.Time{claimed, claimed, claimed, claimed, claimed}
+	us := claimed.UnixMicro()
+	at := []int64{us, us, us, us, us}
 	wrote, err := db.New().TaskCompleteManyDeleting(ctx, b.pool, db.TaskCompleteManyDeletingParams{
-		WorkerID: "w", Ids: ids, Attempts: []int32{1, 1, 1, 1, 1}, StartedAts: at})
+		WorkerID: "w", Ids: ids, Attempts: []int32{1, 1, 1, 1, 1}, ClaimedUs: at})
 	if err != nil {
 		t.Fatal(err)
 	}

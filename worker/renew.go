@@ -43,7 +43,7 @@ func (r *leaseRenewer) run(ctx context.Context) {
 		for _, e := range running {
 			p.Ids = append(p.Ids, e.task.ID)
 			p.Attempts = append(p.Attempts, int32(e.task.Attempt))
-			p.StartedAts = append(p.StartedAts, e.claimed)
+			p.ClaimedUs = append(p.ClaimedUs, e.claimed.UnixMicro())
 		}
 		rctx, cancel := context.WithTimeout(ctx, r.lease/3)
 		renewed, err := r.queries.TaskLeaseRenew(rctx, r.pool, p)

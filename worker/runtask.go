@@ -130,7 +130,7 @@ func (w *Worker) renewOne(e *execution) {
 		rctx, cancel := context.WithTimeout(context.Background(), w.cfg.LeaseDuration/3)
 		ids, err := w.queries.TaskLeaseRenew(rctx, w.pool, db.TaskLeaseRenewParams{
 			WorkerID: w.cfg.WorkerID, LeaseMs: w.cfg.LeaseDuration.Milliseconds(),
-			Ids: []int64{e.task.ID}, Attempts: []int32{int32(e.task.Attempt)}, StartedAts: []time.Time{e.claimed},
+			Ids: []int64{e.task.ID}, Attempts: []int32{int32(e.task.Attempt)}, ClaimedUs: []int64{e.claimed.UnixMicro()},
 		})
 		cancel()
 		if err == nil && len(ids) == 0 {

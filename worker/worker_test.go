@@ -96,7 +96,7 @@ func TestOutcomeWritePlan(t *testing.T) {
 		p := db.TaskFinishManyParams{WorkerID: "w", Ids: running[:n]}
 		for range n {
 			p.Attempts = append(p.Attempts, 1)
-			p.StartedAts = append(p.StartedAts, time.Now())
+			p.ClaimedUs = append(p.ClaimedUs, time.Now().UnixMicro())
 			p.Statuses = append(p.Statuses, "completed")
 			p.DelayMs = append(p.DelayMs, -1)
 			p.Refunds = append(p.Refunds, 0)
@@ -106,11 +106,11 @@ func TestOutcomeWritePlan(t *testing.T) {
 		writes := map[string]func(explainer) error{
 			"TaskFinishMany": func(e explainer) error { _, err := q.TaskFinishMany(ctx, e, p); return err },
 			"TaskCompleteMany": func(e explainer) error {
-				_, err := q.TaskCompleteMany(ctx, e, db.TaskCompleteManyParams{WorkerID: p.WorkerID, Ids: p.Ids, Attempts: p.Attempts, StartedAts: p.StartedAts})
+				_, err := q.TaskCompleteMany(ctx, e, db.TaskCompleteManyParams{WorkerID: p.WorkerID, Ids: p.Ids, Attempts: p.Attempts, ClaimedUs: p.ClaimedUs})
 				return err
 			},
 			"TaskCompleteManyDeleting": func(e explainer) error {
-				_, err := q.TaskCompleteManyDeleting(ctx, e, db.TaskCompleteManyDeletingParams{WorkerID: p.WorkerID, Ids: p.Ids, Attempts: p.Attempts, StartedAts: p.StartedAts})
+				_, err := q.TaskCompleteManyDeleting(ctx, e, db.TaskCompleteManyDeletingParams{WorkerID: p.WorkerID, Ids: p.Ids, Attempts: p.Attempts, ClaimedUs: p.ClaimedUs})
 				return err
 			},
 		}
