@@ -35,6 +35,47 @@ func (q *Queries) ClaimPlanSettings(ctx context.Context, db DBTX) error {
 	return err
 }
 
+const claimTurn = `-- name: ClaimTurn :exec
+WITH before AS MATERIALIZED (
+    SELECT current_setting('lock_timeout') AS setting
+), wait AS MATERIALIZED (
+    SELECT set_config('lock_timeout', ($1::bigint)::text || 'ms', true) AS setting FROM before
+), turn AS MATERIALIZED (
+    SELECT pg_advisory_xact_lock(($2::bigint << 32) | 2147483648
+                                 | (hashtext($3::text)::bigint & 2147483647))::text AS taken
+    FROM wait
+)
+SELECT set_config('lock_timeout', (SELECT before.setting FROM before), true) FROM turn
+`
+
+type ClaimTurnParams struct {
+	WaitMs       int64
+	LockClassOid int64
+	Queue        string
+}
+
+// Waits, at most wait_ms, for the queue's claim turn: a transaction lock
+// that the plain claim of every worker process takes, in the same implicit
+// transaction, just before it reads the queue (worker/plans.go). Claims of
+// one queue then run one after another across processes, and each claim's
+// snapshot is taken after the previous one committed: it finds the rows
+// that claim took running, not pending. Claiming at once, eight processes
+// walked the head of the claim index past each other's rows, following
+// each to its running version and locking it before skipping it, and
+// their backends' CPU per task grew from 21 to 37-41 us (two cores); in
+// turns it was 27-28 us (docs/SCALING.md).
+//
+// The lock lives in the bigint key space (objsubid 1): the tasks' lock
+// class in the high half, as the elections' keys, and the queue's hash with
+// the high bit set in the low half, which no election's job number has.
+// lock_timeout bounds the wait for this statement only: a holder that stalls
+// (its session cut off mid-claim, say) makes the others wait wait_ms, not
+// until the server notices, and the worker then claims without its turn.
+func (q *Queries) ClaimTurn(ctx context.Context, db DBTX, arg ClaimTurnParams) error {
+	_, err := db.Exec(ctx, claimTurn, arg.WaitMs, arg.LockClassOid, arg.Queue)
+	return err
+}
+
 const leaderTryLock = `-- name: LeaderTryLock :one
 SELECT pg_try_advisory_lock($1::bigint) AS acquired
 `

@@ -409,6 +409,35 @@ SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
        set_config('enable_sort', 'off', true),
        set_config('jit', 'off', true);
 
+-- name: ClaimTurn :exec
+-- Waits, at most wait_ms, for the queue's claim turn: a transaction lock
+-- that the plain claim of every worker process takes, in the same implicit
+-- transaction, just before it reads the queue (worker/plans.go). Claims of
+-- one queue then run one after another across processes, and each claim's
+-- snapshot is taken after the previous one committed: it finds the rows
+-- that claim took running, not pending. Claiming at once, eight processes
+-- walked the head of the claim index past each other's rows, following
+-- each to its running version and locking it before skipping it, and
+-- their backends' CPU per task grew from 21 to 37-41 us (two cores); in
+-- turns it was 27-28 us (docs/SCALING.md).
+--
+-- The lock lives in the bigint key space (objsubid 1): the tasks' lock
+-- class in the high half, as the elections' keys, and the queue's hash with
+-- the high bit set in the low half, which no election's job number has.
+-- lock_timeout bounds the wait for this statement only: a holder that stalls
+-- (its session cut off mid-claim, say) makes the others wait wait_ms, not
+-- until the server notices, and the worker then claims without its turn.
+WITH before AS MATERIALIZED (
+    SELECT current_setting('lock_timeout') AS setting
+), wait AS MATERIALIZED (
+    SELECT set_config('lock_timeout', (@wait_ms::bigint)::text || 'ms', true) AS setting FROM before
+), turn AS MATERIALIZED (
+    SELECT pg_advisory_xact_lock((@lock_class_oid::bigint << 32) | 2147483648
+                                 | (hashtext(@queue::text)::bigint & 2147483647))::text AS taken
+    FROM wait
+)
+SELECT set_config('lock_timeout', (SELECT before.setting FROM before), true) FROM turn;
+
 -- name: TaskClaimPlain :many
 -- The claim of a schema without concurrency limits: TaskClaim less its
 -- limit CTEs, which PostgreSQL plans on every call even when they find

@@ -6,6 +6,7 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -251,5 +252,106 @@ func TestQueuesAreSeparate(t *testing.T) {
 	waitClaims(t, 4, polls)
 	if s := b.get(t, other).Status; s != queue.StatusPending {
 		t.Fatalf("task of another queue is %s", s)
+	}
+}
+
+// holdClaimTurn takes a queue's claim turn on a connection of its own, as
+// a claim that stalls with it would hold it, until the test ends.
+func (b *bundle) holdClaimTurn(t *testing.T, queueName string) (turnClass, turnObj int64) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := b.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn.Exec(context.Background(), "SELECT pg_advisory_unlock_all()")
+		conn.Release()
+	})
+	var key int64
+	if err := conn.QueryRow(ctx, `SELECT ('skiplock_tasks'::regclass::oid::bigint << 32) | 2147483648
+		| (hashtext($1)::bigint & 2147483647)`, queueName).Scan(&key); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", key); err != nil {
+		t.Fatal(err)
+	}
+	return int64(uint64(key) >> 32), key & 0xffffffff
+}
+
+// turnWaiter says whether a worker's lock session is waiting for the claim
+// turn (classid, objid) now.
+func (b *bundle) turnWaiter(w *worker.Worker, class, obj int64) (waiting bool, err error) {
+	err = b.pool.QueryRow(context.Background(), `SELECT EXISTS (
+		SELECT 1 FROM pg_locks AS l JOIN skiplock_workers AS w ON w.lock_backend_pid = l.pid
+		WHERE w.id = $1 AND l.locktype = 'advisory' AND l.objsubid = 1 AND NOT l.granted
+		  AND l.classid::bigint = $2 AND l.objid::bigint = $3)`, w.ID(), class, obj).Scan(&waiting)
+	return waiting, err
+}
+
+// TestClaimTurns: claims of a queue take turns across workers, and a turn
+// held too long (its holder stalled mid-claim) is not waited for: the
+// claim goes ahead without it.
+func TestClaimTurns(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	class, obj := b.holdClaimTurn(t, "default")
+	var done sync.WaitGroup
+	done.Add(3)
+	w, _ := start(t, b.pool, worker.Config{}, worker.Handlers{"job": func(context.Context, *worker.Task) error {
+		done.Done()
+		return nil
+	}})
+	waitFor(t, 5*time.Second, "the worker's claim waiting for its turn", func() bool {
+		waiting, err := b.turnWaiter(w, class, obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return waiting
+	})
+	for range 3 {
+		b.enqueue(t, "job", nil)
+	}
+	waitFor(t, 10*time.Second, "3 tasks completed while the turn is held elsewhere", func() bool {
+		return b.count(t, "status = 'completed'") == 3
+	})
+	done.Wait()
+}
+
+// TestParallelClaimsTakeNoTurn: with ParallelClaims a worker's claims never
+// wait for their queue's turn.
+func TestParallelClaimsTakeNoTurn(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	class, obj := b.holdClaimTurn(t, "default")
+	cs := &claims{}
+	w, _ := start(t, b.pool, worker.Config{ParallelClaims: true, Observer: cs}, worker.Handlers{"job": func(context.Context, *worker.Task) error {
+		return nil
+	}})
+	// Sampled every millisecond while the worker claims 5 times: a claim
+	// in turns waits up to 200 ms, and would be seen.
+	stop := make(chan struct{})
+	type sample struct {
+		waited bool
+		err    error
+	}
+	sampled := make(chan sample, 1)
+	go func() {
+		var s sample
+		for {
+			select {
+			case <-stop:
+				sampled <- s
+				return
+			case <-time.After(time.Millisecond):
+				waiting, err := b.turnWaiter(w, class, obj)
+				s.waited, s.err = s.waited || waiting, errors.Join(s.err, err)
+			}
+		}
+	}()
+	waitClaims(t, 5, cs)
+	close(stop)
+	if s := <-sampled; s.err != nil || s.waited {
+		t.Fatalf("a worker with ParallelClaims waited for its queue's claim turn: %v (sampling: %v)", s.waited, s.err)
 	}
 }

@@ -124,6 +124,18 @@ type Config struct {
 	// its window.
 	ClaimBatch int
 
+	// ParallelClaims lets this worker's claims run at the same time as
+	// other workers' claims of the same queue. By default (advisory mode)
+	// claims of a queue take turns across every worker process: each waits
+	// up to 200 ms for the one before it to commit, and then finds the rows
+	// it took already running instead of walking past them. On two cores,
+	// 8 processes drained 1.2x faster in turns than at once. In turns, one
+	// queue's claim rate is that of one claim statement at a time (about
+	// 50,000-70,000 tasks/s on one such machine, whatever the server's
+	// cores); set ParallelClaims where many processes claim one queue on a
+	// database server with many cores. Lease mode claims in parallel.
+	ParallelClaims bool
+
 	// PollInterval is how often an idle worker looks for due tasks without
 	// being notified: delayed tasks and retries become due this way.
 	// Defaults to DefaultPollInterval (1s).

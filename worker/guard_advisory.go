@@ -62,6 +62,7 @@ func (g *advisoryGuard) open(ctx context.Context, classOID int64, o *outage) err
 	g.ls.onUp = g.sessionUp
 	g.ls.onFreed = g.announce
 	g.ls.register = g.row.registerSession
+	g.ls.turns = !g.cfg.ParallelClaims
 	return untilAvailable(ctx, o, g.pool, func(ctx context.Context) error {
 		if err := g.ls.connect(ctx); err != nil {
 			return fmt.Errorf("skiplock: opening the lock session: %w", err)

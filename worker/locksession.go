@@ -49,6 +49,9 @@ type lockSession struct {
 	// register records the session in skiplock_workers, on the session
 	// itself, before it is used.
 	register func(ctx context.Context, conn *pgx.Conn, backendPID int32) error
+	// turns: plain claims wait for their queue's claim turn (ClaimTurn);
+	// false with Config.ParallelClaims. Set before the session is used.
+	turns bool
 
 	mu   sync.Mutex
 	conn *pgx.Conn // nil while down
