@@ -412,14 +412,14 @@ SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
 -- name: ClaimTurn :exec
 -- Waits, at most wait_ms, for the queue's claim turn: a transaction lock
 -- that the plain claim of every worker process takes, in the same implicit
--- transaction, just before it reads the queue (worker/plans.go). Claims of
+-- transaction, just before it reads the queue (worker/tasklocks.go). Claims of
 -- one queue then run one after another across processes, and each claim's
 -- snapshot is taken after the previous one committed: it finds the rows
 -- that claim took running, not pending. Claiming at once, eight processes
 -- walked the head of the claim index past each other's rows, following
 -- each to its running version and locking it before skipping it, and
--- their backends' CPU per task grew from 21 to 37-41 us (two cores); in
--- turns it was 27-28 us (docs/SCALING.md).
+-- their backends' CPU per task grew from 21 to 32-38 us (two cores); in
+-- turns it was 24-27 us (docs/SCALING.md, "Claims take turns").
 --
 -- The lock lives in the bigint key space (objsubid 1): the tasks' lock
 -- class in the high half, as the elections' keys, and the queue's hash with

@@ -26,13 +26,13 @@ const finishBatch = 1000
 type finish struct {
 	id      int64
 	attempt int
-	// startedAt is the claim's started_at, which fences the write with
-	// the attempt (TaskFinishMany): the worker and the attempt alone may
-	// name two claims.
-	startedAt time.Time
-	gen       uint64
-	limits    []int32 // limit slot locks to release with the task's
-	gated     bool    // its end may let a waiting task run (execution.gated)
+	// claimed is the claim's started_at (execution.claimed), which fences
+	// the write with the attempt (TaskFinishMany): the worker and the
+	// attempt alone may name two claims.
+	claimed time.Time
+	gen     uint64
+	limits  []int32 // limit slot locks to release with the task's
+	gated   bool    // its end may let a waiting task run (execution.gated)
 	// exclusive: it held an exclusive key, free to every worker once the
 	// outcome is written.
 	exclusive bool
@@ -317,7 +317,7 @@ func finishParams(batch []finish) db.TaskFinishManyParams {
 	for i, f := range batch {
 		p.Ids[i] = f.id
 		p.Attempts[i] = int32(f.attempt)
-		p.ClaimedUs[i] = f.startedAt.UnixMicro()
+		p.ClaimedUs[i] = f.claimed.UnixMicro()
 		p.Statuses[i] = string(f.status)
 		p.DelayMs[i] = f.delayMs
 		p.Refunds[i] = int32(f.refund)
