@@ -156,17 +156,12 @@ func claimFor(seen db.LimitsExistRow, advisory bool) claimHow {
 // less those of limits, and whose rows are TaskClaim's; leaseMs > 0 claims
 // under leases of that many milliseconds, instead of advisory locks.
 func claimPlain(ctx context.Context, queries *db.Queries, tx db.DBTX, p db.TaskClaimParams, leaseMs int64) ([]db.TaskClaimRow, error) {
-	plain, err := queries.TaskClaimPlain(ctx, tx, db.TaskClaimPlainParams{
+	return queries.TaskClaimPlainRows(ctx, tx, db.TaskClaimPlainParams{
 		WorkerID: p.WorkerID, LeaseMs: leaseMs, LockClass: p.LockClass, UnlockIds: p.UnlockIds,
 		LimitClass: p.LimitClass, UnlockLimitLocks: p.UnlockLimitLocks, Queue: p.Queue,
 		UseAfter: p.UseAfter, AfterPriority: p.AfterPriority, AfterRunAt: p.AfterRunAt, AfterID: p.AfterID,
 		OnlyNames: p.OnlyNames, SkipNames: p.SkipNames, Max: p.Max, ExclusiveSeed: p.ExclusiveSeed,
 	})
-	rows := make([]db.TaskClaimRow, len(plain))
-	for i, r := range plain {
-		rows[i] = db.TaskClaimRow(r)
-	}
-	return rows, err
 }
 
 // claimQueue claims with TaskClaimQueue, whose parameters are TaskClaim's

@@ -66,6 +66,10 @@ type completer struct {
 
 	mu      sync.Mutex
 	pending []finish
+	// spare holds emptied buffers of pendingCap outcomes for pending to
+	// reuse: a finish is a few hundred bytes, and pending grown afresh for
+	// every write was the worker's largest allocation per task.
+	spare   [][]finish
 	signal  chan struct{}
 	closing chan struct{}
 	done    chan struct{}
@@ -104,8 +108,19 @@ func newCompleter(write func(context.Context, db.TaskFinishManyParams) ([]int64,
 // allowWrites sets how many outcome writes may be in flight at once.
 func (c *completer) allowWrites(n int) { c.writes.Store(int32(max(n, 1))) }
 
+// pendingCap is the capacity of the buffers that gather outcomes: a write's
+// worth, which a worker of the default Concurrency never fills.
+const pendingCap = finishBatch
+
 func (c *completer) add(f finish) {
 	c.mu.Lock()
+	if c.pending == nil {
+		if n := len(c.spare); n > 0 {
+			c.pending, c.spare = c.spare[n-1], c.spare[:n-1]
+		} else {
+			c.pending = make([]finish, 0, pendingCap)
+		}
+	}
 	c.pending = append(c.pending, f)
 	c.mu.Unlock()
 	select {
@@ -171,11 +186,19 @@ func (c *completer) flushAll() {
 			c.mu.Lock()
 		}
 		n := min(len(c.pending), finishBatch)
-		batch := c.pending[:n:n]
-		c.pending = c.pending[n:]
 		if n == 0 {
 			c.mu.Unlock()
 			return
+		}
+		var batch []finish
+		if n == len(c.pending) && cap(c.pending) == pendingCap {
+			// The whole buffer goes to the write, and comes back empty.
+			batch, c.pending = c.pending, nil
+		} else {
+			batch, c.pending = c.pending[:n:n], c.pending[n:]
+			if len(c.pending) == 0 {
+				c.pending = nil // the next add takes a spare buffer
+			}
 		}
 		c.writing++
 		c.mu.Unlock()
@@ -185,6 +208,10 @@ func (c *completer) flushAll() {
 			c.flush(batch)
 			c.mu.Lock()
 			c.writing--
+			if cap(batch) == pendingCap && len(c.spare) <= maxWrites {
+				clear(batch) // keeps no task's memory alive
+				c.spare = append(c.spare, batch[:0])
+			}
 			c.mu.Unlock()
 			select {
 			case c.wrote <- struct{}{}:

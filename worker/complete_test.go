@@ -2,11 +2,13 @@ package worker
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/skiplock/skiplock/db"
 	"github.com/skiplock/skiplock/queue"
@@ -51,5 +53,77 @@ func TestCompleterOrder(t *testing.T) {
 	}
 	if !slices.Equal(steps, []string{"write", "release", "free", "wake"}) {
 		t.Fatalf("steps %v, want one write, then release, free and wake", steps)
+	}
+}
+
+// The completer gathers outcomes in buffers it reuses once their write is
+// done: under concurrent adds, with writes in flight at once and more
+// outcomes waiting than one write takes, every outcome is written exactly
+// once, and each batch is unchanged from its write to its release.
+func TestCompleterReusesBuffers(t *testing.T) {
+	t.Parallel()
+	const early, adders, each = 2*pendingCap + 500, 8, 2500
+	var mu sync.Mutex
+	writes, releases := map[int64]int{}, map[int64]int{}
+	var torn []string
+	c := newCompleter(
+		func(_ context.Context, p db.TaskFinishManyParams) ([]int64, error) {
+			mu.Lock()
+			for _, id := range p.Ids {
+				writes[id]++
+			}
+			mu.Unlock()
+			time.Sleep(time.Millisecond) // lets adds and other writes overlap it
+			return p.Ids, nil
+		},
+		func(batch []finish) {
+			mu.Lock()
+			for _, f := range batch {
+				releases[f.id]++
+			}
+			mu.Unlock()
+			for _, f := range batch {
+				if f.id == 0 || f.status != queue.StatusCompleted || f.queue != fmt.Sprint("q", f.id%3) {
+					mu.Lock()
+					torn = append(torn, fmt.Sprintf("%+v", f))
+					mu.Unlock()
+				}
+			}
+		},
+		func([]finish) {},
+		func(string) {},
+		slog.New(slog.NewTextHandler(io.Discard, nil)),
+		maxWrites,
+	)
+	add := func(id int64) {
+		c.add(finish{id: id, status: queue.StatusCompleted, delayMs: -1, queue: fmt.Sprint("q", id%3)})
+	}
+	for id := int64(1); id <= early; id++ { // more than two writes' worth before the first
+		add(id)
+	}
+	go c.run()
+	var wg sync.WaitGroup
+	for a := range adders {
+		wg.Go(func() {
+			for i := range each {
+				add(int64(early + a*each + i + 1))
+				if i%50 == 0 {
+					time.Sleep(100 * time.Microsecond) // spreads the adds over many writes
+				}
+			}
+		})
+	}
+	wg.Wait()
+	c.close()
+	if len(torn) > 0 {
+		t.Fatalf("%d outcomes changed between their write and their release, first %s", len(torn), torn[0])
+	}
+	for id := int64(1); id <= early+adders*each; id++ {
+		if writes[id] != 1 || releases[id] != 1 {
+			t.Fatalf("outcome %d written %d times and released %d times, want once each", id, writes[id], releases[id])
+		}
+	}
+	if len(writes) != early+adders*each {
+		t.Fatalf("%d outcomes written, want %d", len(writes), early+adders*each)
 	}
 }

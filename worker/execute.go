@@ -56,6 +56,13 @@ type execution struct {
 	// onSettle, if set, takes the outcome instead of the completer: an
 	// attempt run by RunTask, outside Run's slots and bookkeeping.
 	onSettle func(finish, result)
+
+	// own holds what task and scope point to, for an execution made by
+	// newExecution.
+	own struct {
+		task  Task
+		scope scope
+	}
 }
 
 // roomy says that the task's claim met only limits with room to spare
@@ -101,15 +108,22 @@ func (w *Worker) newExecution(r db.TaskClaimRow, gen uint64, queueSlots *semapho
 		timeout = time.Duration(*r.TimeoutMs) * time.Millisecond
 	}
 	claimed := derefTime(r.StartedAt)
-	sc := &scope{taskID: r.ID, attempt: r.Attempt, claimed: claimed, limit: w.cfg.MaxOutputSize, worker: w}
+	// One allocation for the execution, its Task and its scope, which live
+	// and die together.
+	e := &execution{claimed: claimed, slots: queueSlots, gen: gen, limits: r.LimitLocks, gated: len(r.LimitLocks) > 0 || r.Exclusive, exclusive: r.Exclusive,
+		timeout: timeout}
+	e.own.task = *queueTask(r)
+	e.task, e.scope = &e.own.task, &e.own.scope
+	sc := e.scope
+	sc.taskID, sc.attempt, sc.claimed, sc.limit, sc.worker = r.ID, r.Attempt, claimed, w.cfg.MaxOutputSize, w
 	base, cancel := context.WithCancelCause(context.WithValue(context.Background(), scopeKey{}, sc))
 	sc.cancel = cancel
 	ctx, stop := base, context.CancelFunc(func() {})
 	if timeout > 0 {
 		ctx, stop = context.WithTimeoutCause(base, timeout, errTimeout)
 	}
-	return &execution{task: queueTask(r), claimed: claimed, slots: queueSlots, gen: gen, limits: r.LimitLocks, gated: len(r.LimitLocks) > 0 || r.Exclusive, exclusive: r.Exclusive,
-		timeout: timeout, ctx: ctx, scope: sc, cancel: cancel, stopCtx: stop}
+	e.ctx, e.cancel, e.stopCtx = ctx, cancel, stop
+	return e
 }
 
 // armAbandon abandons a timed execution whose handler is still running
