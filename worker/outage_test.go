@@ -55,6 +55,10 @@ func TestClaimSoonAfterOutage(t *testing.T) {
 		"after": func(context.Context, *worker.Task) error { ran <- time.Now(); return nil },
 	})
 	waitFor(t, 5*time.Second, "the worker's start", func() bool { return strings.Contains(logs.String(), "worker started") })
+	// The only worker wins the rescuer's election, and wins it again once
+	// its new session is up: one line in the outage's log. Won just as the
+	// outage began, it showed there twice.
+	waitFor(t, 10*time.Second, "the rescuer's election", func() bool { return strings.Contains(logs.String(), "now runs the rescuer") })
 	// Due while the server is down: claimed as soon as the worker can.
 	if _, err := queue.New(pool).Enqueue(ctx, "after", nil, queue.WithDelay(time.Second)); err != nil {
 		t.Fatal(err)
