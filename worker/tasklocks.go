@@ -114,16 +114,13 @@ func (s *lockSession) claimPlain(ctx context.Context, conn *pgx.Conn, p db.TaskC
 			}
 		}
 		rows, err := claimPlain(ctx, s.queries, plan, p, 0)
-		if turn && pgerr.Code(err) == lockNotAvailable && !conn.IsClosed() {
+		if turn && pgerr.IsLockTimeout(err) && !conn.IsClosed() {
 			turn = false
 			continue
 		}
 		return rows, err
 	}
 }
-
-// lockNotAvailable is lock_timeout's SQLSTATE (55P03).
-const lockNotAvailable = "55P03"
 
 // release queues the locks of tasks claimed in generation gen, whose
 // outcomes are written, for release; gated asks for an announcement once

@@ -208,6 +208,13 @@ func IsLockTableFull(err error) bool {
 	return Code(err) == pgerrcode.OutOfMemory
 }
 
+// IsLockTimeout reports whether err is a statement that waited for a lock
+// longer than lock_timeout allows (lock_not_available), as a claim's wait
+// for its queue's claim turn does.
+func IsLockTimeout(err error) bool {
+	return Code(err) == pgerrcode.LockNotAvailable
+}
+
 // IsExclusiveKeyTaken reports whether err is a claim that lost a race for
 // an exclusive key: a unique violation of ExclusiveRunningIndex.
 func IsExclusiveKeyTaken(err error) bool {

@@ -96,27 +96,28 @@ func TestInterpret(t *testing.T) {
 	}
 
 	for _, c := range []struct {
-		err                                 error
-		retryable, refused, lockFull, taken bool
+		err                                              error
+		retryable, refused, lockFull, taken, lockTimeout bool
 	}{
-		{connection, true, false, false, false},
-		{server(pgerrcode.AdminShutdown, ""), true, false, false, false},
-		{server(pgerrcode.ConnectionFailure, ""), true, false, false, false},
-		{server(pgerrcode.TooManyConnections, ""), true, false, false, false},
-		{server(pgerrcode.OutOfMemory, ""), true, false, true, false},
-		{server(pgerrcode.SerializationFailure, ""), true, false, false, false},
-		{server(pgerrcode.InvalidPassword, ""), false, true, false, false},
-		{server(pgerrcode.InvalidAuthorizationSpecification, ""), false, true, false, false},
-		{server(pgerrcode.InvalidCatalogName, ""), false, true, false, false},
-		{server(pgerrcode.UniqueViolation, ExclusiveRunningIndex), false, false, false, true},
-		{server(pgerrcode.UniqueViolation, "skiplock_tasks_unique_key_idx"), false, false, false, false},
-		{server(pgerrcode.ReadOnlySQLTransaction, ""), false, false, false, false},
+		{connection, true, false, false, false, false},
+		{server(pgerrcode.AdminShutdown, ""), true, false, false, false, false},
+		{server(pgerrcode.ConnectionFailure, ""), true, false, false, false, false},
+		{server(pgerrcode.TooManyConnections, ""), true, false, false, false, false},
+		{server(pgerrcode.OutOfMemory, ""), true, false, true, false, false},
+		{server(pgerrcode.SerializationFailure, ""), true, false, false, false, false},
+		{server(pgerrcode.InvalidPassword, ""), false, true, false, false, false},
+		{server(pgerrcode.InvalidAuthorizationSpecification, ""), false, true, false, false, false},
+		{server(pgerrcode.InvalidCatalogName, ""), false, true, false, false, false},
+		{server(pgerrcode.UniqueViolation, ExclusiveRunningIndex), false, false, false, true, false},
+		{server(pgerrcode.UniqueViolation, "skiplock_tasks_unique_key_idx"), false, false, false, false, false},
+		{server(pgerrcode.ReadOnlySQLTransaction, ""), false, false, false, false, false},
+		{server(pgerrcode.LockNotAvailable, ""), false, false, false, false, true},
 	} {
 		if Retryable(c.err) != c.retryable || IsLoginRefused(c.err) != c.refused ||
-			IsLockTableFull(c.err) != c.lockFull || IsExclusiveKeyTaken(c.err) != c.taken {
-			t.Errorf("%v (%s): retryable %v, login refused %v, lock table full %v, exclusive key taken %v; want %v %v %v %v",
-				c.err, Code(c.err), Retryable(c.err), IsLoginRefused(c.err), IsLockTableFull(c.err), IsExclusiveKeyTaken(c.err),
-				c.retryable, c.refused, c.lockFull, c.taken)
+			IsLockTableFull(c.err) != c.lockFull || IsExclusiveKeyTaken(c.err) != c.taken || IsLockTimeout(c.err) != c.lockTimeout {
+			t.Errorf("%v (%s): retryable %v, login refused %v, lock table full %v, exclusive key taken %v, lock timeout %v; want %v %v %v %v %v",
+				c.err, Code(c.err), Retryable(c.err), IsLoginRefused(c.err), IsLockTableFull(c.err), IsExclusiveKeyTaken(c.err), IsLockTimeout(c.err),
+				c.retryable, c.refused, c.lockFull, c.taken, c.lockTimeout)
 		}
 	}
 }
