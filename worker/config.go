@@ -193,7 +193,10 @@ type Config struct {
 
 	// RescueInterval is how often the elected process looks for running
 	// tasks whose worker is gone, and how often the others try to take over
-	// when it dies. Defaults to DefaultRescueInterval (1s).
+	// when it dies. Defaults to DefaultRescueInterval (1s). A look that
+	// found nothing is followed no sooner than ten times what it took: it
+	// is slow only while a transaction holds the xmin horizon back
+	// (docs/OPERATIONS.md, "What the rescuer needs").
 	RescueInterval time.Duration
 
 	// HealthInterval is how often an idle lock session is pinged, so that a

@@ -34,7 +34,9 @@ func TestRescuerReturnsExpiredLeases(t *testing.T) {
 		beforeRescue: g.beforeRescue, observer: obs, log: slog.New(slog.NewTextHandler(&logs, nil)),
 		self: "w1", mode: ModeLease,
 	}
-	r.rescue(context.Background())
+	if n := r.rescue(context.Background()); n != 1 {
+		t.Errorf("the pass reports %d tasks rescued, want 1", n)
+	}
 	if !strings.Contains(logs.String(), "this worker's leases expired before it could renew them") ||
 		!strings.Contains(logs.String(), "worker_id=w1 returned_to_queue=1") {
 		t.Errorf("log of the rescue of this worker's own task:\n%s", logs.String())
@@ -101,5 +103,31 @@ func TestRescuerNamesWhatWasLost(t *testing.T) {
 	}
 	if n := strings.Count(logs.String(), "whose worker is gone"); n != 1 {
 		t.Errorf("%d lines call a worker gone, want 1 (w-other's)", n)
+	}
+}
+
+// TestRescuePacer: a pass that rescued nothing is followed no sooner than
+// rescueRatio times what it took; one that rescued tasks, at the next
+// interval whatever it took.
+func TestRescuePacer(t *testing.T) {
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	var p rescuePacer
+	if !p.ready(t0) {
+		t.Fatal("the first pass must be due at once")
+	}
+	p.passed(t0, 5*time.Millisecond, 0)
+	if !p.ready(t0.Add(time.Second)) {
+		t.Fatal("a pass of 5 ms delayed the next past the interval")
+	}
+	p.passed(t0, 2*time.Second, 0)
+	if p.ready(t0.Add(rescueRatio*2*time.Second - time.Millisecond)) {
+		t.Fatal("a pass of 2 s that rescued nothing was followed before rescueRatio times 2 s")
+	}
+	if !p.ready(t0.Add(rescueRatio * 2 * time.Second)) {
+		t.Fatal("the pass after a slow one never came")
+	}
+	p.passed(t0, 2*time.Second, 3)
+	if !p.ready(t0.Add(time.Second)) {
+		t.Fatal("a pass that rescued tasks delayed the next")
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -294,6 +295,7 @@ func (b *bencher) pinnedRun(ctx context.Context, label string) ([]measure, error
 	var worstWait, firstWait, lastWait float64
 	var worstFrom time.Time
 	slowWindows := 0
+	var slowAt []string // each slow window: when it began, into the pin, and its p99
 	for t := pinStart; !t.Add(window).After(pinEnd); t = t.Add(window) {
 		_, ws := starts.between(t, t.Add(window))
 		w := p99(ws)
@@ -306,7 +308,12 @@ func (b *bencher) pinnedRun(ctx context.Context, label string) ([]measure, error
 		}
 		if w > 50 {
 			slowWindows++
+			slowAt = append(slowAt, fmt.Sprintf("%.0f s (%.0f ms)", t.Sub(pinStart).Seconds(), w))
 		}
+	}
+	if len(slowAt) > 0 {
+		fmt.Fprintf(b.progressOut(), "pinned: windows whose wait p99 passed 50 ms, from the pin's start at %s: %s\n",
+			pinStart.UTC().Format(time.RFC3339), strings.Join(slowAt, ", "))
 	}
 	if worstWait > 50 {
 		fmt.Fprintf(b.progressOut(), "pinned: the worst window's wait p99, %.1f ms, began %.0f s into the pin, at %s\n",
