@@ -1644,6 +1644,19 @@ func (q *Queries) TaskLocksHeld(ctx context.Context, db DBTX, lockClassOid int64
 	return items, nil
 }
 
+const taskMaxID = `-- name: TaskMaxID :one
+SELECT coalesce(max(id), 0)::bigint AS max_id FROM skiplock_tasks
+`
+
+// The highest task id there is (0 for none): where a rescuer's sweep of
+// the task ids ends.
+func (q *Queries) TaskMaxID(ctx context.Context, db DBTX) (int64, error) {
+	row := db.QueryRow(ctx, taskMaxID)
+	var max_id int64
+	err := row.Scan(&max_id)
+	return max_id, err
+}
+
 const taskRescueOrphans = `-- name: TaskRescueOrphans :many
 WITH held AS MATERIALIZED (
     SELECT l.objid::bigint AS key
@@ -1654,7 +1667,9 @@ WITH held AS MATERIALIZED (
       AND l.classid::bigint = $1::bigint
       AND l.database = (SELECT d.oid FROM pg_catalog.pg_database AS d WHERE d.datname = current_database())
 ), orphan_keys AS MATERIALIZED (
-    SELECT r.id % 4294967296 AS key FROM skiplock_tasks AS r WHERE r.status = 'running' AND r.locked_until IS NULL
+    SELECT r.id % 4294967296 AS key FROM skiplock_tasks AS r
+    WHERE r.status = 'running' AND r.locked_until IS NULL
+      AND r.id >= $2::bigint AND r.id < $3::bigint
     EXCEPT
     SELECT held.key FROM held
 ), victims AS MATERIALIZED (
@@ -1663,11 +1678,13 @@ WITH held AS MATERIALIZED (
     JOIN orphan_keys AS o ON v.id % 4294967296 = o.key
     LEFT JOIN skiplock_workers AS w ON w.id = v.worker_id
     WHERE v.status = 'running' AND v.locked_until IS NULL
+      AND v.id >= $2::bigint AND v.id < $3::bigint
     UNION ALL
     SELECT v.id, v.attempt, v.worker_id, v.started_at, v.locked_until, w.host, w.pid
     FROM skiplock_tasks AS v
     LEFT JOIN skiplock_workers AS w ON w.id = v.worker_id
     WHERE v.status = 'running' AND v.locked_until < now()
+      AND v.id >= $2::bigint AND v.id < $3::bigint
 )
 UPDATE skiplock_tasks AS t
 SET status = CASE WHEN t.attempt >= t.max_attempts THEN 'failed' ELSE 'pending' END,
@@ -1695,6 +1712,12 @@ WHERE t.id = victims.id
 RETURNING t.id, t.queue, t.name, t.status, t.attempt, victims.worker_id AS lost_worker_id
 `
 
+type TaskRescueOrphansParams struct {
+	LockClassOid int64
+	FromID       int64
+	ToID         int64
+}
+
 type TaskRescueOrphansRow struct {
 	ID           int64
 	Queue        string
@@ -1717,8 +1740,10 @@ type TaskRescueOrphansRow struct {
 // snapshot and the read of pg_locks is left alone. The claim is known by
 // its started_at too (see TaskFinishMany): a task handed back with its
 // attempt refunded and claimed again in between has the attempt it had.
-func (q *Queries) TaskRescueOrphans(ctx context.Context, db DBTX, lockClassOid int64) ([]TaskRescueOrphansRow, error) {
-	rows, err := db.Query(ctx, taskRescueOrphans, lockClassOid)
+// It looks at the tasks whose id is in [from_id, to_id): all of them in one
+// pass, or a part at a time while a pass of all is slow (worker/rescue.go).
+func (q *Queries) TaskRescueOrphans(ctx context.Context, db DBTX, arg TaskRescueOrphansParams) ([]TaskRescueOrphansRow, error) {
+	rows, err := db.Query(ctx, taskRescueOrphans, arg.LockClassOid, arg.FromID, arg.ToID)
 	if err != nil {
 		return nil, err
 	}

@@ -897,6 +897,8 @@ SELECT kept.id FROM kept;
 -- snapshot and the read of pg_locks is left alone. The claim is known by
 -- its started_at too (see TaskFinishMany): a task handed back with its
 -- attempt refunded and claimed again in between has the attempt it had.
+-- It looks at the tasks whose id is in [from_id, to_id): all of them in one
+-- pass, or a part at a time while a pass of all is slow (worker/rescue.go).
 WITH held AS MATERIALIZED (
     SELECT l.objid::bigint AS key
     FROM pg_catalog.pg_locks AS l
@@ -906,7 +908,9 @@ WITH held AS MATERIALIZED (
       AND l.classid::bigint = @lock_class_oid::bigint
       AND l.database = (SELECT d.oid FROM pg_catalog.pg_database AS d WHERE d.datname = current_database())
 ), orphan_keys AS MATERIALIZED (
-    SELECT r.id % 4294967296 AS key FROM skiplock_tasks AS r WHERE r.status = 'running' AND r.locked_until IS NULL
+    SELECT r.id % 4294967296 AS key FROM skiplock_tasks AS r
+    WHERE r.status = 'running' AND r.locked_until IS NULL
+      AND r.id >= @from_id::bigint AND r.id < @to_id::bigint
     EXCEPT
     SELECT held.key FROM held
 ), victims AS MATERIALIZED (
@@ -915,11 +919,13 @@ WITH held AS MATERIALIZED (
     JOIN orphan_keys AS o ON v.id % 4294967296 = o.key
     LEFT JOIN skiplock_workers AS w ON w.id = v.worker_id
     WHERE v.status = 'running' AND v.locked_until IS NULL
+      AND v.id >= @from_id::bigint AND v.id < @to_id::bigint
     UNION ALL
     SELECT v.id, v.attempt, v.worker_id, v.started_at, v.locked_until, w.host, w.pid
     FROM skiplock_tasks AS v
     LEFT JOIN skiplock_workers AS w ON w.id = v.worker_id
     WHERE v.status = 'running' AND v.locked_until < now()
+      AND v.id >= @from_id::bigint AND v.id < @to_id::bigint
 )
 UPDATE skiplock_tasks AS t
 SET status = CASE WHEN t.attempt >= t.max_attempts THEN 'failed' ELSE 'pending' END,
@@ -945,6 +951,11 @@ WHERE t.id = victims.id
   AND t.started_at IS NOT DISTINCT FROM victims.started_at
   AND t.locked_until IS NOT DISTINCT FROM victims.locked_until
 RETURNING t.id, t.queue, t.name, t.status, t.attempt, victims.worker_id AS lost_worker_id;
+
+-- name: TaskMaxID :one
+-- The highest task id there is (0 for none): where a rescuer's sweep of
+-- the task ids ends.
+SELECT coalesce(max(id), 0)::bigint AS max_id FROM skiplock_tasks;
 
 -- name: TaskLocksHeld :many
 -- The task lock keys this session holds, to reconcile after a failed claim:

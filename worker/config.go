@@ -193,9 +193,9 @@ type Config struct {
 
 	// RescueInterval is how often the elected process looks for running
 	// tasks whose worker is gone, and how often the others try to take over
-	// when it dies. Defaults to DefaultRescueInterval (1s). A look that
-	// found nothing is followed no sooner than ten times what it took: it
-	// is slow only while a transaction holds the xmin horizon back
+	// when it dies. Defaults to DefaultRescueInterval (1s). While a look at
+	// every running task is slow (a transaction holds the xmin horizon
+	// back), the rescuer looks at a span of task ids at a time, less often
 	// (docs/OPERATIONS.md, "What the rescuer needs").
 	RescueInterval time.Duration
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -268,7 +269,7 @@ func TestRescueRechecksTheClaim(t *testing.T) {
 	}
 	done := make(chan rescue, 1)
 	go func() {
-		rows, err := db.New().TaskRescueOrphans(ctx, conn, class)
+		rows, err := db.New().TaskRescueOrphans(ctx, conn, db.TaskRescueOrphansParams{LockClassOid: class, ToID: math.MaxInt64})
 		done <- rescue{rows, err}
 	}()
 	waitFor(t, 5*time.Second, "the rescuer waiting for the task's row", func() bool {

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/skiplock/skiplock/db"
@@ -53,12 +54,25 @@ func (r *rescuer) failed(ctx context.Context, o **outage, what string, err error
 // 5,000 tasks/s, a pass took at least 0.9 s after 5 minutes and 3.7 s after
 // 14, and passes every second ran back to back: one backend busy, reading
 // the table's old pages through the server's buffers, for the rest of the
-// pin. So a pass that rescued nothing is followed by the next no sooner
-// than rescueRatio times what it took: a pass of 100 ms or less keeps the
-// default interval, one of 2 s waits 20 s. A pass that rescued tasks is
-// followed at the next interval, whatever it cost: where there were
-// orphans there may be more.
-const rescueRatio = 10
+// pin. Passes spaced out instead read those pages in bursts of seconds,
+// and the claims and outcome writes waited on the I/O: every window of
+// 10 s whose wait p99 passed 50 ms overlapped such a pass.
+//
+// So a pass that is slow is followed by sweeps: each pass looks at a span
+// of task ids sized to take about sweepTarget, the next span at the next
+// pass, until the sweep reaches the highest id there was when it began
+// (the tasks created since are the next sweep's). Once a whole sweep costs
+// no more than sweepAbove, passes look at every task again. And a pass
+// that rescued nothing is followed no sooner than rescueRatio times what
+// it took: a pass of 100 ms or less keeps the default interval, one of 2 s
+// waits 20 s. A pass that rescued tasks is followed at the next interval,
+// whatever it cost: where there were orphans there may be more.
+const (
+	rescueRatio  = 10
+	sweepAbove   = 200 * time.Millisecond
+	sweepTarget  = 100 * time.Millisecond
+	sweepMinSpan = 1000
+)
 
 // rescuePacer says when the rescuer's next pass is due.
 type rescuePacer struct {
@@ -78,14 +92,73 @@ func (p *rescuePacer) passed(started time.Time, took time.Duration, rescued int)
 	p.due = started.Add(rescueRatio * took)
 }
 
+// rescueSweep says which task ids the next pass looks at; its zero value
+// looks at all of them.
+type rescueSweep struct {
+	on       bool
+	from, to int64 // the next span starts at from; the sweep ends before to
+	span     int64
+	cost     time.Duration // of the sweep's spans so far
+}
+
+// next returns the ids the next pass looks at: [from, to).
+func (s *rescueSweep) next() (from, to int64) {
+	if !s.on {
+		return 0, math.MaxInt64
+	}
+	return s.from, min(s.from+s.span, s.to)
+}
+
+// passed records a pass over [from, to) that took took. top reads the
+// highest task id, where a new sweep ends; it reports whether a sweep
+// begins.
+func (s *rescueSweep) passed(from, to int64, took time.Duration, top func() (int64, error)) (began bool) {
+	if !s.on {
+		if took <= sweepAbove {
+			return false
+		}
+		high, err := top()
+		if err != nil {
+			return false
+		}
+		// A span in proportion: the ids of the pass over sweepTarget.
+		span := int64(float64(high+1) * float64(sweepTarget) / float64(took))
+		*s = rescueSweep{on: true, from: 0, to: high + 1, span: max(span, sweepMinSpan)}
+		return true
+	}
+	s.cost += took
+	// The next span takes about sweepTarget, if ids cost alike: at most
+	// twice or half this one, however this one went.
+	scale := float64(sweepTarget) / float64(max(took, time.Microsecond))
+	scale = min(max(scale, 0.5), 2)
+	s.span = max(int64(float64(to-from)*scale), sweepMinSpan)
+	s.from = to
+	if s.from < s.to {
+		return false
+	}
+	if s.cost <= sweepAbove {
+		*s = rescueSweep{} // cheap again: every task in one pass
+		return false
+	}
+	high, err := top()
+	if err != nil {
+		*s = rescueSweep{}
+		return false
+	}
+	s.from, s.to, s.cost = 0, high+1, 0
+	return false
+}
+
 func (r *rescuer) run(ctx context.Context) {
 	var pace rescuePacer
+	var sweep rescueSweep
 	var told time.Time // when a slow pass was last logged
 	every(ctx, r.interval, func(ctx context.Context) {
 		// The election is kept every interval, passes or not: a lease
 		// left unrenewed would hand the job to another worker.
 		if !r.elector.lead(ctx) {
-			pace = rescuePacer{} // a leader again starts with a pass
+			// A leader again starts with a pass over every task.
+			pace, sweep = rescuePacer{}, rescueSweep{}
 			return
 		}
 		started := time.Now()
@@ -93,14 +166,16 @@ func (r *rescuer) run(ctx context.Context) {
 			return
 		}
 		r.beforeRescue(ctx)
-		rescued := r.rescue(ctx)
+		from, to := sweep.next()
+		rescued := r.rescueRange(ctx, from, to)
 		took := time.Since(started)
 		pace.passed(started, took, rescued)
-		if wait := pace.due.Sub(started); wait > 2*r.interval && time.Since(told) > time.Minute {
+		began := sweep.passed(from, to, took, func() (int64, error) { return r.queries.TaskMaxID(ctx, r.pool) })
+		if (began || pace.due.Sub(started) > 2*r.interval) && time.Since(told) > time.Minute {
 			told = time.Now()
-			r.log.Info("skiplock: a rescue pass was slow, so the next waits longer; a transaction that holds back "+
-				"the xmin horizon (idle in transaction, a long query, a replica's feedback) is a common cause",
-				"took", took.Round(time.Millisecond), "next_in", wait.Round(time.Millisecond))
+			r.log.Info("skiplock: a look for orphaned tasks was slow, so the rescuer looks part by part and less often; "+
+				"a transaction that holds back the xmin horizon (idle in transaction, a long query, a replica's feedback) "+
+				"is a common cause", "took", took.Round(time.Millisecond))
 		}
 		if r.passed != nil {
 			r.passed()
@@ -108,10 +183,14 @@ func (r *rescuer) run(ctx context.Context) {
 	})
 }
 
-// rescue is one pass: orphaned tasks, then stalled sequences. It reports
-// how many tasks it rescued.
-func (r *rescuer) rescue(ctx context.Context) int {
-	rescued := r.rescueOrphans(ctx)
+// rescue is one pass over every task: orphaned tasks, then stalled
+// sequences. It reports how many tasks it rescued.
+func (r *rescuer) rescue(ctx context.Context) int { return r.rescueRange(ctx, 0, math.MaxInt64) }
+
+// rescueRange is a pass that looks for orphaned tasks among the ids in
+// [from, to).
+func (r *rescuer) rescueRange(ctx context.Context, from, to int64) int {
+	rescued := r.rescueOrphans(ctx, from, to)
 	r.releaseSequences(ctx)
 	return rescued
 }
@@ -135,8 +214,8 @@ func (r *rescuer) releaseSequences(ctx context.Context) {
 	}
 }
 
-func (r *rescuer) rescueOrphans(ctx context.Context) int {
-	rows, err := r.queries.TaskRescueOrphans(ctx, r.pool, r.classOID)
+func (r *rescuer) rescueOrphans(ctx context.Context, from, to int64) int {
+	rows, err := r.queries.TaskRescueOrphans(ctx, r.pool, db.TaskRescueOrphansParams{LockClassOid: r.classOID, FromID: from, ToID: to})
 	if err != nil {
 		r.failed(ctx, &r.orphansDown, "rescuing orphaned tasks", err)
 		return 0

@@ -3,7 +3,11 @@ package worker
 import (
 	"bytes"
 	"context"
+	"errors"
+	"io"
 	"log/slog"
+	"math"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -129,5 +133,119 @@ func TestRescuePacer(t *testing.T) {
 	p.passed(t0, 2*time.Second, 3)
 	if !p.ready(t0.Add(time.Second)) {
 		t.Fatal("a pass that rescued tasks delayed the next")
+	}
+}
+
+// TestRescueSweep: once a pass over every task is slow, passes look at
+// spans of ids that together cover every id up to the highest there was,
+// with no gap, each sized to take about sweepTarget; once a whole sweep is
+// cheap, passes look at every task again.
+func TestRescueSweep(t *testing.T) {
+	ms := time.Millisecond
+	var s rescueSweep
+	top := func(high int64) func() (int64, error) { return func() (int64, error) { return high, nil } }
+	if from, to := s.next(); from != 0 || to != math.MaxInt64 {
+		t.Fatalf("a new sweep looks at [%d, %d), want every id", from, to)
+	}
+	if s.passed(0, math.MaxInt64, 50*ms, top(99_999)) || s.on {
+		t.Fatal("a pass of 50 ms began a sweep")
+	}
+	if s.passed(0, math.MaxInt64, time.Second, func() (int64, error) { return 0, errors.New("gone") }) || s.on {
+		t.Fatal("a sweep began without the highest id")
+	}
+	if !s.passed(0, math.MaxInt64, time.Second, top(99_999)) {
+		t.Fatal("a pass of 1 s began no sweep")
+	}
+	// A whole pass took 1 s: a tenth of the ids for 100 ms.
+	if from, to := s.next(); from != 0 || to != 10_000 {
+		t.Fatalf("the first span is [%d, %d), want [0, 10000)", from, to)
+	}
+	// Spans follow one another to the end, each at most twice or half the
+	// last: 400 ms for the first halves the second, 10 ms doubles.
+	costs := []time.Duration{400 * ms, 10 * ms}
+	var spans [][2]int64
+	next := int64(0)
+	for i := 0; s.on && i < 100; i++ {
+		from, to := s.next()
+		if from != next {
+			t.Fatalf("span %d starts at %d, want %d: a gap or an overlap", i, from, next)
+		}
+		spans = append(spans, [2]int64{from, to})
+		took := 60 * ms
+		if i < len(costs) {
+			took = costs[i]
+		}
+		next = to
+		s.passed(from, to, took, top(149_999))
+		if s.from == 0 {
+			break // the sweep ended, and another began
+		}
+	}
+	if len(spans) < 3 || spans[1] != [2]int64{10_000, 15_000} || spans[2] != [2]int64{15_000, 25_000} {
+		t.Fatalf("spans %v: want [10000 15000] after 400 ms, then [15000 25000] after 10 ms", spans)
+	}
+	if last := spans[len(spans)-1]; last[1] != 100_000 {
+		t.Fatalf("the sweep ended at %d, want 100000 (the highest id when it began, plus one)", last[1])
+	}
+	// The sweep cost more than sweepAbove: another, to the highest id now.
+	if !s.on || s.from != 0 || s.to != 150_000 {
+		t.Fatalf("after a costly sweep: %+v, want another sweep to 150000", s)
+	}
+	for i := 0; s.on && i < 1000; i++ {
+		from, to := s.next()
+		s.passed(from, to, ms, top(149_999))
+	}
+	if s.on {
+		t.Fatal("a sweep whose spans took 1 ms never ended")
+	}
+	if from, to := s.next(); from != 0 || to != math.MaxInt64 {
+		t.Fatalf("after a cheap sweep the next pass looks at [%d, %d), want every id", from, to)
+	}
+}
+
+// TestRescueRange: a pass over a span of ids rescues the orphans in it and
+// no other.
+func TestRescueRange(t *testing.T) {
+	t.Parallel()
+	b := setupJobs(t)
+	g := newGuard(b.deps(t, "w-gone", ModeAdvisory, nil, nil))
+	if err := g.open(context.Background(), b.schema.TableOID, &outage{log: b.log, what: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	rows := b.claim(t, g, "w-gone", 3)
+	g.close()
+	pgtest.Eventually(t, 10*time.Second, "the closed session's task locks to go", func() bool {
+		var n int
+		err := b.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_locks
+			WHERE locktype = 'advisory' AND objsubid = 2 AND classid = $1::bigint::oid`, b.schema.TableOID).Scan(&n)
+		return err == nil && n == 0
+	})
+	ids := []int64{rows[0].ID, rows[1].ID, rows[2].ID}
+	slices.Sort(ids)
+	work, _ := schema.Channels(b.schema.Name)
+	r := &rescuer{
+		queries: b.queries, pool: b.pool, classOID: b.schema.TableOID, channel: work,
+		beforeRescue: func(context.Context) {}, observer: NopObserver{}, mode: ModeAdvisory,
+		log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+	ctx := context.Background()
+	for i, span := range [][2]int64{{0, ids[0]}, {ids[0], ids[1]}, {ids[1], ids[2]}, {ids[2], math.MaxInt64}} {
+		n := r.rescueRange(ctx, span[0], span[1])
+		want := 1
+		if i == 0 {
+			want = 0 // below every id
+		}
+		if n != want {
+			t.Fatalf("the pass over [%d, %d) rescued %d, want %d", span[0], span[1], n, want)
+		}
+		for j, id := range ids {
+			wantStatus := "running"
+			if j < i {
+				wantStatus = "pending"
+			}
+			if got := b.status(t, id); got != wantStatus {
+				t.Fatalf("after the pass over [%d, %d), task %d is %s, want %s", span[0], span[1], id, got, wantStatus)
+			}
+		}
 	}
 }
