@@ -62,7 +62,11 @@ func (r *rescuer) failed(ctx context.Context, o **outage, what string, err error
 // of task ids sized to take about sweepTarget, the next span at the next
 // pass, until the sweep reaches the highest id there was when it began
 // (the tasks created since are the next sweep's). Once a whole sweep costs
-// no more than sweepAbove, passes look at every task again. And a pass
+// no more than sweepAbove, passes look at every task again. Part of a
+// pass's cost no span divides (reading pg_locks, a large lock table's):
+// before a sweep begins, a pass over no ids measures it, and where what is
+// left is no more than sweepAbove no sweep begins, nor does one until a
+// pass over every task costs twice as much. And a pass
 // that rescued nothing is followed no sooner than rescueRatio times what
 // it took: a pass of 100 ms or less keeps the default interval, one of 2 s
 // waits 20 s. A pass that rescued tasks is followed at the next interval,
@@ -99,6 +103,9 @@ type rescueSweep struct {
 	from, to int64 // the next span starts at from; the sweep ends before to
 	span     int64
 	cost     time.Duration // of the sweep's spans so far
+	// above is what a pass over every task must cost for a sweep to
+	// begin, after one whose cost was mostly what spans do not divide.
+	above time.Duration
 }
 
 // next returns the ids the next pass looks at: [from, to).
@@ -110,11 +117,15 @@ func (s *rescueSweep) next() (from, to int64) {
 }
 
 // passed records a pass over [from, to) that took took. top reads the
-// highest task id, where a new sweep ends; it reports whether a sweep
-// begins.
-func (s *rescueSweep) passed(from, to int64, took time.Duration, top func() (int64, error)) (began bool) {
+// highest task id, where a new sweep ends, and fixed is what a pass over
+// no ids takes; it reports whether a sweep begins.
+func (s *rescueSweep) passed(from, to int64, took time.Duration, top func() (int64, error), fixed func() time.Duration) (began bool) {
 	if !s.on {
-		if took <= sweepAbove {
+		if took <= max(sweepAbove, s.above) {
+			return false
+		}
+		if took-fixed() <= sweepAbove {
+			s.above = 2 * took // spans would not make passes cheaper
 			return false
 		}
 		high, err := top()
@@ -123,7 +134,7 @@ func (s *rescueSweep) passed(from, to int64, took time.Duration, top func() (int
 		}
 		// A span in proportion: the ids of the pass over sweepTarget.
 		span := int64(float64(high+1) * float64(sweepTarget) / float64(took))
-		*s = rescueSweep{on: true, from: 0, to: high + 1, span: max(span, sweepMinSpan)}
+		*s = rescueSweep{on: true, from: 0, to: high + 1, span: max(span, sweepMinSpan), above: s.above}
 		return true
 	}
 	s.cost += took
@@ -137,12 +148,12 @@ func (s *rescueSweep) passed(from, to int64, took time.Duration, top func() (int
 		return false
 	}
 	if s.cost <= sweepAbove {
-		*s = rescueSweep{} // cheap again: every task in one pass
+		*s = rescueSweep{above: s.above} // cheap again: every task in one pass
 		return false
 	}
 	high, err := top()
 	if err != nil {
-		*s = rescueSweep{}
+		*s = rescueSweep{above: s.above}
 		return false
 	}
 	s.from, s.to, s.cost = 0, high+1, 0
@@ -170,7 +181,13 @@ func (r *rescuer) run(ctx context.Context) {
 		rescued := r.rescueRange(ctx, from, to)
 		took := time.Since(started)
 		pace.passed(started, took, rescued)
-		began := sweep.passed(from, to, took, func() (int64, error) { return r.queries.TaskMaxID(ctx, r.pool) })
+		began := sweep.passed(from, to, took,
+			func() (int64, error) { return r.queries.TaskMaxID(ctx, r.pool) },
+			func() time.Duration {
+				start := time.Now()
+				r.rescueOrphans(ctx, 0, 0) // no ids: pg_locks and the statement alone
+				return time.Since(start)
+			})
 		if (began || pace.due.Sub(started) > 2*r.interval) && time.Since(told) > time.Minute {
 			told = time.Now()
 			r.log.Info("skiplock: a look for orphaned tasks was slow, so the rescuer looks part by part and less often; "+

@@ -144,16 +144,17 @@ func TestRescueSweep(t *testing.T) {
 	ms := time.Millisecond
 	var s rescueSweep
 	top := func(high int64) func() (int64, error) { return func() (int64, error) { return high, nil } }
+	none := func() time.Duration { return 0 }
 	if from, to := s.next(); from != 0 || to != math.MaxInt64 {
 		t.Fatalf("a new sweep looks at [%d, %d), want every id", from, to)
 	}
-	if s.passed(0, math.MaxInt64, 50*ms, top(99_999)) || s.on {
+	if s.passed(0, math.MaxInt64, 50*ms, top(99_999), none) || s.on {
 		t.Fatal("a pass of 50 ms began a sweep")
 	}
-	if s.passed(0, math.MaxInt64, time.Second, func() (int64, error) { return 0, errors.New("gone") }) || s.on {
+	if s.passed(0, math.MaxInt64, time.Second, func() (int64, error) { return 0, errors.New("gone") }, none) || s.on {
 		t.Fatal("a sweep began without the highest id")
 	}
-	if !s.passed(0, math.MaxInt64, time.Second, top(99_999)) {
+	if !s.passed(0, math.MaxInt64, time.Second, top(99_999), none) {
 		t.Fatal("a pass of 1 s began no sweep")
 	}
 	// A whole pass took 1 s: a tenth of the ids for 100 ms.
@@ -176,7 +177,7 @@ func TestRescueSweep(t *testing.T) {
 			took = costs[i]
 		}
 		next = to
-		s.passed(from, to, took, top(149_999))
+		s.passed(from, to, took, top(149_999), none)
 		if s.from == 0 {
 			break // the sweep ended, and another began
 		}
@@ -193,13 +194,28 @@ func TestRescueSweep(t *testing.T) {
 	}
 	for i := 0; s.on && i < 1000; i++ {
 		from, to := s.next()
-		s.passed(from, to, ms, top(149_999))
+		s.passed(from, to, ms, top(149_999), none)
 	}
 	if s.on {
 		t.Fatal("a sweep whose spans took 1 ms never ended")
 	}
 	if from, to := s.next(); from != 0 || to != math.MaxInt64 {
 		t.Fatalf("after a cheap sweep the next pass looks at [%d, %d), want every id", from, to)
+	}
+
+	// A cost that spans do not divide (a large lock table to read): no
+	// sweep begins, nor does one until a pass over every task costs twice
+	// as much.
+	s = rescueSweep{}
+	fixed := func() time.Duration { return 280 * ms }
+	if s.passed(0, math.MaxInt64, 300*ms, top(599_999), fixed) || s.on {
+		t.Fatal("a sweep began where spans would all cost 280 ms of 300")
+	}
+	if s.passed(0, math.MaxInt64, 500*ms, top(599_999), fixed) || s.on {
+		t.Fatal("a sweep began again before a pass over every task cost twice the last")
+	}
+	if !s.passed(0, math.MaxInt64, 700*ms, top(599_999), fixed) {
+		t.Fatal("no sweep began once a pass over every task cost twice the last, mostly in what spans divide")
 	}
 }
 
