@@ -115,6 +115,39 @@ func (p *pinnedStarts) add(t time.Time, wait time.Duration) {
 	p.mu.Unlock()
 }
 
+// count returns the number of starts in [from, to).
+func (p *pinnedStarts) count(from, to time.Time) int {
+	n, _ := p.between(from, to)
+	return n
+}
+
+// pinnedCommits records the producer's commits: when, and how many tasks.
+type pinnedCommits struct {
+	mu sync.Mutex
+	at []int64 // Unix nanoseconds
+	n  []int
+}
+
+func (p *pinnedCommits) add(t time.Time, n int) {
+	p.mu.Lock()
+	p.at = append(p.at, t.UnixNano())
+	p.n = append(p.n, n)
+	p.mu.Unlock()
+}
+
+// count returns the number of tasks committed in [from, to).
+func (p *pinnedCommits) count(from, to time.Time) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	f, t, n := from.UnixNano(), to.UnixNano(), 0
+	for i, at := range p.at {
+		if at >= f && at < t {
+			n += p.n[i]
+		}
+	}
+	return n
+}
+
 // between returns the number of starts in [from, to) and their waits.
 func (p *pinnedStarts) between(from, to time.Time) (int, []time.Duration) {
 	p.mu.Lock()
@@ -164,8 +197,11 @@ func (b *bencher) pinnedRun(ctx context.Context, label string) ([]measure, error
 		}})
 	}()
 
-	// The producer: rate/100 tasks every 10 ms, on schedule.
+	// The producer: rate/100 tasks every 10 ms, on schedule. Each commit
+	// is kept with its time, so that a slow window can be told apart from
+	// a producer that fell behind.
 	var enqueued atomic.Int64
+	enqueues := &pinnedCommits{}
 	prodCtx, stopProd := context.WithCancel(ctx)
 	defer stopProd()
 	prodErr := make(chan error, 1)
@@ -185,6 +221,7 @@ func (b *bencher) pinnedRun(ctx context.Context, label string) ([]measure, error
 				return false
 			}
 			enqueued.Add(int64(per))
+			enqueues.add(time.Now(), per)
 			return true
 		})
 		prodErr <- failed
@@ -274,9 +311,22 @@ func (b *bencher) pinnedRun(ctx context.Context, label string) ([]measure, error
 	cleanRate := rateOf(cleanFrom, pinStart)
 	pinnedRate := rateOf(pinStart, pinEnd)
 	worst := pinnedRate
+	var worstRateFrom time.Time
 	const window = 10 * time.Second
 	for t := pinStart; !t.Add(window).After(pinEnd); t = t.Add(window) {
-		worst = min(worst, rateOf(t, t.Add(window)))
+		if r := rateOf(t, t.Add(window)); r < worst {
+			worst, worstRateFrom = r, t
+		}
+	}
+	if !worstRateFrom.IsZero() {
+		// Whether the worker fell behind or the producer did: the tasks
+		// enqueued in the window, and what was waiting at its start and end.
+		end := worstRateFrom.Add(window)
+		offered := enqueues.count(worstRateFrom, end)
+		backlogAt := func(t time.Time) int { return enqueues.count(start, t) - starts.count(start, t) }
+		fmt.Fprintf(b.progressOut(), "pinned: the worst 10 s for throughput, %.3f of clean, began %.0f s into the pin, at %s: %d tasks started, %d enqueued, backlog %d at its start and %d at its end\n",
+			worst/cleanRate, worstRateFrom.Sub(pinStart).Seconds(), worstRateFrom.UTC().Format(time.RFC3339),
+			starts.count(worstRateFrom, end), offered, backlogAt(worstRateFrom), backlogAt(end))
 	}
 	p99 := func(ds []time.Duration) float64 {
 		if len(ds) == 0 {
