@@ -94,8 +94,8 @@ type Config struct {
 	// Left at zero, the worker sizes it itself, every few seconds:
 	// DefaultConcurrency (500) on a local network, more as the measured
 	// round trip to the server grows (each task is held for two round
-	// trips, its claim's and its outcome's: 1,000 at 0.75 ms, 2,000 from
-	// 2.25 ms), at most MaxAutoConcurrency (2,000), and never more than
+	// trips, its claim's and its outcome's: 1,000 at 0.5 ms, 3,000 at
+	// 2.5 ms), at most MaxAutoConcurrency (3,200), and never more than
 	// this worker's share of half the server's lock table among the
 	// workers whose heartbeat is recent (but never below 500). Set it to
 	// fix how many handlers may run at once.

@@ -26,8 +26,8 @@ import (
 const (
 	// MaxAutoConcurrency bounds the window of a worker whose Concurrency
 	// is zero (sized by the round trip to the server).
-	MaxAutoConcurrency = 2000
-	windowRTTUnit      = 750 * time.Microsecond
+	MaxAutoConcurrency = 3200
+	windowRTTUnit      = 500 * time.Microsecond
 	windowEvery        = 5 * time.Second
 	windowPings        = 3
 )
