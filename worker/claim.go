@@ -389,7 +389,6 @@ func (w *Worker) claimFailed(queueName string, err error, o *outage) {
 // time when the loop did it between claims, with the lock session idle
 // meanwhile (docs/PERFORMANCE.md, "Launching off the claim loop").
 type launcher struct {
-	w       *Worker
 	batches chan launchBatch
 	done    chan struct{}
 }
@@ -403,7 +402,7 @@ type launchBatch struct {
 }
 
 func (w *Worker) newLauncher() *launcher {
-	l := &launcher{w: w, batches: make(chan launchBatch, 2), done: make(chan struct{})}
+	l := &launcher{batches: make(chan launchBatch, 2), done: make(chan struct{})}
 	go func() {
 		defer close(l.done)
 		for b := range l.batches {
