@@ -76,14 +76,7 @@ func TestRescuerNamesWhatWasLost(t *testing.T) {
 	b.claim(t, other, "w-other", 1)
 	self.close()
 	other.close()
-	// A closed connection's backend exits, and its locks go, a moment
-	// after the client has hung up.
-	pgtest.Eventually(t, 10*time.Second, "the closed sessions' task locks to go", func() bool {
-		var n int
-		err := b.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_locks
-			WHERE locktype = 'advisory' AND objsubid = 2 AND classid = $1::bigint::oid`, b.schema.TableOID).Scan(&n)
-		return err == nil && n == 0
-	})
+	b.waitTaskLocksGone(t)
 
 	var logs bytes.Buffer
 	work, _ := schema.Channels(b.schema.Name)
@@ -230,12 +223,7 @@ func TestRescueRange(t *testing.T) {
 	}
 	rows := b.claim(t, g, "w-gone", 3)
 	g.close()
-	pgtest.Eventually(t, 10*time.Second, "the closed session's task locks to go", func() bool {
-		var n int
-		err := b.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_locks
-			WHERE locktype = 'advisory' AND objsubid = 2 AND classid = $1::bigint::oid`, b.schema.TableOID).Scan(&n)
-		return err == nil && n == 0
-	})
+	b.waitTaskLocksGone(t)
 	ids := []int64{rows[0].ID, rows[1].ID, rows[2].ID}
 	slices.Sort(ids)
 	work, _ := schema.Channels(b.schema.Name)
@@ -264,4 +252,17 @@ func TestRescueRange(t *testing.T) {
 			}
 		}
 	}
+}
+
+// waitTaskLocksGone waits until no session holds a task lock of the
+// schema: a closed connection's backend exits, and its locks go, a moment
+// after the client has hung up.
+func (b *jobsBundle) waitTaskLocksGone(t *testing.T) {
+	t.Helper()
+	pgtest.Eventually(t, 10*time.Second, "the closed sessions' task locks to go", func() bool {
+		var n int
+		err := b.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_locks
+			WHERE locktype = 'advisory' AND objsubid = 2 AND classid = $1::bigint::oid`, b.schema.TableOID).Scan(&n)
+		return err == nil && n == 0
+	})
 }
