@@ -1,8 +1,10 @@
 package queue
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/skiplock/skiplock/db"
 	"github.com/skiplock/skiplock/internal/control"
@@ -32,6 +34,12 @@ type CancelRequest struct {
 	// Progress, if set, is called after each committed batch with the number
 	// of tasks cancelled so far.
 	Progress func(cancelled int64)
+	// Running, with IDs, also asks the workers running any of the named
+	// tasks to cancel them, as CancelRunning does, in the same transaction
+	// and the same audit record: one operator change, one record. Those
+	// tasks are listed in CancelResult.Requested (and in Skipped, as
+	// running). Ignored without IDs (see CancelRunningMatching).
+	Running bool
 }
 
 // CancelResult reports what Cancel did.
@@ -43,6 +51,9 @@ type CancelResult struct {
 	// Skipped lists the named tasks that were not cancelled: running,
 	// completed, already cancelled, or not found.
 	Skipped []SkippedTask
+	// Requested lists, in order, the named running tasks whose workers were
+	// asked to cancel them (CancelRequest.Running).
+	Requested []int64
 }
 
 // Cancel cancels pending and failed tasks: they become cancelled, with
@@ -95,6 +106,10 @@ func (c *Client) cancel(ctx context.Context, tx pgerr.Executor, req CancelReques
 		request = idsRequest(ids)
 	}
 	request["statuses"] = statuses
+	running := req.Running && len(ids) > 0
+	if running {
+		request["running"] = true
+	}
 	a, err := c.newAudit(ctx, tx, AuditCancel, request)
 	if err != nil {
 		return res, err
@@ -107,17 +122,36 @@ func (c *Client) cancel(ctx context.Context, tx pgerr.Executor, req CancelReques
 
 	if len(ids) > 0 {
 		cr := ChangeResult{IDs: []int64{}}
+		requested := []int64{}
+		// The record counts the tasks cancelled and the running ones asked
+		// to cancel: the change returns both, and they are told apart after.
 		err := c.changeIDs(ctx, a, ids, batch, &cr, func(done int64) {
-			res.Cancelled = done
+			res.Cancelled = done - int64(len(requested))
 			progress()
 		}, func(x pgerr.Executor, chunk []int64) ([]int64, error) {
 			done, err := c.queries.TaskCancelMany(ctx, x, db.TaskCancelManyParams{Ids: chunk, Statuses: statuses})
 			if err != nil {
 				return nil, fmt.Errorf("cancelling tasks: %w", err)
 			}
+			if running {
+				rest := slices.DeleteFunc(slices.Clone(chunk), func(id int64) bool { return slices.Contains(done, id) })
+				asked, err := c.cancelRunning(ctx, x, rest)
+				if err != nil {
+					return nil, fmt.Errorf("cancelling running tasks: %w", err)
+				}
+				requested = append(requested, asked...)
+				done = append(done, asked...)
+			}
 			return done, nil
 		})
-		return CancelResult{Cancelled: int64(len(cr.IDs)), IDs: cr.IDs, Skipped: cr.Skipped}, err
+		slices.Sort(requested)
+		cancelled := slices.DeleteFunc(cr.IDs, func(id int64) bool { _, ok := slices.BinarySearch(requested, id); return ok })
+		skipped := cr.Skipped
+		for _, id := range requested {
+			skipped = append(skipped, SkippedTask{ID: id, Status: StatusRunning})
+		}
+		slices.SortFunc(skipped, func(x, y SkippedTask) int { return cmp.Compare(x.ID, y.ID) })
+		return CancelResult{Cancelled: int64(len(cancelled)), IDs: cancelled, Skipped: skipped, Requested: requested}, err
 	}
 
 	if err := a.begin(ctx); err != nil {

@@ -53,7 +53,9 @@ func newElector(l leadership, g guard, log *slog.Logger, workerID string) *elect
 func (e *elector) lead(ctx context.Context) bool {
 	now := e.guard.lead(ctx, &e.l)
 	if was := e.leading.Swap(now); now && !was {
-		e.log.Info("skiplock: this worker now runs the "+e.l.name, "worker_id", e.workerID)
+		// Routine (the only worker always wins): debug, so that a worker's
+		// start is one line at info.
+		e.log.Debug("skiplock: this worker now runs the "+e.l.name, "worker_id", e.workerID)
 	}
 	return now
 }

@@ -164,12 +164,13 @@ func (r *rescuer) run(ctx context.Context) {
 	var pace rescuePacer
 	var sweep rescueSweep
 	var told time.Time // when a slow pass was last logged
+	passes := 0        // of this leadership
 	every(ctx, r.interval, func(ctx context.Context) {
 		// The election is kept every interval, passes or not: a lease
 		// left unrenewed would hand the job to another worker.
 		if !r.elector.lead(ctx) {
 			// A leader again starts with a pass over every task.
-			pace, sweep = rescuePacer{}, rescueSweep{}
+			pace, sweep, passes = rescuePacer{}, rescueSweep{}, 0
 			return
 		}
 		started := time.Now()
@@ -188,7 +189,10 @@ func (r *rescuer) run(ctx context.Context) {
 				r.rescueOrphans(ctx, 0, 0) // no ids: pg_locks and the statement alone
 				return time.Since(start)
 			})
-		if (began || pace.due.Sub(started) > 2*r.interval) && time.Since(told) > time.Minute {
+		passes++
+		// The first pass of a leadership pays one-off costs (a cold cache,
+		// planning): a slow one is told only from the second on.
+		if passes > 1 && (began || pace.due.Sub(started) > 2*r.interval) && time.Since(told) > time.Minute {
 			told = time.Now()
 			r.log.Info("skiplock: a look for orphaned tasks was slow, so the rescuer looks part by part and less often; "+
 				"a transaction that holds back the xmin horizon (idle in transaction, a long query, a replica's feedback) "+

@@ -1,5 +1,5 @@
-// Package humanize formats numbers for people: the CLI's counts and the
-// bench's report share it.
+// Package humanize formats and reads numbers for people: counts and
+// durations. The CLI and the bench's report share it.
 package humanize
 
 import (

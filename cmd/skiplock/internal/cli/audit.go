@@ -49,7 +49,8 @@ func (a *app) auditCommand() *cobra.Command {
 		Short: "List the audit trail: who changed what, when, and how many tasks",
 		Long: `List the operator changes recorded in the audit trail, newest first: every
 requeue, cancel, delete, purge, run now, pause, resume, limit set or
-removed, and task enqueued by hand, made with this command (source cli, as
+removed, schedule added, changed, paused, resumed or removed, and task
+enqueued by hand, made with this command (source cli, as
 the OS user running it), the dashboard (source dashboard, as the user its
 application named), or a program through package queue (source api). Each
 record has who, the database role, when, what was asked (the task IDs or
@@ -70,11 +71,7 @@ default).`,
 				return err
 			}
 			if action != "" && !slices.Contains(queue.AuditActions, queue.AuditAction(action)) {
-				names := make([]string, len(queue.AuditActions))
-				for i, a := range queue.AuditActions {
-					names[i] = string(a)
-				}
-				return usageErrorf("unknown --action %q; want one of %s", action, strings.Join(names, ", "))
+				return usageErrorf("unknown --action %q; want one of %s", action, auditActionNames())
 			}
 			if source != "" && !slices.Contains([]queue.Source{queue.SourceCLI, queue.SourceDashboard, queue.SourceAPI}, queue.Source(source)) {
 				return usageErrorf("unknown --source %q; want cli, dashboard or api", source)
@@ -127,12 +124,22 @@ default).`,
 	})
 	fl := c.Flags()
 	fl.StringVar(&since, "since", "", "only changes made since then: a duration ago (24h, 7d) or a time (2026-01-02T15:04:05Z)")
-	fl.StringVar(&action, "action", "", "only this action: requeue, cancel, cancel-running, delete, purge, run-now, pause, resume, limit-set, limit-remove, enqueue")
+	fl.StringVar(&action, "action", "", "only this action: "+auditActionNames())
 	fl.StringVar(&actor, "actor", "", "only changes made by this actor")
 	fl.StringVar(&source, "source", "", "only changes from this source: cli, dashboard or api")
 	limit.register(c, "limit", queue.DefaultAuditLimit, "at most this many records")
 	fl.Int64Var(&beforeID, "before", 0, "only records with an ID below this one (the next page)")
 	return c
+}
+
+// auditActionNames lists every action the audit trail records, from
+// queue.AuditActions, the one list.
+func auditActionNames() string {
+	names := make([]string, len(queue.AuditActions))
+	for i, a := range queue.AuditActions {
+		names[i] = string(a)
+	}
+	return strings.Join(names, ", ")
 }
 
 // compactJSON is raw on one line, without spaces.

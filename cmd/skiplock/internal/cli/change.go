@@ -467,32 +467,16 @@ is 3; a task already cancelled is fine.`,
 						return string(s) + ", not cancelled"
 					},
 					run: func(ctx context.Context) ([]int64, []queue.SkippedTask, error) {
+						// One operator change, one audit record: the
+						// running tasks named get their request in the
+						// same call.
+						req.Running = true
 						res, err := client.Cancel(ctx, req)
 						if err != nil {
 							return nil, nil, err
 						}
-						var running []int64
-						for _, s := range res.Skipped {
-							if s.Status == queue.StatusRunning {
-								running = append(running, s.ID)
-							}
-						}
-						if len(running) > 0 {
-							if requestedIDs, err = client.CancelRunning(ctx, running); err != nil {
-								return nil, nil, err
-							}
-						}
-						// A running task that finished meanwhile got no
-						// request: report its status now.
-						skipped := res.Skipped
-						for i, s := range skipped {
-							if s.Status == queue.StatusRunning && !slices.Contains(requestedIDs, s.ID) {
-								if t, err := client.Get(ctx, s.ID); err == nil {
-									skipped[i].Status = t.Status
-								}
-							}
-						}
-						return res.IDs, skipped, nil
+						requestedIDs = res.Requested
+						return res.IDs, res.Skipped, nil
 					},
 					runTx: func(ctx context.Context, tx queue.Executor) ([]int64, []queue.SkippedTask, error) {
 						res, err := client.CancelTx(ctx, tx, req)

@@ -92,8 +92,8 @@ It reads the whole table once; on a very large table it takes a moment.`,
 				fmt.Fprintln(a.env.Stdout, "No tasks, and no paused queues.")
 				return nil
 			}
-			tw := table(a.env.Stdout, "QUEUE", "STATE", "DUE", "OLDEST DUE", "RETRYING", "SCHEDULED", "RUNNING", "COMPLETED", "FAILED", "CANCELLED",
-				"DONE/MIN 1m 5m 15m", "FAILED% 1m 5m 15m")
+			tw := table(a.env.Stdout, append([]string{"QUEUE", "STATE", "DUE", "OLDEST DUE", "RETRYING", "SCHEDULED", "RUNNING", "COMPLETED", "FAILED", "CANCELLED"},
+				recentHeads()...)...)
 			line := func(q queue.QueueStats, name string) {
 				state := "active"
 				switch {
@@ -106,13 +106,18 @@ It reads the whole table once; on a very large table it takes a moment.`,
 				if q.Due > 0 {
 					oldest = short(q.OldestDue)
 				}
-				var rates, fails []string
-				for _, w := range q.Recent {
-					rates = append(rates, fmt.Sprintf("%.1f", w.PerMinute()))
+				cells := []any{name, state, count(q.Due), oldest, count(q.Retrying), count(q.Scheduled), count(q.Running), count(q.Completed),
+					count(q.Failed), count(q.Cancelled)}
+				var fails []any
+				for i, w := range q.Recent {
+					if i == 0 {
+						cells = append(cells, count(w.Completed))
+					} else {
+						cells = append(cells, fmt.Sprintf("%.1f", w.PerMinute()))
+					}
 					fails = append(fails, fmt.Sprintf("%.0f%%", 100*w.FailureRate()))
 				}
-				row(tw, name, state, count(q.Due), oldest, count(q.Retrying), count(q.Scheduled), count(q.Running), count(q.Completed),
-					count(q.Failed), count(q.Cancelled), strings.Join(rates, " "), strings.Join(fails, " "))
+				row(tw, append(cells, fails...)...)
 			}
 			for _, q := range s.Queues {
 				line(q, q.Queue)
@@ -131,6 +136,23 @@ It reads the whole table once; on a very large table it takes a moment.`,
 			return a.printLimits(limits, false)
 		},
 	})
+}
+
+// recentHeads heads the columns of the recent windows (queue.StatsWindows):
+// tasks completed in the first (the last minute), completed per minute on
+// average over the others, then the failure rate over each.
+func recentHeads() []string {
+	var done, failed []string
+	for i, w := range queue.StatsWindows {
+		span := strings.ToUpper(short(w))
+		if i == 0 {
+			done = append(done, "DONE LAST "+span)
+		} else {
+			done = append(done, "AVG/MIN "+span)
+		}
+		failed = append(failed, "FAILED% "+span)
+	}
+	return append(done, failed...)
 }
 
 // lockJSON is a held task lock in --json output.

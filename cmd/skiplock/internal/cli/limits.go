@@ -22,7 +22,7 @@ apply a change from their next claim.`,
   skiplock limit set --name crm.push --max 10
   skiplock limit set --key 'tenant:*' --max 5     # at most 5 per tenant
   skiplock limit list
-  skiplock limit rm --queue reports`,
+  skiplock limit remove --queue reports`,
 		Args: unknownCommand,
 		RunE: showHelp,
 	})
@@ -32,7 +32,7 @@ apply a change from their next claim.`,
 
 func (a *app) limitSetCommand(set bool) *cobra.Command {
 	var l queue.Limit
-	use, short := "rm", "Remove a limit"
+	use, short := "remove", "Remove a limit"
 	if set {
 		use, short = "set", "Set a limit, or change its --max"
 	}
@@ -74,7 +74,7 @@ func (a *app) limitSetCommand(set bool) *cobra.Command {
 				return err
 			}
 			if a.json {
-				return a.printJSON(map[string]any{"action": "rm", "limit": l.String(), "removed": removed})
+				return a.printJSON(map[string]any{"action": "remove", "limit": l.String(), "removed": removed})
 			}
 			if !removed {
 				return usageErrorf("no limit %s (nothing was changed)", l)

@@ -32,7 +32,7 @@ func TestLimitCommands(t *testing.T) {
 	if r := b.run(t, "stats").ok(t); !strings.Contains(r.stdout, "queue reports") || !strings.Contains(r.stdout, "Concurrency limits") {
 		t.Fatalf("stats:\n%s", r.stdout)
 	}
-	b.run(t, "limit", "rm", "--queue", "reports").ok(t)
+	b.run(t, "limit", "remove", "--queue", "reports").ok(t)
 	b.run(t, "limit", "list", "--json").ok(t).decode(t, &out)
 	if len(out.Limits) != 1 {
 		t.Fatalf("after rm: %+v", out)
@@ -40,7 +40,7 @@ func TestLimitCommands(t *testing.T) {
 	for _, args := range [][]string{
 		{"limit", "set", "--queue", "q"},
 		{"limit", "set", "--queue", "q", "--name", "n", "--max", "1"},
-		{"limit", "rm", "--queue", "never-set"},
+		{"limit", "remove", "--queue", "never-set"},
 	} {
 		if r := b.run(t, args...); r.code == 0 || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
 			t.Errorf("%v: exit %d, stderr %q", args, r.code, r.stderr)

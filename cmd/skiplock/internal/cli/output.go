@@ -12,6 +12,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/pflag"
+
 	"github.com/skiplock/skiplock/internal/humanize"
 	"github.com/skiplock/skiplock/queue"
 )
@@ -39,13 +41,15 @@ func row(tw *tabwriter.Writer, cells ...any) {
 }
 
 // confirm asks question on Stderr and reads the answer from Stdin, unless
-// yes. Without a person at Stdin it refuses: a script must say --yes.
+// yes. Without a person at Stdin it refuses: a script must say --yes. Not
+// confirmed, whether refused or answered no, is ExitError, as the help
+// says.
 func (a *app) confirm(yes bool, question string) error {
 	if yes {
 		return nil
 	}
 	if !a.env.Interactive {
-		return usageErrorf("%s: refusing without confirmation, as stdin is not a terminal (pass --yes)", question)
+		return fmt.Errorf("%s: refusing without confirmation, as stdin is not a terminal (pass --yes); nothing was changed", question)
 	}
 	fmt.Fprintf(a.env.Stderr, "%s [y/N] ", question)
 	answer, err := bufio.NewReader(a.env.Stdin).ReadString('\n')
@@ -144,20 +148,37 @@ func parseIDs(args []string) ([]int64, error) {
 	return ids, nil
 }
 
-// parseDuration reads a Go duration (90m, 36h) or a number of days (7d).
+// parseDuration reads a duration of a flag in the one syntax every flag
+// takes: Go's (90s, 1h30m) with days and weeks (7d, 2w, 1d12h).
 func parseDuration(flag, s string) (time.Duration, error) {
-	if days, ok := strings.CutSuffix(s, "d"); ok {
-		n, err := strconv.ParseFloat(days, 64)
-		if err == nil && n >= 0 {
-			return time.Duration(n * float64(24*time.Hour)), nil
-		}
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil || d < 0 {
-		return 0, usageErrorf("--%s %q is not a duration (want e.g. 90m, 36h or 7d)", flag, s)
+	d, err := humanize.ParseDuration(s)
+	if err != nil {
+		return 0, usageErrorf("--%s %q is %v", flag, s, err)
 	}
 	return d, nil
 }
+
+// durationFlag is a flag that takes a duration, read by parseDuration.
+type durationFlag time.Duration
+
+// durationVar registers a duration flag on fl: every flag that takes a
+// duration is one, so that 7d works wherever 168h does.
+func durationVar(fl *pflag.FlagSet, p *time.Duration, name string, value time.Duration, usage string) {
+	*p = value
+	fl.Var((*durationFlag)(p), name, usage)
+}
+
+func (d *durationFlag) Set(s string) error {
+	v, err := humanize.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = durationFlag(v)
+	return nil
+}
+
+func (d *durationFlag) String() string { return time.Duration(*d).String() }
+func (d *durationFlag) Type() string   { return "duration" }
 
 // parseSince reads a point in time: a duration ago (2h, 7d) or an RFC 3339
 // time (2026-01-02T15:04:05Z) or date (2026-01-02, UTC).
@@ -240,26 +261,8 @@ func ago(t time.Time) string {
 	return short(time.Since(t))
 }
 
-// short formats a duration for a table: whole seconds, minutes and hours,
-// days past 48h.
-func short(d time.Duration) string {
-	if d < 0 {
-		return "in " + short(-d)
-	}
-	switch {
-	case d < time.Second:
-		return d.Round(time.Millisecond).String()
-	case d < time.Minute:
-		return d.Round(time.Second).String()
-	case d < time.Hour:
-		return strings.TrimSuffix(d.Round(time.Second).String(), "0s")
-	case d < 48*time.Hour:
-		return strings.TrimSuffix(d.Round(time.Minute).String(), "0s")
-	}
-	days := int64(d / (24 * time.Hour))
-	hours := int64((d % (24 * time.Hour)) / time.Hour)
-	return fmt.Sprintf("%dd%dh", days, hours)
-}
+// short formats a duration for a table: 3s, 9m40s, 2h5m, 3d4h.
+func short(d time.Duration) string { return humanize.Duration(d) }
 
 // stamp formats a time for people: local, to the second.
 func stamp(t time.Time) string {

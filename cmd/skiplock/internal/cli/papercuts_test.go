@@ -33,8 +33,8 @@ func TestConfirmStdinDevNull(t *testing.T) { // not parallel: it swaps os.Stdin
 		t.Fatal("OSEnv takes stdin from /dev/null for a terminal")
 	}
 	r := b.runEnv(t, env, "requeue", "--failed")
-	if r.code != cli.ExitUsage || !strings.Contains(r.oneLine(t), "pass --yes") || strings.Contains(r.stderr, "[y/N]") {
-		t.Fatalf("requeue --failed </dev/null: exit %d, stderr %q; want exit 2 asking for --yes, no prompt", r.code, r.stderr)
+	if r.code != cli.ExitError || !strings.Contains(r.oneLine(t), "pass --yes") || strings.Contains(r.stderr, "[y/N]") {
+		t.Fatalf("requeue --failed </dev/null: exit %d, stderr %q; want exit 1 asking for --yes, no prompt", r.code, r.stderr)
 	}
 	if b.status(t, id) != queue.StatusFailed {
 		t.Fatal("the task changed without confirmation")
@@ -212,7 +212,7 @@ func TestDelete(t *testing.T) {
 	failed := b.insert(t, "q", "a", queue.StatusFailed, 3, 3, "boom")
 	pending := b.insert(t, "q", "a", queue.StatusPending, 0, 3, "")
 	running := b.insert(t, "q", "a", queue.StatusRunning, 1, 3, "")
-	if r := b.run(t, "delete", fmt.Sprint(failed)); r.code != cli.ExitUsage || !strings.Contains(r.stderr, "pass --yes") {
+	if r := b.run(t, "delete", fmt.Sprint(failed)); r.code != cli.ExitError || !strings.Contains(r.stderr, "pass --yes") {
 		t.Fatalf("delete without --yes and no terminal: exit %d %q", r.code, r.stderr)
 	}
 	r := b.run(t, "delete", fmt.Sprint(failed), fmt.Sprint(pending), fmt.Sprint(running), "999999", "--yes")

@@ -219,7 +219,7 @@ func TestObserverCommands(t *testing.T) {
 		{"queue", "pause", "q"},
 		{"queue", "resume", "paused"},
 		{"limit", "set", "--queue", "q", "--max", "5"},
-		{"limit", "rm", "--queue", "q"},
+		{"limit", "remove", "--queue", "q"},
 		{"enqueue", "job"},
 	} {
 		o.run(t, args...).denied(t, strings.Join(args, " "))
@@ -275,7 +275,7 @@ func TestOperatorCommands(t *testing.T) {
 		{"queue", "pause", "q"},
 		{"queue", "resume", "q"},
 		{"limit", "set", "--queue", "q", "--max", "2"},
-		{"limit", "rm", "--queue", "q"},
+		{"limit", "remove", "--queue", "q"},
 		{"list"},
 		{"stats"},
 		{"locks"},

@@ -130,13 +130,13 @@ func (a *app) scheduleWriteCommand(add bool) *cobra.Command {
 	})
 	fl := c.Flags()
 	fl.StringVar(&s.Cron, "cron", "", "cron expression: 5 fields, 6 with seconds first, or @hourly...; UTC unless it begins with CRON_TZ=Zone")
-	fl.DurationVar(&s.Every, "every", 0, "fixed interval, at least 1s, aligned to the Unix epoch (e.g. 30s, 5m)")
+	durationVar(fl, &s.Every, "every", 0, "fixed interval, at least 1s, aligned to the Unix epoch (e.g. 30s, 5m)")
 	fl.StringVar(&s.Task, "name", "", "the name of the task enqueued at each tick")
 	fl.StringVar(&payload, "payload", "", "the task's JSON payload (default null)")
 	fl.StringVar(&s.Queue, "queue", "", "the task's queue (default \"default\")")
 	fl.IntVar(&s.Priority, "priority", 0, "the task's priority; lower runs first")
 	fl.IntVar(&s.MaxAttempts, "max-attempts", 0, "the task's attempts before it stays failed (default 25)")
-	fl.DurationVar(&s.Timeout, "timeout", 0, "bound on each attempt (default: the worker's)")
+	durationVar(fl, &s.Timeout, "timeout", 0, "bound on each attempt (default: the worker's)")
 	fl.BoolVar(&s.CatchUp, "catch-up", false, "enqueue the latest tick missed while no worker ran, once (default: skip missed ticks)")
 	if add {
 		fl.BoolVar(&s.Paused, "paused", false, "add it paused (resume it with `skiplock schedules resume`)")
@@ -150,13 +150,8 @@ func (a *app) scheduleChangeCommand(verb string) *cobra.Command {
 		"resume": "Resume a paused schedule, from its next tick",
 		"remove": "Remove a stored schedule (the tasks it enqueued stay)",
 	}[verb]
-	var aliases []string
-	if verb == "remove" {
-		aliases = []string{"rm"}
-	}
 	return newCommand(&cobra.Command{
 		Use:     verb + " NAME",
-		Aliases: aliases,
 		Short:   short,
 		Example: "  skiplock schedules " + verb + " heartbeat",
 		Args:    exactArgs(1, "give the schedule's NAME"),
@@ -202,6 +197,21 @@ type scheduleJSON struct {
 	UpdatedAt   time.Time       `json:"updated_at,omitzero"`
 }
 
+// lastTick is the schedule's last tick, or nil when it never ticked. For a
+// new schedule the scheduler records the tick before it first saw it (the
+// one the schedule starts after), which is not a tick it enqueued. Every
+// tick it enqueues comes after the schedule was added, and running workers
+// see a new schedule within seconds, so a recorded tick not after the
+// schedule was added is that start. (A schedule added while no worker ran
+// starts after the tick before a worker first saw it, and that tick is
+// shown.)
+func lastTick(s queue.Schedule) *time.Time {
+	if s.LastTick == nil || !s.LastTick.After(s.CreatedAt) {
+		return nil
+	}
+	return s.LastTick
+}
+
 func toScheduleJSON(s queue.Schedule) scheduleJSON {
 	p := s.Payload
 	if p == nil {
@@ -210,14 +220,13 @@ func toScheduleJSON(s queue.Schedule) scheduleJSON {
 	return scheduleJSON{
 		Name: s.Name, Cron: s.Cron, EveryMs: s.Every.Milliseconds(), Task: s.Task, Payload: p, Queue: s.Queue,
 		Priority: s.Priority, MaxAttempts: s.MaxAttempts, TimeoutMs: s.Timeout.Milliseconds(), CatchUp: s.CatchUp,
-		Paused: s.Paused, PausedAt: s.PausedAt, LastTick: s.LastTick, UpdatedAt: s.UpdatedAt,
+		Paused: s.Paused, PausedAt: s.PausedAt, LastTick: lastTick(s), UpdatedAt: s.UpdatedAt,
 	}
 }
 
 func (a *app) scheduleListCommand() *cobra.Command {
 	return newCommand(&cobra.Command{
 		Use:     "list",
-		Aliases: []string{"ls"},
 		Short:   "List the stored schedules and their last ticks",
 		Example: "  skiplock schedules list\n  skiplock schedules list --json",
 		Args:    noArgs,
@@ -252,9 +261,9 @@ func (a *app) scheduleListCommand() *cobra.Command {
 				if s.Paused {
 					state = "paused"
 				}
-				last := "-"
-				if s.LastTick != nil {
-					last = s.LastTick.UTC().Format(time.RFC3339)
+				last := "never"
+				if t := lastTick(s); t != nil {
+					last = t.UTC().Format(time.RFC3339)
 				}
 				row(tw, s.Name, s.Spec(), s.Task, q, state, last)
 			}

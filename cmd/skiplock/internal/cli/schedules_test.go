@@ -47,7 +47,7 @@ func TestScheduleCommands(t *testing.T) {
 			t.Errorf("schedules list lacks %q:\n%s", want, r.stdout)
 		}
 	}
-	b.run(t, "schedules", "rm", "ping").ok(t)
+	b.run(t, "schedules", "remove", "ping").ok(t)
 	if r := b.run(t, "audit", "--action", "schedule-add").ok(t); !strings.Contains(r.stdout, "nightly") {
 		t.Errorf("audit lacks the schedule-add of nightly:\n%s", r.stdout)
 	}

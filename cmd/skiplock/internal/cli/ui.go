@@ -88,6 +88,6 @@ refuses to listen beyond loopback.`,
 	f := cmd.Flags()
 	f.StringVar(&listen, "listen", "127.0.0.1:8080", "address to listen on, HOST:PORT; beyond loopback it needs a token")
 	f.StringVar(&token, "token", "", "require this token (as the basic auth password, or a bearer token); default $"+uiTokenEnv)
-	f.DurationVar(&refresh, "refresh", dashboard.DefaultRefresh, "how often pages refresh themselves; 0 turns it off")
+	durationVar(f, &refresh, "refresh", dashboard.DefaultRefresh, "how often pages refresh themselves; 0 turns it off")
 	return cmd
 }
