@@ -502,3 +502,17 @@ func TestBuildFragment(t *testing.T) {
 		t.Errorf("build of a program = %q, %v", code, err)
 	}
 }
+
+// extract takes the go blocks, indented ones too, and leaves out those
+// marked to skip and those of other languages.
+func TestExtract(t *testing.T) {
+	md := "# T\n\n```go\na := 1\n```\n\n<!-- snippet: skip: a signature -->\n```go\nfunc F(x int) error\n```\n\n```sh\nls\n```\n\n- item:\n\n  ```go\n  b := 2\n  ```\n"
+	path := filepath.Join(t.TempDir(), "T.md")
+	if err := os.WriteFile(path, []byte(md), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got := extract(t, path, "T.md")
+	if len(got) != 2 || got[0].code != "a := 1\n" || got[0].line != 4 || got[1].code != "b := 2\n" || got[1].line != 19 {
+		t.Fatalf("extract = %+v, want the blocks at lines 4 and 19", got)
+	}
+}
