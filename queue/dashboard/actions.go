@@ -10,8 +10,8 @@ import (
 	"path"
 	"strconv"
 	"strings"
-	"time"
 
+	"github.com/skiplock/skiplock/internal/humanize"
 	"github.com/skiplock/skiplock/queue"
 )
 
@@ -408,9 +408,9 @@ func readEnqueueForm(r *http.Request) (enqueueForm, error) {
 		f.opts = append(f.opts, queue.WithMaxAttempts(n))
 	}
 	if v := strings.TrimSpace(r.PostFormValue("delay")); v != "" {
-		d, err := time.ParseDuration(v)
+		d, err := humanize.ParseDuration(v) // the command's syntax: 30s, 10m, 1d
 		if err != nil {
-			return bad("delay %q is not a duration (such as 30s or 10m)", v)
+			return bad("delay %q is %v", v, err)
 		}
 		f.opts = append(f.opts, queue.WithDelay(d))
 	}
