@@ -75,10 +75,9 @@ type PeriodicTask struct {
 type schedule struct {
 	PeriodicTask
 	cron cron.Schedule
-	// A stored schedule's pause, and when it was last changed; resumed:
-	// this scheduler saw it paused before that change.
-	paused, resumed bool
-	changedAt       time.Time
+	// A stored schedule's pause, and when it was last changed.
+	paused    bool
+	changedAt time.Time
 }
 
 func parseSchedules(tasks []PeriodicTask) ([]schedule, error) {
@@ -171,23 +170,19 @@ func (d *dueTicks) add(t, edge time.Time) {
 }
 
 // due returns the ticks of s in (last, now]; a tick earlier than now -
-// window is missed. A schedule changed since its last tick ticks on its
-// spec as it is now from the change on: of its ticks at or before the
-// change, only the latest counts (the tick that was due as an update came
-// in), and none if the change resumed it (it passed while paused).
+// window is missed. A stored schedule changed since its last tick ticks as
+// it is now from the change on: its ticks up to the change were the
+// schedule's as it was, which the scheduler enqueued (or, paused, passed)
+// before it loaded the change.
 func (s schedule) due(last, now time.Time, window time.Duration) dueTicks {
 	var d dueTicks
 	edge := now.Add(-window)
 	from := last
 	if s.changedAt.After(last) {
-		change := s.changedAt
-		if change.After(now) {
-			change = now // the database's clock is ahead of this one
+		from = s.changedAt
+		if from.After(now) {
+			from = now // the database's clock is ahead of this one
 		}
-		if t := s.latestTick(last, change); !t.IsZero() && !s.resumed {
-			d.add(t, edge)
-		}
-		from = change
 	}
 	if s.Every != 0 {
 		// Arithmetic, not a walk: a long outage costs nothing.
@@ -294,15 +289,26 @@ func (s *scheduler) pass(ctx context.Context, announced bool) {
 		return
 	}
 	if announced || s.loaded.IsZero() || time.Since(s.loaded) >= s.reloadEvery {
+		if !s.loaded.IsZero() {
+			// The ticks due until a change are the schedules' as they
+			// were: enqueue them (or pass a paused one's) before loading
+			// it, so that the change takes effect from its commit on.
+			s.scheduleAll(ctx)
+		}
 		s.reload(ctx)
 	}
+	s.scheduleAll(ctx)
+	if s.passed != nil {
+		s.passed()
+	}
+}
+
+// scheduleAll enqueues the due ticks of every schedule.
+func (s *scheduler) scheduleAll(ctx context.Context) {
 	for _, sc := range s.schedules() {
 		if err := s.scheduleOne(ctx, sc); err != nil && ctx.Err() == nil {
 			s.log.Warn("skiplock: enqueueing a periodic task", "schedule", sc.ID, "error", err)
 		}
-	}
-	if s.passed != nil {
-		s.passed()
 	}
 }
 
@@ -320,10 +326,6 @@ func (s *scheduler) reload(ctx context.Context) {
 		}
 		return
 	}
-	before := make(map[string]schedule, len(s.stored))
-	for _, sc := range s.stored {
-		before[sc.ID] = sc
-	}
 	stored := make([]schedule, 0, len(rows))
 	for _, r := range rows {
 		sc, err := storedSchedule(r)
@@ -332,9 +334,6 @@ func (s *scheduler) reload(ctx context.Context) {
 			continue
 		}
 		s.once(r.Name, "")
-		if b, ok := before[sc.ID]; ok && !sc.paused && (b.paused || b.resumed && b.changedAt.Equal(sc.changedAt)) {
-			sc.resumed = true
-		}
 		stored = append(stored, sc)
 	}
 	s.stored, s.loaded = stored, time.Now()

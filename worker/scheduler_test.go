@@ -176,8 +176,8 @@ func TestSchedulerTickWindow(t *testing.T) {
 	}
 }
 
-// TestScheduleDue: which ticks of a changed, paused or resumed stored
-// schedule come due.
+// TestScheduleDue: which ticks of a schedule come due, on time or missed,
+// and of a stored schedule changed since its last tick.
 func TestScheduleDue(t *testing.T) {
 	t.Parallel()
 	t0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
@@ -185,7 +185,6 @@ func TestScheduleDue(t *testing.T) {
 	for _, tc := range []struct {
 		what      string
 		changedAt time.Time
-		resumed   bool
 		last, now time.Time
 		onTime    []time.Time
 		missed    int
@@ -194,14 +193,14 @@ func TestScheduleDue(t *testing.T) {
 		{what: "on time", last: sec(0), now: sec(3), onTime: []time.Time{sec(1), sec(2), sec(3)}, latest: sec(3)},
 		{what: "nothing due", last: sec(3), now: sec(3).Add(900 * time.Millisecond)},
 		{what: "some late", last: sec(0), now: sec(12), onTime: []time.Time{sec(2), sec(3), sec(4), sec(5), sec(6), sec(7), sec(8), sec(9), sec(10), sec(11), sec(12)}, missed: 1, latest: sec(12)},
-		{what: "changed: the tick due at the change, then the new spec's", changedAt: sec(4).Add(500 * time.Millisecond), last: sec(0), now: sec(6),
-			onTime: []time.Time{sec(4), sec(5), sec(6)}, latest: sec(6)},
-		{what: "resumed: nothing of the pause", changedAt: sec(4).Add(500 * time.Millisecond), resumed: true, last: sec(0), now: sec(6),
+		{what: "changed: the new spec's ticks from the change on", changedAt: sec(4).Add(500 * time.Millisecond), last: sec(0), now: sec(6),
 			onTime: []time.Time{sec(5), sec(6)}, latest: sec(6)},
+		{what: "changed, nothing due since", changedAt: sec(4).Add(500 * time.Millisecond), last: sec(0), now: sec(4).Add(900 * time.Millisecond)},
 		{what: "changed before the last tick", changedAt: sec(-5), last: sec(0), now: sec(2), onTime: []time.Time{sec(1), sec(2)}, latest: sec(2)},
-		{what: "changed on the database's clock, ahead", changedAt: sec(9), last: sec(0), now: sec(3), onTime: []time.Time{sec(3)}, latest: sec(3)},
+		{what: "changed on the database's clock, ahead", changedAt: sec(9), last: sec(0), now: sec(3)},
+		{what: "long outage", last: sec(-86400 * 400), now: sec(12), onTime: []time.Time{sec(2), sec(3), sec(4), sec(5), sec(6), sec(7), sec(8), sec(9), sec(10), sec(11), sec(12)}, missed: 400*86400 + 1, latest: sec(12)},
 	} {
-		s := schedule{PeriodicTask: PeriodicTask{Every: time.Second}, changedAt: tc.changedAt, resumed: tc.resumed}
+		s := schedule{PeriodicTask: PeriodicTask{Every: time.Second}, changedAt: tc.changedAt}
 		d := s.due(tc.last, tc.now, 10*time.Second)
 		if fmt.Sprint(d.onTime) != fmt.Sprint(tc.onTime) || d.missed != tc.missed || !d.latest.Equal(tc.latest) {
 			t.Errorf("%s: on time %v, missed %d, latest %s; want %v, %d, %s", tc.what, d.onTime, d.missed, d.latest, tc.onTime, tc.missed, tc.latest)

@@ -3,7 +3,9 @@ package worker_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -144,6 +146,43 @@ func TestStoredSchedules(t *testing.T) {
 	if dup := b.dups(t, "tick", "tick2", "marker"); dup != 0 {
 		t.Errorf("%d ticks enqueued twice", dup)
 	}
+}
+
+// TestStoredScheduleFirstTick: schedules added to a running worker with
+// the default PollInterval (1 s), at eight moments spread over the
+// second, each start with a tick after the addition (never the past), on
+// the second, and are enqueued. It logs how long each took from
+// AddSchedule to its first enqueue: the wait for the next whole second,
+// then for the scheduler's next pass (at most PollInterval, or 1 s).
+func TestStoredScheduleFirstTick(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	start(t, b.pool, storedConfig(worker.Config{PollInterval: worker.DefaultPollInterval}),
+		worker.Handlers{"tick": func(context.Context, *worker.Task) error { return nil }})
+	waitFor(t, 2*time.Second, "an elected scheduler", func() bool { return b.schedulerPID(t) != 0 })
+	var took []time.Duration
+	for i := range 8 {
+		// Add it at i/8 of a second past a whole second.
+		time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + time.Duration(i)*time.Second/8)))
+		name := fmt.Sprintf("first-%d", i)
+		added := time.Now()
+		if err := b.client.AddSchedule(ctx, queue.Schedule{Name: name, Every: time.Second, Task: name, Queue: "unclaimed"}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 2*time.Second, "the first tick of "+name, func() bool { return len(b.ticksOf(t, name)) >= 1 })
+		took = append(took, time.Since(added))
+		if first := b.ticksOf(t, name)[0]; !first.After(added) || first.UnixNano()%int64(time.Second) != 0 {
+			t.Errorf("%s added at %s: first tick %s, want a whole second after the addition", name, added.UTC(), first.UTC())
+		}
+		if err := b.client.RemoveSchedule(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slices.Sort(took)
+	t.Logf("AddSchedule to first enqueue, PollInterval %s, 8 additions spread over the second: %s to %s, median %s",
+		worker.DefaultPollInterval, took[0].Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond),
+		((took[3] + took[4]) / 2).Round(time.Millisecond))
 }
 
 // TestStoredScheduleReplacesConfigured: a stored schedule named as a
