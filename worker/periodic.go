@@ -290,9 +290,9 @@ func (s *scheduler) pass(ctx context.Context, announced bool) {
 	}
 	if announced || s.loaded.IsZero() || time.Since(s.loaded) >= s.reloadEvery {
 		if !s.loaded.IsZero() {
-			// The ticks due until a change are the schedules' as they
-			// were: enqueue them (or pass a paused one's) before loading
-			// it, so that the change takes effect from its commit on.
+			// The ticks due until a change is loaded are the schedules'
+			// as they were: enqueue them (or pass a paused one's) first;
+			// a changed schedule then ticks from its change on (due).
 			s.scheduleAll(ctx)
 		}
 		s.reload(ctx)
@@ -464,7 +464,7 @@ func (sc *scheduler) scheduleOne(ctx context.Context, s schedule) error {
 					queue.WithUniqueKey("periodic:"+s.ID+":"+strconv.FormatInt(tick.UnixNano(), 10)),
 					queue.WithUniqueWindow(time.Duration(math.MaxInt64)))}
 			}
-			if ids, err := sc.producer.EnqueueManyTx(ctx, tx, tasks); ids == nil || err != nil && !errors.Is(err, queue.ErrDuplicate) {
+			if ids, err := sc.producer.EnqueueManyTx(ctx, tx, tasks); ids == nil || (err != nil && !errors.Is(err, queue.ErrDuplicate)) {
 				return err
 			}
 		}
