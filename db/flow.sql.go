@@ -10,12 +10,16 @@ import (
 	"time"
 )
 
-const periodicLastTick = `-- name: PeriodicLastTick :one
-SELECT last_tick FROM skiplock_periodic WHERE schedule = $1::text
+const periodicLockLastTick = `-- name: PeriodicLockLastTick :one
+SELECT last_tick FROM skiplock_periodic WHERE schedule = $1::text FOR UPDATE
 `
 
-func (q *Queries) PeriodicLastTick(ctx context.Context, db DBTX, schedule string) (time.Time, error) {
-	row := db.QueryRow(ctx, periodicLastTick, schedule)
+// A schedule's last tick, its row locked until the transaction ends: a
+// scheduler enqueues the ticks after it and moves it on in that
+// transaction, so a second scheduler (a handover, a stalled one that
+// wakes up) waits, then reads the new last tick and enqueues nothing twice.
+func (q *Queries) PeriodicLockLastTick(ctx context.Context, db DBTX, schedule string) (time.Time, error) {
+	row := db.QueryRow(ctx, periodicLockLastTick, schedule)
 	var last_tick time.Time
 	err := row.Scan(&last_tick)
 	return last_tick, err

@@ -61,8 +61,11 @@ type Schedule struct {
 	MaxAttempts int
 	// Timeout is the task's WithTimeout. Defaults to the worker's.
 	Timeout time.Duration
-	// CatchUp enqueues the latest tick missed while no worker ran (or the
-	// schedule was paused) once; by default missed ticks are skipped.
+	// CatchUp enqueues, once, the latest of the ticks missed while no
+	// worker ran (ticks more than 10s late; every tick less late than
+	// that is enqueued in any case); by default missed ticks are skipped.
+	// Ticks that pass while the schedule is paused are never enqueued,
+	// CatchUp or not.
 	CatchUp bool
 	// Paused: a paused schedule enqueues nothing; its ticks pass. On
 	// AddSchedule, adds it paused; UpdateSchedule keeps the pause as it
@@ -207,9 +210,11 @@ func (c *Client) addSchedule(ctx context.Context, tx pgerr.Executor, s Schedule)
 
 // UpdateSchedule replaces the stored schedule of s.Name: its spec, task,
 // payload and options (not whether it is paused). Running workers pick up
-// the change within seconds; a tick enqueued before it is not enqueued
-// again. It fails with an error wrapping ErrInvalidRequest for an invalid
-// schedule, and ErrScheduleNotFound when none of that name is stored.
+// the change within seconds; the ticks due until then are the schedule's
+// as it was, the ones after it the new one's, and a tick enqueued before
+// it is not enqueued again. It fails with an error wrapping
+// ErrInvalidRequest for an invalid schedule, and ErrScheduleNotFound when
+// none of that name is stored.
 func (c *Client) UpdateSchedule(ctx context.Context, s Schedule) error {
 	return c.updateSchedule(ctx, nil, s)
 }
@@ -250,10 +255,9 @@ func (c *Client) pauseSchedule(ctx context.Context, tx pgerr.Executor, name stri
 	})
 }
 
-// ResumeSchedule lets a paused schedule enqueue again, from its next tick
-// (with CatchUp, the latest tick missed while it was paused is enqueued
-// once). It fails with ErrScheduleNotFound when none of that name is
-// stored.
+// ResumeSchedule lets a paused schedule enqueue again, from its next tick:
+// ticks that passed while it was paused are not enqueued, CatchUp or not.
+// It fails with ErrScheduleNotFound when none of that name is stored.
 func (c *Client) ResumeSchedule(ctx context.Context, name string) error {
 	return c.resumeSchedule(ctx, nil, name)
 }

@@ -134,8 +134,12 @@ WHERE r.scope = @scope::text AND r.key = u.key AND r.window_start = @current_win
 -- there.
 DELETE FROM skiplock_rate_keys WHERE window_end < clock_timestamp();
 
--- name: PeriodicLastTick :one
-SELECT last_tick FROM skiplock_periodic WHERE schedule = @schedule::text;
+-- name: PeriodicLockLastTick :one
+-- A schedule's last tick, its row locked until the transaction ends: a
+-- scheduler enqueues the ticks after it and moves it on in that
+-- transaction, so a second scheduler (a handover, a stalled one that
+-- wakes up) waits, then reads the new last tick and enqueues nothing twice.
+SELECT last_tick FROM skiplock_periodic WHERE schedule = @schedule::text FOR UPDATE;
 
 -- name: PeriodicSetLastTick :exec
 INSERT INTO skiplock_periodic (schedule, last_tick) VALUES (@schedule::text, @last_tick::timestamptz)

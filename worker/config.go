@@ -332,6 +332,9 @@ type Config struct {
 	// scheduleReload is how often the elected scheduler reloads the stored
 	// schedules without an announcement; defaultScheduleReload when 0.
 	scheduleReload time.Duration
+	// tickWindow is how late a periodic tick may be and still be
+	// enqueued; onTimeWithin when 0.
+	tickWindow time.Duration
 	// rescuePassed, if set, is called after each rescue pass of the
 	// elected rescuer: a signal for tests.
 	rescuePassed func()

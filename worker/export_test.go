@@ -32,3 +32,7 @@ func QueueClaimed(w *Worker) (queue, held, limited int64) {
 	t := w.heldClaims.taken
 	return t[howQueue] + t[howHeld], t[howHeld], t[howLimited]
 }
+
+// SetTickWindow sets how late a periodic tick may be and still be
+// enqueued.
+func SetTickWindow(cfg *Config, d time.Duration) { cfg.tickWindow = d }

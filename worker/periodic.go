@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -22,26 +23,31 @@ import (
 )
 
 // onTimeWithin is how late a tick may be enqueued and still count as on
-// time rather than missed: it covers a scheduler handover and a slow pass.
+// time rather than missed: every tick at most this late is enqueued, so a
+// scheduler handover, a stalled process or a slow pass loses none.
 const onTimeWithin = 10 * time.Second
 
-// MissedTicks says what happens to ticks that passed while no worker ran.
+// MissedTicks says what happens to ticks that passed while no worker ran:
+// ticks more than 10s late. Every tick less late than that is enqueued,
+// whatever the policy.
 type MissedTicks int
 
 const (
 	// SkipMissed drops ticks more than 10s late: after an outage the
-	// schedule resumes with its next tick.
+	// schedule resumes with the ticks of its last 10s and its next.
 	SkipMissed MissedTicks = iota
-	// CatchUpOnce enqueues the most recent missed tick once, and drops the
-	// older ones.
+	// CatchUpOnce enqueues the most recent of the ticks more than 10s
+	// late once, and drops the older ones.
 	CatchUpOnce
 )
 
 // PeriodicTask enqueues a task on a schedule. Whatever the number of
 // worker processes, each tick is enqueued once: one elected worker
-// schedules, and every tick carries a unique key (the schedule's ID and the
-// tick's time) that a unique index enforces, so that even two schedulers,
-// with clocks that differ, cannot enqueue a tick twice.
+// schedules, enqueuing the ticks due since the schedule's last tick and
+// moving the last tick on in one transaction under its row lock, and every
+// tick carries a unique key (the schedule's ID and the tick's time) that a
+// unique index enforces, so that even two schedulers, with clocks that
+// differ, cannot enqueue a tick twice.
 type PeriodicTask struct {
 	// ID names the schedule; keep it stable across deploys. Defaults to the
 	// task name and the schedule.
@@ -60,8 +66,8 @@ type PeriodicTask struct {
 	Name    string
 	Payload any
 	Options []queue.Option
-	// Missed is the policy for ticks missed while no worker ran. Defaults
-	// to SkipMissed.
+	// Missed is the policy for ticks missed while no worker ran (more
+	// than 10s late). Defaults to SkipMissed.
 	Missed MissedTicks
 }
 
@@ -118,41 +124,98 @@ func parseSchedules(tasks []PeriodicTask) ([]schedule, error) {
 	return out, nil
 }
 
-// latestTick returns the last tick at or before now, and whether one came
-// after `after`. It also reports how many ticks fell in (after, now],
-// capped, for the log.
-func (s schedule) latestTick(after, now time.Time) (tick time.Time, count int) {
+// latestTick returns the latest tick in (after, now], zero if none (for
+// a cron schedule, in the last day of the span at most).
+func (s schedule) latestTick(after, now time.Time) (tick time.Time) {
 	if s.Every != 0 {
 		d := s.Every.Nanoseconds()
 		latest := time.Unix(0, now.UnixNano()/d*d).UTC()
 		if !latest.After(after) {
-			return time.Time{}, 0
+			return time.Time{}
 		}
-		n := (latest.UnixNano() - after.UnixNano() + d - 1) / d
-		return latest, int(min(n, math.MaxInt32))
+		return latest
 	}
 	// A cron schedule has no inverse: walk forward from after, starting
 	// no more than a day back so that a long outage costs little.
-	from := after
-	if now.Sub(from) > 24*time.Hour {
-		from = now.Add(-24 * time.Hour)
-		count = 1 // at least the ticks before the window we walk
-	}
-	for t := s.cron.Next(from); !t.After(now); t = s.cron.Next(t) {
+	for t := s.cron.Next(later(after, now.Add(-24*time.Hour))); !t.After(now); t = s.cron.Next(t) {
 		tick = t
-		count++
 	}
-	if tick.IsZero() {
-		return time.Time{}, 0
+	return tick
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
 	}
-	return tick, count
+	return b
+}
+
+// dueTicks are the ticks of a schedule that came due since its last tick.
+type dueTicks struct {
+	onTime     []time.Time // at most the window late, oldest first: each is enqueued
+	missed     int         // ticks later than the window (for a cron schedule, of its last day at most)
+	lastMissed time.Time   // the latest of those
+	latest     time.Time   // the latest tick of all: the schedule's last tick once they are handled
+}
+
+func (d *dueTicks) add(t, edge time.Time) {
+	if t.Before(edge) {
+		d.missed++
+		d.lastMissed = t
+	} else {
+		d.onTime = append(d.onTime, t)
+	}
+	d.latest = t
+}
+
+// due returns the ticks of s in (last, now]; a tick earlier than now -
+// window is missed. A stored schedule changed since its last tick ticks as
+// it is now from the change on: its ticks up to the change were the
+// schedule's as it was, which the scheduler enqueued (or, paused, passed)
+// before it loaded the change.
+func (s schedule) due(last, now time.Time, window time.Duration) dueTicks {
+	var d dueTicks
+	edge := now.Add(-window)
+	from := last
+	if s.changedAt.After(last) {
+		from = s.changedAt
+		if from.After(now) {
+			from = now // the database's clock is ahead of this one
+		}
+	}
+	if s.Every != 0 {
+		// Arithmetic, not a walk: a long outage costs nothing.
+		e := s.Every.Nanoseconds()
+		first := (from.UnixNano()/e + 1) * e // the first tick after from
+		latest := now.UnixNano() / e * e
+		if latest < first {
+			return d
+		}
+		onTime := max(first, (edge.UnixNano()+e-1)/e*e) // the first tick at or after edge
+		if onTime > first {
+			n := (min(onTime, latest+e) - first) / e
+			d.missed += int(min(n, math.MaxInt32))
+			d.lastMissed = time.Unix(0, first+(n-1)*e).UTC()
+			d.latest = d.lastMissed
+		}
+		for t := onTime; t <= latest; t += e {
+			d.add(time.Unix(0, t).UTC(), edge)
+		}
+		return d
+	}
+	// A cron schedule: walk forward, no more than a day back.
+	for t := s.cron.Next(later(from, now.Add(-24*time.Hour))); !t.After(now); t = s.cron.Next(t) {
+		d.add(t, edge)
+	}
+	return d
 }
 
 // scheduler is the elected periodic scheduler: each pass (every second, or
 // PollInterval if shorter) enqueues the ticks that came due, while lead
 // says this worker leads. Two schedulers that both believe they lead (a
-// handover, clocks apart) still enqueue each tick once: the tick's unique
-// key decides.
+// handover, clocks apart) still enqueue each tick once: the last tick's
+// row lock serializes them, and the tick's unique key decides.
 //
 // Its schedules are Config.Periodic's and the ones stored in
 // skiplock_schedules (queue.Client.AddSchedule), which it loads when it
@@ -176,6 +239,7 @@ type scheduler struct {
 	producer    *queue.Client
 	now         func() time.Time
 	every       time.Duration
+	window      time.Duration // how late a tick may be and still be enqueued
 	log         *slog.Logger
 	passed      func() // after each pass it leads, if set (a test signal)
 }
@@ -193,7 +257,7 @@ func (w *Worker) scheduler() *scheduler {
 		config: w.schedules, lead: newElector(schedulerJob, w.guard, w.log, w.cfg.WorkerID).lead,
 		load: w.producer.Schedules, changed: w.schedulesChanged, reloadEvery: reload, warned: map[string]string{},
 		pool: w.pool, queries: w.queries, producer: w.producer, now: w.now,
-		every: min(time.Second, w.cfg.PollInterval), log: w.log,
+		every: min(time.Second, w.cfg.PollInterval), window: cmp.Or(w.cfg.tickWindow, onTimeWithin), log: w.log,
 	}
 }
 
@@ -225,15 +289,26 @@ func (s *scheduler) pass(ctx context.Context, announced bool) {
 		return
 	}
 	if announced || s.loaded.IsZero() || time.Since(s.loaded) >= s.reloadEvery {
+		if !s.loaded.IsZero() {
+			// The ticks due until a change is loaded are the schedules'
+			// as they were: enqueue them (or pass a paused one's) first;
+			// a changed schedule then ticks from its change on (due).
+			s.scheduleAll(ctx)
+		}
 		s.reload(ctx)
 	}
+	s.scheduleAll(ctx)
+	if s.passed != nil {
+		s.passed()
+	}
+}
+
+// scheduleAll enqueues the due ticks of every schedule.
+func (s *scheduler) scheduleAll(ctx context.Context) {
 	for _, sc := range s.schedules() {
 		if err := s.scheduleOne(ctx, sc); err != nil && ctx.Err() == nil {
 			s.log.Warn("skiplock: enqueueing a periodic task", "schedule", sc.ID, "error", err)
 		}
-	}
-	if s.passed != nil {
-		s.passed()
 	}
 }
 
@@ -333,15 +408,23 @@ func storedSchedule(r queue.Schedule) (schedule, error) {
 	return sc, nil
 }
 
-// scheduleOne enqueues the due tick of one schedule, if any, and records it
-// as the schedule's last, in one transaction.
+// scheduleOne enqueues the ticks of one schedule that came due since its
+// last tick and records the latest as its last, in one transaction that
+// holds the last tick's row lock: a second scheduler (a handover, a
+// stalled one that woke up) waits for it and then finds the ticks
+// handled. Each tick's task also carries a unique key (the schedule and
+// the tick), so that no tick is enqueued twice, even by a scheduler whose
+// clock is behind. Ticks at most the window late are enqueued, each once;
+// later ones are missed: skipped, or with CatchUpOnce the latest of them
+// enqueued, and logged once with their count.
 func (sc *scheduler) scheduleOne(ctx context.Context, s schedule) error {
 	now := sc.now()
+	window := cmp.Or(sc.window, onTimeWithin)
 	return pgx.BeginFunc(ctx, sc.pool, func(tx pgx.Tx) error {
-		last, err := sc.queries.PeriodicLastTick(ctx, pgerr.Interpreting(tx), s.ID)
+		last, err := sc.queries.PeriodicLockLastTick(ctx, pgerr.Interpreting(tx), s.ID)
 		if errors.Is(err, pgerr.ErrNotFound) {
 			// A new schedule starts with its next tick, not with the past.
-			first, _ := s.latestTick(time.Unix(0, 0), now)
+			first := s.latestTick(time.Unix(0, 0), now)
 			if first.IsZero() {
 				first = now
 			}
@@ -350,33 +433,41 @@ func (sc *scheduler) scheduleOne(ctx context.Context, s schedule) error {
 		if err != nil {
 			return err
 		}
-		tick, count := s.latestTick(last, now)
-		if tick.IsZero() {
-			return nil
-		}
 		if s.paused {
 			// A paused schedule's ticks pass unenqueued.
+			tick := s.latestTick(last, now)
+			if tick.IsZero() {
+				return nil
+			}
 			return sc.queries.PeriodicSetLastTick(ctx, tx, db.PeriodicSetLastTickParams{Schedule: s.ID, LastTick: tick})
 		}
-		late := now.Sub(tick) > onTimeWithin
-		// A schedule changed since its last tick (a shorter interval, say)
-		// has ticks since then that it did not miss.
-		changed := s.changedAt.After(last)
-		if (count > 1 && !changed) || late {
-			sc.log.Warn("skiplock: periodic schedule missed ticks while no worker ran", "schedule", s.ID,
-				"missed", count-1+map[bool]int{true: 1, false: 0}[late], "policy", map[MissedTicks]string{SkipMissed: "skip", CatchUpOnce: "catch up once"}[s.Missed])
+		d := s.due(last, now, window)
+		if d.latest.IsZero() {
+			return nil
 		}
-		if !late || s.Missed == CatchUpOnce {
-			opts := append(append([]queue.Option{}, s.Options...),
-				queue.WithRunAt(tick),
-				// Unique forever (one window that never ends): the key names
-				// the schedule and the tick.
-				queue.WithUniqueKey("periodic:"+s.ID+":"+strconv.FormatInt(tick.UnixNano(), 10)),
-				queue.WithUniqueWindow(time.Duration(math.MaxInt64)))
-			if _, err := sc.producer.EnqueueTx(ctx, tx, s.Name, s.Payload, opts...); err != nil && !errors.Is(err, queue.ErrDuplicate) {
+		ticks := d.onTime
+		if d.missed > 0 {
+			sc.log.Warn("skiplock: periodic schedule missed ticks while no worker ran", "schedule", s.ID,
+				"missed", d.missed, "later_than", window, "last_tick", last,
+				"policy", map[MissedTicks]string{SkipMissed: "skip", CatchUpOnce: "catch up once"}[s.Missed])
+			if s.Missed == CatchUpOnce {
+				ticks = append([]time.Time{d.lastMissed}, ticks...)
+			}
+		}
+		if len(ticks) > 0 {
+			tasks := make([]queue.NewTask, len(ticks))
+			for i, tick := range ticks {
+				tasks[i] = queue.NewTask{Name: s.Name, Payload: s.Payload, Options: append(append([]queue.Option{}, s.Options...),
+					queue.WithRunAt(tick),
+					// Unique forever (one window that never ends): the key
+					// names the schedule and the tick.
+					queue.WithUniqueKey("periodic:"+s.ID+":"+strconv.FormatInt(tick.UnixNano(), 10)),
+					queue.WithUniqueWindow(time.Duration(math.MaxInt64)))}
+			}
+			if ids, err := sc.producer.EnqueueManyTx(ctx, tx, tasks); ids == nil || (err != nil && !errors.Is(err, queue.ErrDuplicate)) {
 				return err
 			}
 		}
-		return sc.queries.PeriodicSetLastTick(ctx, tx, db.PeriodicSetLastTickParams{Schedule: s.ID, LastTick: tick})
+		return sc.queries.PeriodicSetLastTick(ctx, tx, db.PeriodicSetLastTickParams{Schedule: s.ID, LastTick: d.latest})
 	})
 }

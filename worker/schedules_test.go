@@ -4,15 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/skiplock/skiplock/queue"
 	"github.com/skiplock/skiplock/worker"
@@ -151,6 +148,43 @@ func TestStoredSchedules(t *testing.T) {
 	}
 }
 
+// TestStoredScheduleFirstTick: schedules added to a running worker with
+// the default PollInterval (1 s), at eight moments spread over the
+// second, each start with a tick after the addition (never the past), on
+// the second, and are enqueued. It logs how long each took from
+// AddSchedule to its first enqueue: the wait for the next whole second,
+// then for the scheduler's next pass (at most PollInterval, or 1 s).
+func TestStoredScheduleFirstTick(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	start(t, b.pool, storedConfig(worker.Config{PollInterval: worker.DefaultPollInterval}),
+		worker.Handlers{"tick": func(context.Context, *worker.Task) error { return nil }})
+	waitFor(t, 2*time.Second, "an elected scheduler", func() bool { return b.schedulerPID(t) != 0 })
+	var took []time.Duration
+	for i := range 8 {
+		// Add it at i/8 of a second past a whole second.
+		time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + time.Duration(i)*time.Second/8)))
+		name := fmt.Sprintf("first-%d", i)
+		added := time.Now()
+		if err := b.client.AddSchedule(ctx, queue.Schedule{Name: name, Every: time.Second, Task: name, Queue: "unclaimed"}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 2*time.Second, "the first tick of "+name, func() bool { return len(b.ticksOf(t, name)) >= 1 })
+		took = append(took, time.Since(added))
+		if first := b.ticksOf(t, name)[0]; !first.After(added) || first.UnixNano()%int64(time.Second) != 0 {
+			t.Errorf("%s added at %s: first tick %s, want a whole second after the addition", name, added.UTC(), first.UTC())
+		}
+		if err := b.client.RemoveSchedule(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slices.Sort(took)
+	t.Logf("AddSchedule to first enqueue, PollInterval %s, 8 additions spread over the second: %s to %s, median %s",
+		worker.DefaultPollInterval, took[0].Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond),
+		((took[3] + took[4]) / 2).Round(time.Millisecond))
+}
+
 // TestStoredScheduleReplacesConfigured: a stored schedule named as a
 // Config.Periodic entry's ID replaces it while it is stored, and the
 // configured one comes back when it is removed.
@@ -185,8 +219,9 @@ func TestStoredScheduleReplacesConfigured(t *testing.T) {
 
 // TestStoredScheduleEachTickOnceAcrossProcesses: three worker processes
 // (this test binary, run again) share a stored schedule added while they
-// run; one is killed midway. Every tick is enqueued exactly once, and ticks
-// go on after the kill.
+// run; the one that schedules is stopped for 3 s, then killed. Another
+// takes over and enqueues the ticks of the gap: every tick is enqueued
+// exactly once, none lost, and ticks go on after the kill.
 func TestStoredScheduleEachTickOnceAcrossProcesses(t *testing.T) {
 	if os.Getenv("SKIPLOCK_SCHEDULE_CHILD") != "" {
 		scheduleChild()
@@ -195,67 +230,26 @@ func TestStoredScheduleEachTickOnceAcrossProcesses(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	cfg := b.pool.Config().ConnConfig
-	url := fmt.Sprintf("postgres://%s@%s/%s?search_path=%s", cfg.User, net.JoinHostPort(cfg.Host, fmt.Sprint(cfg.Port)), cfg.Database, b.schema)
-	var children []*exec.Cmd
-	for i := range 3 {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestStoredScheduleEachTickOnceAcrossProcesses$")
-		cmd.Env = append(os.Environ(), "SKIPLOCK_SCHEDULE_CHILD=1", "DATABASE_URL="+url, fmt.Sprintf("SKIPLOCK_CHILD_ID=child-%d", i))
-		stderr := &syncBuffer{}
-		cmd.Stderr = stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		children = append(children, cmd)
-		t.Cleanup(func() {
-			cmd.Process.Kill()
-			cmd.Wait()
-			if t.Failed() {
-				t.Logf("child %d:\n%s", i, stderr.String())
-			}
-		})
-	}
-	waitFor(t, 5*time.Second, "three worker processes registered", func() bool {
-		var n int
-		b.pool.QueryRow(ctx, "SELECT count(*) FROM skiplock_workers WHERE id LIKE 'child-%'").Scan(&n)
-		return n == 3
-	})
+	children := startChildren(t, b, "TestStoredScheduleEachTickOnceAcrossProcesses", "SKIPLOCK_SCHEDULE_CHILD", 3)
 	if err := b.client.AddSchedule(ctx, queue.Schedule{Name: "cluster", Every: time.Second, Task: "tick"}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 4*time.Second, "three ticks", func() bool { return len(b.ticksOf(t, "tick")) >= 3 })
-	// Kill the elected scheduler's process, if a child leads (it may be
-	// none of them only between two elections).
-	var leader string
-	waitFor(t, 2*time.Second, "an elected scheduler", func() bool {
-		pid := b.schedulerPID(t)
-		return pid != 0 && b.pool.QueryRow(ctx, "SELECT id FROM skiplock_workers WHERE lock_backend_pid = $1", pid).Scan(&leader) == nil
+	l := b.leader(t, children)
+	stopped, killed := stallThenKill(t, l)
+	waitFor(t, 5*time.Second, "two ticks after the scheduler's process was killed", func() bool {
+		ticks := b.ticksOf(t, "tick")
+		return len(ticks) > 0 && !ticks[len(ticks)-1].Before(killed.Add(2*time.Second))
 	})
-	var i int
-	fmt.Sscanf(leader, "child-%d", &i)
-	children[i].Process.Kill()
-	before := len(b.ticksOf(t, "tick"))
-	waitFor(t, 5*time.Second, "three ticks after the scheduler's process was killed", func() bool { return len(b.ticksOf(t, "tick")) >= before+3 })
-	if dup := b.dups(t, "tick"); dup != 0 {
-		t.Errorf("%d ticks enqueued more than once", dup)
-	}
-	ticks := b.ticksOf(t, "tick")
-	t.Logf("%d ticks enqueued once each, by %d processes, %s killed after %d", len(ticks), len(children), leader, before)
+	ticks := b.eachTickOnce(t, "tick", stopped, killed)
+	noMissedLog(t, children)
+	t.Logf("%d ticks by %d processes; %s stopped for %s and killed; %d enqueued late",
+		len(ticks), len(children), l.id, stallFor, b.lateTicks(t, "tick"))
 }
 
 // scheduleChild runs a worker with no schedule of its own until killed.
 func scheduleChild() {
-	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	cfg := storedConfig(worker.Config{WorkerID: os.Getenv("SKIPLOCK_CHILD_ID"), PollInterval: 100 * time.Millisecond})
-	w := worker.New(pool, cfg)
-	err = w.Run(ctx, worker.Handlers{"tick": func(context.Context, *worker.Task) error { return nil }})
-	fmt.Fprintln(os.Stderr, err)
-	os.Exit(1)
+	runChild(storedConfig(worker.Config{}), worker.Handlers{"tick": func(context.Context, *worker.Task) error { return nil }})
 }
 
 // TestAddRemoveQueue: a queue added to a running worker is claimed from; a

@@ -137,7 +137,7 @@ func (a *app) scheduleWriteCommand(add bool) *cobra.Command {
 	fl.IntVar(&s.Priority, "priority", 0, "the task's priority; lower runs first")
 	fl.IntVar(&s.MaxAttempts, "max-attempts", 0, "the task's attempts before it stays failed (default 25)")
 	durationVar(fl, &s.Timeout, "timeout", 0, "bound on each attempt (default: the worker's)")
-	fl.BoolVar(&s.CatchUp, "catch-up", false, "enqueue the latest tick missed while no worker ran, once (default: skip missed ticks)")
+	fl.BoolVar(&s.CatchUp, "catch-up", false, "enqueue the latest tick missed while no worker ran (more than 10s late), once (default: skip missed ticks)")
 	if add {
 		fl.BoolVar(&s.Paused, "paused", false, "add it paused (resume it with `skiplock schedules resume`)")
 	}
