@@ -184,6 +184,11 @@ func claimOne(ctx context.Context, conn *pgx.Conn) error {
 	var id int64
 	err := conn.QueryRow(ctx, claimSQL).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
+		// The backlog is gone: poll, as an idle worker does.
+		select {
+		case <-time.After(10 * time.Millisecond):
+		case <-ctx.Done():
+		}
 		return nil
 	}
 	if err != nil {
