@@ -9,6 +9,35 @@ import (
 	"context"
 )
 
+const schemaIndexState = `-- name: SchemaIndexState :one
+SELECT (to_regclass($1::text) IS NOT NULL)::boolean AS index_exists,
+       coalesce((SELECT i.indisvalid FROM pg_catalog.pg_index AS i
+                 WHERE i.indexrelid = to_regclass($1::text)), false)::boolean AS index_valid,
+       coalesce(pg_catalog.pg_relation_size(to_regclass($2::text)), 0)::bigint AS table_bytes
+`
+
+type SchemaIndexStateParams struct {
+	IndexName string
+	TableName string
+}
+
+type SchemaIndexStateRow struct {
+	IndexExists bool
+	IndexValid  bool
+	TableBytes  int64
+}
+
+// An index that migrations.Up builds concurrently, after its migration:
+// whether it exists, whether it is valid (a build that was interrupted
+// leaves an invalid index behind), and the size in bytes of the table it
+// is on (small tables get a plain build, which takes no time).
+func (q *Queries) SchemaIndexState(ctx context.Context, db DBTX, arg SchemaIndexStateParams) (SchemaIndexStateRow, error) {
+	row := db.QueryRow(ctx, schemaIndexState, arg.IndexName, arg.TableName)
+	var i SchemaIndexStateRow
+	err := row.Scan(&i.IndexExists, &i.IndexValid, &i.TableBytes)
+	return i, err
+}
+
 const schemaLockTableSize = `-- name: SchemaLockTableSize :one
 SELECT (current_setting('max_locks_per_transaction')::bigint
         * (current_setting('max_connections')::bigint + current_setting('max_prepared_transactions')::bigint))::bigint AS entries

@@ -9,18 +9,21 @@ ALTER TABLE skiplock_tasks
 
 -- At most one pending or running task per unique key: the index, not a
 -- read-then-write, rejects the second.
+-- skiplock:concurrently
 CREATE UNIQUE INDEX skiplock_tasks_unique_key_idx
     ON skiplock_tasks (unique_key)
     WHERE unique_key IS NOT NULL AND status IN ('pending', 'running');
 
 -- At most one task per windowed key, whatever its status: the key carries
 -- its window (or a periodic schedule's tick).
+-- skiplock:concurrently
 CREATE UNIQUE INDEX skiplock_tasks_unique_window_key_idx
     ON skiplock_tasks (unique_window_key)
     WHERE unique_window_key IS NOT NULL;
 
 -- At most one running task per exclusive key, cluster-wide. The claim skips
 -- keys that are running; this index is the guarantee behind it.
+-- skiplock:concurrently
 CREATE UNIQUE INDEX skiplock_tasks_exclusive_running_idx
     ON skiplock_tasks (exclusive_key)
     WHERE exclusive_key IS NOT NULL AND status = 'running';

@@ -5,6 +5,7 @@
 -- own tasks.
 ALTER TABLE skiplock_tasks ADD COLUMN locked_until timestamptz;
 
+-- skiplock:concurrently
 CREATE INDEX skiplock_tasks_lease_idx
     ON skiplock_tasks (locked_until)
     WHERE status = 'running' AND locked_until IS NOT NULL;

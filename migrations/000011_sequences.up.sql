@@ -26,10 +26,14 @@ ALTER TABLE skiplock_tasks
     -- true: a task of the key that fails for good keeps the rest waiting
     -- until it is requeued or cancelled. NULL (the default) lets them go.
     ADD COLUMN sequence_hold boolean,
+    -- NOT VALID: the column is new and NULL in every row, and checking them
+    -- would scan the table under this file's exclusive lock on it. Every
+    -- new row version is checked.
     ADD CONSTRAINT skiplock_tasks_sequence_key_check
-        CHECK (sequence_key IS NULL OR (sequence_key <> '' AND octet_length(sequence_key) <= 1024));
+        CHECK (sequence_key IS NULL OR (sequence_key <> '' AND octet_length(sequence_key) <= 1024)) NOT VALID;
 
 -- A key's tasks in order, whatever their status (`skiplock sequence show`).
+-- skiplock:concurrently
 CREATE INDEX skiplock_tasks_sequence_idx
     ON skiplock_tasks (sequence_key, id)
     WHERE sequence_key IS NOT NULL;
@@ -38,10 +42,12 @@ CREATE INDEX skiplock_tasks_sequence_idx
 -- that each is a probe or two however many of a key's tasks wait or have
 -- finished: a key's head (pending, running, or failed and holding; one
 -- entry in a healthy sequence), and its waiting tasks in order.
+-- skiplock:concurrently
 CREATE INDEX skiplock_tasks_sequence_head_idx
     ON skiplock_tasks (sequence_key)
     WHERE sequence_key IS NOT NULL
       AND (status IN ('pending', 'running') OR (status = 'failed' AND sequence_hold));
+-- skiplock:concurrently
 CREATE INDEX skiplock_tasks_sequence_waiting_idx
     ON skiplock_tasks (sequence_key, id)
     WHERE sequence_key IS NOT NULL AND status = 'waiting';

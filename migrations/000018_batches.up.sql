@@ -44,6 +44,7 @@ CREATE TABLE skiplock_batches (
 ALTER TABLE skiplock_tasks ADD COLUMN batch_id bigint;
 
 -- A batch's tasks, for `skiplock batch show`, the dashboard and retention.
+-- skiplock:concurrently
 CREATE INDEX skiplock_tasks_batch_idx
     ON skiplock_tasks (batch_id)
     WHERE batch_id IS NOT NULL;

@@ -19,6 +19,7 @@
 -- with status.
 ALTER TABLE skiplock_tasks ADD COLUMN replace_key text;
 
+-- skiplock:concurrently
 CREATE UNIQUE INDEX skiplock_tasks_replace_key_idx
     ON skiplock_tasks (replace_key)
     WHERE replace_key IS NOT NULL AND status = 'pending' AND started_at IS NULL AND errors = '[]'::jsonb;

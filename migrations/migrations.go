@@ -78,8 +78,9 @@ func Versions() []uint {
 	return out
 }
 
-// Up applies every migration not applied yet. It is a no-op when the schema
-// is current. When no schema of the search_path exists it returns a
+// Up applies every migration not applied yet, one at a time, building the
+// indexes a migration marks as concurrent right after it (see
+// concurrentMarker). It is a no-op when the schema is current. When no schema of the search_path exists it returns a
 // *queue.NoSchemaError naming the schema to create. On a schema that
 // another tool migrated (see ErrOtherTool) it does nothing when the schema
 // is current, and otherwise returns ErrOtherTool.
@@ -87,7 +88,7 @@ func Up(ctx context.Context, pool *pgxpool.Pool) error {
 	if current, err := checkRecorded(ctx, pool, true); current || err != nil {
 		return err
 	}
-	return run(ctx, pool, func(m *migrate.Migrate) error { return m.Up() })
+	return run(ctx, pool, func(m *migrate.Migrate) error { return stepUp(ctx, pool, m, -1) })
 }
 
 // Down reverts every migration, dropping skiplock's tables and their data.
@@ -105,7 +106,12 @@ func Steps(ctx context.Context, pool *pgxpool.Pool, n int) error {
 	if current, err := checkRecorded(ctx, pool, n > 0); current || err != nil {
 		return err
 	}
-	return run(ctx, pool, func(m *migrate.Migrate) error { return m.Steps(n) })
+	return run(ctx, pool, func(m *migrate.Migrate) error {
+		if n > 0 {
+			return stepUp(ctx, pool, m, n)
+		}
+		return m.Steps(n)
+	})
 }
 
 // ErrOtherTool is returned by Up, Down and Steps for a schema whose own
@@ -179,7 +185,7 @@ func run(ctx context.Context, pool *pgxpool.Pool, fn func(*migrate.Migrate) erro
 	if err != nil {
 		return fmt.Errorf("migrations: connecting: %w", err)
 	}
-	src, err := iofs.New(files, ".")
+	src, err := iofs.New(runnerFiles, ".")
 	if err != nil {
 		return fmt.Errorf("migrations: reading embedded files: %w", err)
 	}

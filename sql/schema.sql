@@ -49,3 +49,13 @@ SELECT current_setting('transaction_read_only') = 'on' AS read_only;
 SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace AS n WHERE n.nspname = @name::text)::boolean AS schema_exists,
        coalesce((SELECT pg_catalog.has_schema_privilege(n.oid, 'USAGE')
                  FROM pg_catalog.pg_namespace AS n WHERE n.nspname = @name::text), false)::boolean AS usable;
+
+-- name: SchemaIndexState :one
+-- An index that migrations.Up builds concurrently, after its migration:
+-- whether it exists, whether it is valid (a build that was interrupted
+-- leaves an invalid index behind), and the size in bytes of the table it
+-- is on (small tables get a plain build, which takes no time).
+SELECT (to_regclass(@index_name::text) IS NOT NULL)::boolean AS index_exists,
+       coalesce((SELECT i.indisvalid FROM pg_catalog.pg_index AS i
+                 WHERE i.indexrelid = to_regclass(@index_name::text)), false)::boolean AS index_valid,
+       coalesce(pg_catalog.pg_relation_size(to_regclass(@table_name::text)), 0)::bigint AS table_bytes;
