@@ -11,6 +11,34 @@ import (
 	"time"
 )
 
+const auditBegin = `-- name: AuditBegin :one
+INSERT INTO skiplock_audit (actor, source, action, request)
+VALUES ($1::text, $2::text, $3::text, $4::jsonb)
+RETURNING id
+`
+
+type AuditBeginParams struct {
+	Actor   string
+	Source  string
+	Action  string
+	Request json.RawMessage
+}
+
+// Records a batched change before its first batch, unfinished; its row's
+// AuditProgress and AuditFinish complete it. db_role and at take their
+// defaults.
+func (q *Queries) AuditBegin(ctx context.Context, db DBTX, arg AuditBeginParams) (int64, error) {
+	row := db.QueryRow(ctx, auditBegin,
+		arg.Actor,
+		arg.Source,
+		arg.Action,
+		arg.Request,
+	)
+	var id int64
+	err := row.Scan(&id)
+	return id, err
+}
+
 const auditFinish = `-- name: AuditFinish :exec
 UPDATE skiplock_audit SET finished_at = now(), error = $1::text WHERE id = $2::bigint
 `
@@ -129,11 +157,9 @@ func (q *Queries) AuditPurge(ctx context.Context, db DBTX, arg AuditPurgeParams)
 	return result.RowsAffected(), nil
 }
 
-const auditRecord = `-- name: AuditRecord :one
+const auditRecord = `-- name: AuditRecord :exec
 INSERT INTO skiplock_audit (actor, source, action, request, affected, finished_at)
-VALUES ($1::text, $2::text, $3::text, $4::jsonb, $5::bigint,
-        CASE WHEN $6::boolean THEN now() END)
-RETURNING id
+VALUES ($1::text, $2::text, $3::text, $4::jsonb, $5::bigint, now())
 `
 
 type AuditRecordParams struct {
@@ -142,22 +168,19 @@ type AuditRecordParams struct {
 	Action   string
 	Request  json.RawMessage
 	Affected int64
-	Finished bool
 }
 
-// Records an operator change. finished: the change is done (made in this
-// transaction); false for a batched change, whose row AuditProgress and
-// AuditFinish complete. db_role and at take their defaults.
-func (q *Queries) AuditRecord(ctx context.Context, db DBTX, arg AuditRecordParams) (int64, error) {
-	row := db.QueryRow(ctx, auditRecord,
+// Records an operator change that is done (made in this transaction).
+// db_role and at take their defaults. No RETURNING: a role that may only
+// append records (a producer's INSERT on the listed columns) needs no
+// SELECT on the trail to write one.
+func (q *Queries) AuditRecord(ctx context.Context, db DBTX, arg AuditRecordParams) error {
+	_, err := db.Exec(ctx, auditRecord,
 		arg.Actor,
 		arg.Source,
 		arg.Action,
 		arg.Request,
 		arg.Affected,
-		arg.Finished,
 	)
-	var id int64
-	err := row.Scan(&id)
-	return id, err
+	return err
 }

@@ -135,12 +135,20 @@ var tableGrants = []struct {
 		Observer: "SELECT",
 		Operator: "SELECT",
 	}},
+	// The audit trail: its writers append records and update only what a
+	// running change updates (its count, its end, the error it stopped
+	// on), never who made a change or what it was; at and db_role always
+	// take their defaults (now(), current_user). Only retention deletes.
 	{table: "skiplock_audit", kinds: map[RoleKind]string{
-		// Retention deletes old records.
-		Worker:   "SELECT, DELETE",
+		// An enqueue made with an actor (skiplock enqueue) records itself,
+		// without reading the trail back.
+		Producer: "INSERT (" + auditInsert + ")",
+		// A worker may enqueue as a producer and make changes as an
+		// operator's API calls do; retention deletes old records.
+		Worker:   "SELECT, INSERT (" + auditInsert + "), UPDATE (" + auditUpdate + "), DELETE",
 		Observer: "SELECT",
 		// Every change records itself, and a batched one its progress.
-		Operator: "SELECT, INSERT, UPDATE",
+		Operator: "SELECT, INSERT (" + auditInsert + "), UPDATE (" + auditUpdate + ")",
 	}},
 	{table: "skiplock_locks", kinds: map[RoleKind]string{
 		// Named application locks (package worker/lock), which services
@@ -161,6 +169,14 @@ var tableGrants = []struct {
 		Operator: "SELECT",
 	}},
 }
+
+// The columns of skiplock_audit its writers set: a record's (auditInsert),
+// and a running change's (auditUpdate, sql/audit.sql's AuditProgress and
+// AuditFinish).
+const (
+	auditInsert = "actor, source, action, request, affected, finished_at"
+	auditUpdate = "affected, finished_at, error"
+)
 
 // sequenceGrants: nextval on the tasks' identity sequence reserves the
 // IDs of a batch written with COPY, or of a workflow's tasks (an INSERT

@@ -2,12 +2,14 @@ package migrations_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/skiplock/skiplock/internal/testinfra/pgtest"
 	"github.com/skiplock/skiplock/migrations"
@@ -301,4 +303,111 @@ func TestFunctionsPinSearchPath(t *testing.T) {
 func unpinned(f string) bool {
 	return strings.Contains(f, "skiplock_schema_version(") || strings.Contains(f, "skiplock_notify_insert(") ||
 		strings.Contains(f, "skiplock_sequence_lock_key(")
+}
+
+// TestAuditGrants: the roles that write the audit trail append records and
+// update only what a running change updates (affected, finished_at,
+// error); none may rewrite who made a change or what it was, nor forge
+// when or as whom; only the worker deletes (retention); a producer appends
+// and reads nothing back.
+func TestAuditGrants(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := pgtest.Schema(t, true)
+	admin := pgtest.NewPool(t, schema)
+	var id int64
+	if err := admin.QueryRow(ctx, `INSERT INTO skiplock_audit (actor, source, action) VALUES ('alice', 'cli', 'purge') RETURNING id`).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	denied := func(t *testing.T, err error, what string) {
+		t.Helper()
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "42501" {
+			t.Errorf("%s: %v, want permission denied (42501)", what, err)
+		}
+	}
+	rewrites := []string{
+		"UPDATE skiplock_audit SET actor = 'x' WHERE id = $1",
+		"UPDATE skiplock_audit SET action = 'x' WHERE id = $1",
+		"UPDATE skiplock_audit SET source = 'api' WHERE id = $1",
+		"UPDATE skiplock_audit SET request = '{}' WHERE id = $1",
+		"UPDATE skiplock_audit SET db_role = 'x' WHERE id = $1",
+		"UPDATE skiplock_audit SET at = now() - interval '1 year' WHERE id = $1",
+	}
+	forgeries := []string{
+		"INSERT INTO skiplock_audit (actor, source, action, db_role) VALUES ('x', 'cli', 'enqueue', 'someone')",
+		"INSERT INTO skiplock_audit (actor, source, action, at) VALUES ('x', 'cli', 'enqueue', now() - interval '1 year')",
+	}
+	for _, kind := range migrations.RoleKinds {
+		t.Run(string(kind), func(t *testing.T) {
+			role := pgtest.Role(t, schema, kind)
+			pool := pgtest.PoolAs(t, schema, role)
+			writes := kind != migrations.Observer
+			for _, q := range rewrites {
+				_, err := pool.Exec(ctx, q, id)
+				denied(t, err, q)
+			}
+			for _, q := range forgeries {
+				_, err := pool.Exec(ctx, q)
+				denied(t, err, q)
+			}
+			// A record as the product writes it: its own db_role and at.
+			_, err := pool.Exec(ctx, `INSERT INTO skiplock_audit (actor, source, action, request, affected, finished_at)
+				VALUES ('bob', 'api', 'enqueue', '{}', 1, now())`)
+			if writes && err != nil {
+				t.Errorf("appending a record: %v", err)
+			} else if !writes {
+				denied(t, err, "appending a record")
+			}
+			// A running change's progress and end.
+			_, err = pool.Exec(ctx, "UPDATE skiplock_audit SET affected = affected + 5, finished_at = now(), error = 'stopped' WHERE id = $1", id)
+			switch kind {
+			case migrations.Worker, migrations.Operator:
+				if err != nil {
+					t.Errorf("updating affected, finished_at and error: %v", err)
+				}
+			default:
+				denied(t, err, "updating affected, finished_at and error")
+			}
+			_, err = pool.Exec(ctx, "DELETE FROM skiplock_audit WHERE id = $1 AND false", id)
+			if kind == migrations.Worker {
+				if err != nil {
+					t.Errorf("retention's delete: %v", err)
+				}
+			} else {
+				denied(t, err, "DELETE")
+			}
+			// A producer reads nothing of the trail.
+			var n int
+			err = pool.QueryRow(ctx, "SELECT count(*) FROM skiplock_audit").Scan(&n)
+			if kind == migrations.Producer {
+				denied(t, err, "reading the trail")
+			} else if err != nil {
+				t.Errorf("reading the trail: %v", err)
+			}
+		})
+	}
+	var actor, action, dbRole string
+	if err := admin.QueryRow(ctx, "SELECT actor, action, db_role FROM skiplock_audit WHERE id = $1", id).Scan(&actor, &action, &dbRole); err != nil {
+		t.Fatal(err)
+	}
+	if actor != "alice" || action != "purge" {
+		t.Errorf("record %d is now actor %q, action %q: rewritten", id, actor, action)
+	}
+	rows, err := admin.Query(ctx, "SELECT db_role FROM skiplock_audit WHERE actor = 'bob'")
+	if err != nil {
+		t.Fatal(err)
+	}
+	roles, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(roles) != 3 {
+		t.Errorf("%d records appended (%v), want one each by producer, worker and operator", len(roles), roles)
+	}
+	for _, r := range roles {
+		if !strings.Contains(r, "_producer") && !strings.Contains(r, "_worker") && !strings.Contains(r, "_operator") {
+			t.Errorf("a record appended as db_role %q, not its writer's", r)
+		}
+	}
 }

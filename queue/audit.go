@@ -269,15 +269,18 @@ func (c *Client) newAudit(ctx context.Context, tx pgerr.Executor, action AuditAc
 	return &audit{c: c, actor: actor, action: action, request: req, tx: tx}, nil
 }
 
-func (a *audit) insert(ctx context.Context, x pgerr.Executor, affected int64, finished bool) (int64, error) {
-	id, err := a.c.queries.AuditRecord(ctx, x, db.AuditRecordParams{
+// insert records a change that is done, in x: the transaction that made
+// it. It reads nothing back, so a role that may only append records (a
+// producer) can write it.
+func (a *audit) insert(ctx context.Context, x pgerr.Executor, affected int64) error {
+	err := a.c.queries.AuditRecord(ctx, x, db.AuditRecordParams{
 		Actor: a.actor.Name, Source: string(a.actor.Source), Action: string(a.action),
-		Request: a.request, Affected: affected, Finished: finished,
+		Request: a.request, Affected: affected,
 	})
 	if err != nil {
-		return 0, fmt.Errorf("recording %s in the audit trail: %w", a.action, err)
+		return fmt.Errorf("recording %s in the audit trail: %w", a.action, err)
 	}
-	return id, nil
+	return nil
 }
 
 // once makes a change of one transaction, change, and records it in that
@@ -289,8 +292,7 @@ func (a *audit) once(ctx context.Context, change func(x pgerr.Executor) (int64, 
 		if err != nil {
 			return err
 		}
-		_, err = a.insert(ctx, x, n, true)
-		return err
+		return a.insert(ctx, x, n)
 	}
 	if a.tx != nil {
 		return run(a.tx)
@@ -304,9 +306,14 @@ func (a *audit) begin(ctx context.Context) error {
 	if x == nil {
 		x = a.c.exec
 	}
-	id, err := a.insert(ctx, x, 0, false)
+	id, err := a.c.queries.AuditBegin(ctx, x, db.AuditBeginParams{
+		Actor: a.actor.Name, Source: string(a.actor.Source), Action: string(a.action), Request: a.request,
+	})
+	if err != nil {
+		return fmt.Errorf("recording %s in the audit trail: %w", a.action, err)
+	}
 	a.id = id
-	return err
+	return nil
 }
 
 // batch makes one batch of a batched change, change, and adds its count to

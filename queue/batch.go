@@ -198,7 +198,7 @@ func (c *Client) EnqueueBatchTx(ctx context.Context, tx Executor, b Batch) (Enqu
 		req := enqueueRequestMap(rows, ids)
 		req["batch"] = out.ID
 		a.request, _ = json.Marshal(req)
-		if _, err := a.insert(ctx, x, int64(len(ids)), true); err != nil {
+		if err := a.insert(ctx, x, int64(len(ids))); err != nil {
 			return EnqueuedBatch{}, err
 		}
 	}

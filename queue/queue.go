@@ -285,7 +285,7 @@ func (c *Client) EnqueueManyTx(ctx context.Context, tx Executor, tasks []NewTask
 			}
 		}
 		a.request = enqueueRequest(tasksRows(tasks), inserted)
-		if _, err := a.insert(ctx, a.tx, int64(len(inserted)), true); err != nil {
+		if err := a.insert(ctx, a.tx, int64(len(inserted))); err != nil {
 			return nil, err
 		}
 	}

@@ -213,7 +213,7 @@ func (c *Client) EnqueueWorkflowTx(ctx context.Context, tx Executor, wf Workflow
 		req := enqueueRequestMap(rows, ids)
 		req["workflow"] = out.ID
 		a.request, _ = json.Marshal(req)
-		if _, err := a.insert(ctx, x, int64(len(ids)), true); err != nil {
+		if err := a.insert(ctx, x, int64(len(ids))); err != nil {
 			return EnqueuedWorkflow{}, err
 		}
 	}

@@ -1,10 +1,17 @@
--- name: AuditRecord :one
--- Records an operator change. finished: the change is done (made in this
--- transaction); false for a batched change, whose row AuditProgress and
--- AuditFinish complete. db_role and at take their defaults.
+-- name: AuditRecord :exec
+-- Records an operator change that is done (made in this transaction).
+-- db_role and at take their defaults. No RETURNING: a role that may only
+-- append records (a producer's INSERT on the listed columns) needs no
+-- SELECT on the trail to write one.
 INSERT INTO skiplock_audit (actor, source, action, request, affected, finished_at)
-VALUES (@actor::text, @source::text, @action::text, @request::jsonb, @affected::bigint,
-        CASE WHEN @finished::boolean THEN now() END)
+VALUES (@actor::text, @source::text, @action::text, @request::jsonb, @affected::bigint, now());
+
+-- name: AuditBegin :one
+-- Records a batched change before its first batch, unfinished; its row's
+-- AuditProgress and AuditFinish complete it. db_role and at take their
+-- defaults.
+INSERT INTO skiplock_audit (actor, source, action, request)
+VALUES (@actor::text, @source::text, @action::text, @request::jsonb)
 RETURNING id;
 
 -- name: AuditProgress :exec

@@ -21,6 +21,13 @@ type leadership struct {
 	name    string    // the job's row in skiplock_leaders (lease mode)
 	gen     uint64    // advisory mode: the lock session generation holding the lock
 	checked time.Time // advisory mode: when the holder's heartbeat was last checked
+	renewed time.Time // lease mode: when the last renewal that held began
+	// term counts the times this worker began to lead, as the guard sees
+	// it: a lock taken again in a new session, a lease taken again after
+	// it may have lapsed. A job whose pass outlived its hold (a pass stuck
+	// on a cut network) may lead again at its next try with no try that
+	// failed in between: the term says that it is a new leadership.
+	term uint64
 }
 
 var (
@@ -51,14 +58,21 @@ func newElector(l leadership, g guard, log *slog.Logger, workerID string) *elect
 // lead keeps or tries to take the leadership and reports whether this
 // worker leads.
 func (e *elector) lead(ctx context.Context) bool {
+	term := e.l.term
 	now := e.guard.lead(ctx, &e.l)
-	if was := e.leading.Swap(now); now && !was {
+	if was := e.leading.Swap(now); now && (!was || e.l.term != term) {
 		// Routine (the only worker always wins): debug, so that a worker's
 		// start is one line at info.
 		e.log.Debug("skiplock: this worker now runs the "+e.l.name, "worker_id", e.workerID)
 	}
 	return now
 }
+
+// term is the leadership's term as the last lead found it; it changes each
+// time this worker begins to lead. What a job learned while it led (the
+// rescuer's pacing) is of one term: another worker led in between.
+// Called by the job's loop, as lead is.
+func (e *elector) term() uint64 { return e.l.term }
 
 // isLeader reports what the last lead found.
 func (e *elector) isLeader() bool { return e.leading.Load() }

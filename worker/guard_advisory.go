@@ -137,6 +137,7 @@ func (g *advisoryGuard) lead(ctx context.Context, l *leadership) bool {
 		l.gen = 0
 		if err == nil && acquired {
 			l.gen = got
+			l.term++
 		}
 		// The holder may be a zombie: a session cut off by a silent
 		// network, alive on the server until TCP gives up. Any worker may

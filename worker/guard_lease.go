@@ -74,10 +74,21 @@ func (g *leaseGuard) release(batch []finish) {
 // lead takes or renews the job's row in skiplock_leaders, which another
 // worker may take once it expires.
 func (g *leaseGuard) lead(ctx context.Context, l *leadership) bool {
+	began := time.Now()
 	n, err := g.queries.LeaderLeaseAcquire(ctx, g.pool, db.LeaderLeaseAcquireParams{
 		Job: l.name, Holder: g.cfg.WorkerID, TtlMs: g.leaderTTL().Milliseconds(),
 	})
-	return err == nil && n == 1
+	if err != nil || n != 1 {
+		l.renewed = time.Time{}
+		return false
+	}
+	// A renewal more than a TTL after the last one that held may follow
+	// another worker's lease: a new term.
+	if l.renewed.IsZero() || began.Sub(l.renewed) >= g.leaderTTL() {
+		l.term++
+	}
+	l.renewed = began
+	return true
 }
 
 // leaderTTL is how long a leader's row outlives its last renewal: a few

@@ -160,48 +160,66 @@ func (s *rescueSweep) passed(from, to int64, took time.Duration, top func() (int
 	return false
 }
 
+// rescueState is what the rescuer's loop keeps from one tick to the next.
+type rescueState struct {
+	pace   rescuePacer
+	sweep  rescueSweep
+	term   uint64    // the leadership's term that pace and sweep are of
+	told   time.Time // when a slow pass was last logged
+	passes int       // of this term
+}
+
 func (r *rescuer) run(ctx context.Context) {
-	var pace rescuePacer
-	var sweep rescueSweep
-	var told time.Time // when a slow pass was last logged
-	passes := 0        // of this leadership
-	every(ctx, r.interval, func(ctx context.Context) {
-		// The election is kept every interval, passes or not: a lease
-		// left unrenewed would hand the job to another worker.
-		if !r.elector.lead(ctx) {
-			// A leader again starts with a pass over every task.
-			pace, sweep, passes = rescuePacer{}, rescueSweep{}, 0
-			return
-		}
-		started := time.Now()
-		if !pace.ready(started) {
-			return
-		}
-		r.beforeRescue(ctx)
-		from, to := sweep.next()
-		rescued := r.rescueRange(ctx, from, to)
-		took := time.Since(started)
-		pace.passed(started, took, rescued)
-		began := sweep.passed(from, to, took,
-			func() (int64, error) { return r.queries.TaskMaxID(ctx, r.pool) },
-			func() time.Duration {
-				start := time.Now()
-				r.rescueOrphans(ctx, 0, 0) // no ids: pg_locks and the statement alone
-				return time.Since(start)
-			})
-		passes++
-		// The first pass of a leadership pays one-off costs (a cold cache,
-		// planning): a slow one is told only from the second on.
-		if passes > 1 && (began || pace.due.Sub(started) > 2*r.interval) && time.Since(told) > time.Minute {
-			told = time.Now()
-			r.log.Info("skiplock: a look for orphaned tasks was slow, so the rescuer looks part by part and less often; "+
-				"a transaction that holds back the xmin horizon (idle in transaction, a long query, a replica's feedback) "+
-				"is a common cause", "took", took.Round(time.Millisecond))
-		}
-		if r.passed != nil {
-			r.passed()
-		}
-	})
+	var st rescueState
+	every(ctx, r.interval, func(ctx context.Context) { r.tick(ctx, &st) })
+}
+
+// tick keeps the election and, if this worker leads and a pass is due,
+// passes.
+func (r *rescuer) tick(ctx context.Context, st *rescueState) {
+	// The election is kept every interval, passes or not: a lease left
+	// unrenewed would hand the job to another worker.
+	if !r.elector.lead(ctx) {
+		return
+	}
+	// A leader again starts with a pass over every task, now: how slow
+	// its last pass was says nothing about this term's. That pass may
+	// have hung on a cut network until after the heal, while another
+	// worker led; its length would otherwise hold off this leader's
+	// passes (rescueRatio times as long) while its election kept every
+	// other worker from rescuing.
+	if t := r.elector.term(); t != st.term {
+		st.term = t
+		st.pace, st.sweep, st.passes = rescuePacer{}, rescueSweep{}, 0
+	}
+	started := time.Now()
+	if !st.pace.ready(started) {
+		return
+	}
+	r.beforeRescue(ctx)
+	from, to := st.sweep.next()
+	rescued := r.rescueRange(ctx, from, to)
+	took := time.Since(started)
+	st.pace.passed(started, took, rescued)
+	began := st.sweep.passed(from, to, took,
+		func() (int64, error) { return r.queries.TaskMaxID(ctx, r.pool) },
+		func() time.Duration {
+			start := time.Now()
+			r.rescueOrphans(ctx, 0, 0) // no ids: pg_locks and the statement alone
+			return time.Since(start)
+		})
+	st.passes++
+	// The first pass of a leadership pays one-off costs (a cold cache,
+	// planning): a slow one is told only from the second on.
+	if st.passes > 1 && (began || st.pace.due.Sub(started) > 2*r.interval) && time.Since(st.told) > time.Minute {
+		st.told = time.Now()
+		r.log.Info("skiplock: a look for orphaned tasks was slow, so the rescuer looks part by part and less often; "+
+			"a transaction that holds back the xmin horizon (idle in transaction, a long query, a replica's feedback) "+
+			"is a common cause", "took", took.Round(time.Millisecond))
+	}
+	if r.passed != nil {
+		r.passed()
+	}
 }
 
 // rescue is one pass over every task: orphaned tasks, then stalled

@@ -266,3 +266,91 @@ func (b *jobsBundle) waitTaskLocksGone(t *testing.T) {
 		return err == nil && n == 0
 	})
 }
+
+// TestRescuerNewTermPassesAtOnce: a rescuer whose pass outlived its
+// leadership (it hung on a cut network: w1's session ended on the server,
+// w2 took the election and then died) leads again in its new session at
+// its next tick, with no tick in between that found it not leading; that
+// first tick of the new term passes, and rescues, however slow the pass of
+// the old term was. Before, the old pass's length (rescueRatio times it)
+// held off every pass while its election kept every other worker from
+// rescuing.
+func TestRescuerNewTermPassesAtOnce(t *testing.T) {
+	t.Parallel()
+	b := setupJobs(t)
+	ctx := context.Background()
+	g1 := b.openAdvisory(t, b.deps(t, "w1", ModeAdvisory, nil, nil))
+	g2 := b.openAdvisory(t, b.deps(t, "w2", ModeAdvisory, nil, nil))
+	e1, e2 := newElector(rescuerJob, g1, b.log, "w1"), newElector(rescuerJob, g2, b.log, "w2")
+	work, _ := schema.Channels(b.schema.Name)
+	passes := 0
+	r1 := &rescuer{
+		elector: e1, queries: b.queries, pool: b.pool, classOID: b.schema.TableOID, channel: work, interval: time.Second,
+		beforeRescue: g1.beforeRescue, observer: NopObserver{}, self: "w1", mode: ModeAdvisory, log: b.log,
+		passed: func() { passes++ },
+	}
+	var st rescueState
+	r1.tick(ctx, &st)
+	if passes != 1 || !e1.isLeader() {
+		t.Fatalf("first tick: %d passes, leads %v; want a pass as leader", passes, e1.isLeader())
+	}
+	// The pass that hung: an hour, rescuing nothing.
+	st.pace.passed(time.Now(), time.Hour, 0)
+	term := e1.term()
+
+	// Meanwhile w1's session ended on the server; w2 took the election.
+	b.exec(t, "SELECT pg_terminate_backend($1)", b.lockBackend(t, "w1"))
+	pgtest.Eventually(t, time.Second, "w2 leading", func() bool { return e2.lead(ctx) })
+	if err := g1.ls.ping(0, nil); !errors.Is(err, errSessionDown) {
+		t.Fatalf("ping of the ended session: %v, want errSessionDown", err)
+	}
+	pgtest.Eventually(t, time.Second, "w1's session back", func() bool {
+		gen, up := g1.ls.generation()
+		return up && gen == 2
+	})
+	// Then w2 died, with a task running.
+	orphan := b.claim(t, g2, "w2", 1)[0].ID
+	g2.close()
+	b.waitTaskLocksGone(t)
+	pgtest.Eventually(t, time.Second, "w2's election lock gone", func() bool { return len(b.leaderBackends(t, leaderJobRescuer)) == 0 })
+
+	r1.tick(ctx, &st)
+	if !e1.isLeader() || e1.term() == term {
+		t.Fatalf("w1 leads %v in term %d (was %d); want a new term", e1.isLeader(), e1.term(), term)
+	}
+	if passes != 2 {
+		t.Fatalf("the first tick of a new term made no pass (%d passes): the old term's slow pass held it off", passes)
+	}
+	if s := b.status(t, orphan); s != "pending" {
+		t.Fatalf("w2's task is %s after the new leader's first tick, want pending (rescued)", s)
+	}
+}
+
+// TestLeaseElectorTerms: renewing a lease keeps the term; a renewal more
+// than the lease's TTL after the last (a pass that outlived it, while
+// another worker may have led) begins a new one, as does a leadership lost
+// and taken again.
+func TestLeaseElectorTerms(t *testing.T) {
+	t.Parallel()
+	b := setupJobs(t)
+	ctx := context.Background()
+	g1, g2 := newGuard(b.deps(t, "w1", ModeLease, nil, nil)), newGuard(b.deps(t, "w2", ModeLease, nil, nil))
+	e1, e2 := newElector(rescuerJob, g1, b.log, "w1"), newElector(rescuerJob, g2, b.log, "w2")
+	if !e1.lead(ctx) || !e1.lead(ctx) {
+		t.Fatal("w1 does not lead")
+	}
+	first := e1.term()
+	e1.l.renewed = e1.l.renewed.Add(-time.Hour)
+	if !e1.lead(ctx) || e1.term() == first {
+		t.Fatalf("a renewal an hour after the last: term %d, want a new one after %d", e1.term(), first)
+	}
+	second := e1.term()
+	g1.resign(electedJobs)
+	if !e2.lead(ctx) || e1.lead(ctx) {
+		t.Fatal("w2 did not take over after w1 resigned")
+	}
+	g2.resign(electedJobs)
+	if !e1.lead(ctx) || e1.term() == second {
+		t.Fatalf("w1 leading again: term %d, want a new one after %d", e1.term(), second)
+	}
+}

@@ -167,7 +167,7 @@ func runPartition(t *testing.T, variant string) partitionFigures {
 			url, cmd = nsURL, host.Command(os.Args[0], "-test.run=^$")
 		}
 		env := []string{envURL + "=" + url, envWork + "=" + fmt.Sprint(partitionWork.Milliseconds()),
-			envFixed + "=1", envMode + "=" + mode, envListen + "=" + url, envLease + "=" + fmt.Sprint(partitionLease.Milliseconds())}
+			envFixed + "=1", envLog + "=info", envMode + "=" + mode, envListen + "=" + url, envLease + "=" + fmt.Sprint(partitionLease.Milliseconds())}
 		if inNamespace {
 			env = append(env, envNoTCP+"="+noTCP)
 		}
@@ -289,7 +289,8 @@ func runPartition(t *testing.T, variant string) partitionFigures {
 		t.Fatal(err)
 	}
 	<-lo1.done
-	pgtest.Eventually(t, 15*time.Second, "the SIGKILLed worker's tasks rescued", func() bool { return runningOn(lo1.id) == 0 })
+	waitReporting(t, 15*time.Second, "the SIGKILLed worker's tasks rescued", func() bool { return runningOn(lo1.id) == 0 },
+		func() string { return partitionReport(ctx, pool, procs, killAt) })
 
 	stopFeed()
 	<-feeding
@@ -458,4 +459,52 @@ func percentiles(d []time.Duration) (p50, worst time.Duration) {
 	}
 	slices.Sort(d)
 	return d[len(d)/2], d[len(d)-1]
+}
+
+// waitReporting is pgtest.Eventually that, once the wait has taken twice
+// as long as on an idle machine plus 30 seconds, logs report() once: where
+// the run stands while it is stuck, not after the workers are gone.
+func waitReporting(t *testing.T, within time.Duration, what string, cond func() bool, report func() string) {
+	t.Helper()
+	began, reported := time.Now(), false
+	pgtest.Eventually(t, within, what, func() bool {
+		if cond() {
+			return true
+		}
+		if !reported && time.Since(began) > 2*within+30*time.Second {
+			reported = true
+			t.Logf("still waiting for %s after %s:\n%s", what, time.Since(began).Round(time.Millisecond), report())
+		}
+		return false
+	})
+}
+
+// partitionReport is stallReport with the elections' holders: which
+// session holds each election lock, from where, since when.
+func partitionReport(ctx context.Context, pool *pgxpool.Pool, procs []*proc, since time.Time) string {
+	var b strings.Builder
+	rows, err := pool.Query(ctx, `SELECT l.objid, l.pid, w.id, a.application_name, a.client_addr::text, a.client_port,
+		a.backend_start, a.state, a.wait_event_type || ':' || a.wait_event, (now() - a.state_change)::text, left(a.query, 80)
+		FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid LEFT JOIN skiplock_workers w ON w.lock_backend_pid = l.pid
+		WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.classid = 'skiplock_tasks'::regclass::oid`)
+	b.WriteString("election locks (job, pid, worker, application, client, port, backend start, state, wait, for, query):\n")
+	if err == nil {
+		for rows.Next() {
+			vals, err := rows.Values()
+			if err != nil {
+				break
+			}
+			fmt.Fprintf(&b, "  %v\n", vals)
+		}
+		rows.Close()
+	}
+	if err != nil {
+		fmt.Fprintf(&b, "  (%v)\n", err)
+	}
+	m := map[int]*proc{}
+	for i, p := range procs {
+		m[i] = p
+	}
+	b.WriteString(stallReport(ctx, pool, m, nil, since, nil, progressMark{at: since}))
+	return b.String()
 }

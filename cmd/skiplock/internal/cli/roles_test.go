@@ -2,13 +2,16 @@ package cli_test
 
 import (
 	"context"
+	"errors"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/skiplock/skiplock/internal/schema"
 	"github.com/skiplock/skiplock/internal/testinfra/pgtest"
@@ -299,4 +302,81 @@ func TestOperatorCommands(t *testing.T) {
 		t.Errorf("delete and purge left %d of their tasks", n)
 	}
 	op.run(t, "enqueue", "job").denied(t, "enqueue as operator")
+}
+
+// TestProducerCommands: a role given only what `migrate grants --kind
+// producer` prints enqueues with the command, which records the enqueue in
+// the audit trail as that role; it cannot read the trail nor rewrite a
+// record of it, and changes nothing else.
+func TestProducerCommands(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	role := pgtest.BareRole(t)
+	// A database that revokes EXECUTE from PUBLIC: the grants name what
+	// a producer calls.
+	script := "REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA " + pgx.Identifier{b.schema}.Sanitize() + " FROM PUBLIC;\n" +
+		b.run(t, "migrate", "grants", "--role", role, "--kind", "producer").ok(t).stdout
+	if _, err := b.pool.Exec(ctx, script); err != nil {
+		t.Fatalf("running the printed grants: %v\n%s", err, script)
+	}
+	p := b.as(t, role)
+	var ids []int64
+	for _, args := range [][]string{
+		{"enqueue", "report.build", `{"n":1}`, "--queue", "reports"},
+		{"enqueue", "sync.account", `{"id":7}`, "--unique-key", "sync:7"},
+		{"enqueue", "ledger.post", `{"account":7}`, "--sequence", "account:7"},
+		{"enqueue", "ledger.post", `{"account":7}`, "--sequence", "account:7"},
+	} {
+		r := p.run(t, args...)
+		if r.code != 0 {
+			t.Fatalf("%q as producer: exit %d\nstdout: %s\nstderr: %s", args, r.code, r.stdout, r.stderr)
+		}
+		id, err := strconv.ParseInt(strings.TrimSpace(r.stdout), 10, 64)
+		if err != nil {
+			t.Fatalf("%q printed %q, want the task's ID", args, r.stdout)
+		}
+		ids = append(ids, id)
+	}
+	if n := b.count(t, "id = ANY($1)", ids); n != len(ids) {
+		t.Fatalf("%d of the %d enqueued tasks exist", n, len(ids))
+	}
+	// Each enqueue's record, as the producer's role, from the command.
+	rows, err := b.pool.Query(ctx, `SELECT (request->'ids'->>0)::bigint FROM skiplock_audit
+		WHERE action = 'enqueue' AND source = 'cli' AND db_role = $1 AND affected = 1 AND finished_at IS NOT NULL ORDER BY id`, role)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recorded, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(recorded, ids) {
+		t.Fatalf("audit records of the producer's enqueues name tasks %v, want %v", recorded, ids)
+	}
+
+	// It appends, and no more.
+	pool := pgtest.PoolAs(t, b.schema, role)
+	for _, q := range []string{
+		"SELECT count(*) FROM skiplock_audit",
+		"UPDATE skiplock_audit SET actor = 'x'",
+		"UPDATE skiplock_audit SET affected = 0",
+		"DELETE FROM skiplock_audit",
+	} {
+		var pgErr *pgconn.PgError
+		if _, err := pool.Exec(ctx, q); !errors.As(err, &pgErr) || pgErr.Code != "42501" {
+			t.Errorf("%s as producer: %v, want permission denied", q, err)
+		}
+	}
+	for _, args := range [][]string{
+		{"audit"},
+		{"requeue", strconv.FormatInt(ids[0], 10)},
+		{"cancel", strconv.FormatInt(ids[0], 10)},
+		{"queue", "pause", "reports"},
+	} {
+		p.run(t, args...).denied(t, strings.Join(args, " "))
+	}
+	if s := b.status(t, ids[0]); s != queue.StatusPending {
+		t.Fatalf("task %d is %s after the producer's refused changes, want pending", ids[0], s)
+	}
 }
