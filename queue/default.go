@@ -46,12 +46,20 @@ func Enqueue(ctx context.Context, name string, payload any, opts ...Option) (int
 	return c.Enqueue(ctx, name, payload, opts...)
 }
 
-// EnqueueTx inserts a task within tx through the default client; see
-// Client.EnqueueTx.
+// EnqueueTx inserts a task within tx; see Client.EnqueueTx. It uses the
+// default client when DATABASE_URL is set, and needs no DATABASE_URL
+// otherwise: tx is the connection.
 func EnqueueTx(ctx context.Context, tx Executor, name string, payload any, opts ...Option) (int64, error) {
 	c, err := Default()
 	if err != nil {
-		return 0, err
+		if os.Getenv("DATABASE_URL") != "" {
+			return 0, err // set but unusable: say so rather than guess
+		}
+		c = txClient()
 	}
 	return c.EnqueueTx(ctx, tx, name, payload, opts...)
 }
+
+// txClient is the client of EnqueueTx without DATABASE_URL: it has no pool,
+// so it only inserts through the transactions it is handed.
+var txClient = sync.OnceValue(func() *Client { return New(nil) })

@@ -358,7 +358,7 @@ func (c *Client) insert(ctx context.Context, tx Executor, tasks []NewTask) ([]in
 // err's transaction, if any, is aborted.
 func (c *Client) explain(ctx context.Context, err error) error {
 	var noSchema *NoSchemaError
-	if !errors.Is(err, ErrNotMigrated) || errors.As(err, &noSchema) || ctx.Err() != nil {
+	if !errors.Is(err, ErrNotMigrated) || errors.As(err, &noSchema) || ctx.Err() != nil || c.pool == nil {
 		return err
 	}
 	if _, rerr := schema.Read(ctx, c.pool); errors.Is(rerr, ErrPermissionDenied) || errors.As(rerr, &noSchema) {

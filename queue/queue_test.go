@@ -379,3 +379,44 @@ func TestDefaultHidesPassword(t *testing.T) {
 		}
 	}
 }
+
+// TestPackageEnqueueTxWithoutDatabaseURL: the package-level EnqueueTx is
+// handed its connection, so it needs no DATABASE_URL. In a child process
+// (this test binary) without one, as Default remembers its first outcome.
+func TestPackageEnqueueTxWithoutDatabaseURL(t *testing.T) {
+	if os.Getenv("SKIPLOCK_TXONLY_CHILD") != "" {
+		ctx := context.Background()
+		conn, err := pgx.Connect(ctx, os.Getenv("SKIPLOCK_TXONLY_URL"))
+		if err != nil {
+			fmt.Println("connect:", err)
+			os.Exit(0)
+		}
+		if _, err := conn.Exec(ctx, "SELECT set_config('search_path', $1, false)", os.Getenv("SKIPLOCK_TXONLY_SCHEMA")); err != nil {
+			fmt.Println("search_path:", err)
+			os.Exit(0)
+		}
+		err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			_, err := queue.EnqueueTx(ctx, tx, "tx.only", map[string]int{"n": 1})
+			return err
+		})
+		fmt.Println("result:", err)
+		// Without a transaction or DATABASE_URL, Enqueue still says what
+		// is missing.
+		_, err = queue.Enqueue(ctx, "x", nil)
+		fmt.Println("plain:", err)
+		os.Exit(0)
+	}
+	t.Parallel()
+	schema := pgtest.Schema(t, true)
+	pool := pgtest.NewPool(t, schema)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestPackageEnqueueTxWithoutDatabaseURL$")
+	cmd.Env = append(os.Environ(), "SKIPLOCK_TXONLY_CHILD=1", "DATABASE_URL=",
+		"SKIPLOCK_TXONLY_URL="+pgtest.Server(t).URL, "SKIPLOCK_TXONLY_SCHEMA="+schema)
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "result: <nil>") || !strings.Contains(string(out), "plain: skiplock: DATABASE_URL is not set") {
+		t.Fatalf("child: %v, %s", err, out)
+	}
+	if n := count(t, pool, "name = 'tx.only'"); n != 1 {
+		t.Fatalf("%d tasks named tx.only, want 1", n)
+	}
+}
