@@ -91,6 +91,7 @@ type claimCursor struct {
 	rewind   *claimPos // the next claim starts here: a probe found a row behind the cursor
 	// rewinding: the claim under way starts behind the cursor.
 	rewinding bool
+	carrying  bool // a carry (carryDue) runs
 }
 
 // claimCursors holds the cursors of a worker; its zero value is ready.
@@ -170,6 +171,40 @@ func (c *claimCursor) probed(started time.Time, took time.Duration, found *claim
 	}
 	c.rewind = found
 	return true
+}
+
+// A claim takes only the names its worker handles, and a run of rows of
+// other names at the head of the queue (a producer deployed before the
+// workers that handle its new name, say) is walked by every claim from the
+// head, a heap visit per row, for nothing. A claim that took rows leaves
+// the cursor past them; a claim from the head that took none, and was
+// expensive, leaves it nowhere. So, when the worker has seen names it does
+// not handle in the queue (unhandled.go), such a claim carries the cursor
+// to the last due row of the queue (TaskPendingLast, on a pool
+// connection): the next claims start there, and the rows behind it,
+// handled ones that sort among the others included, are the probe's to
+// find, as for any cursor.
+
+// carryDue reports whether a carry is due after a claim from the head that
+// took no row, and if so marks it running.
+func (c *claimCursor) carryDue() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.valid || !c.costly || c.carrying {
+		return false
+	}
+	c.carrying = true
+	return true
+}
+
+// carried records where a carry found the last due row, if it found one.
+func (c *claimCursor) carried(last *claimPos) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.carrying = false
+	if last != nil && !c.valid && c.costly {
+		c.pos, c.valid = *last, true
+	}
 }
 
 // headDue reports, for a cursor in use, how long until its next probe is
