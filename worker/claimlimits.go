@@ -13,10 +13,10 @@ import (
 // limits that operators set in the database (queue.Limit) are
 // clusterlimits.go's.
 type claimLimits struct {
-	queueSlots   map[string]*semaphore.Weighted // queues with their own cap
-	byQueue      map[string]RateLimit           // rate limits by queue
-	byName       []RateLimit                    // rate limits by task name
-	byKey        []RateLimit                    // per-key rate limits by task name (PerKey)
+	queueSlots map[string]*semaphore.Weighted // queues with their own cap
+	byQueue    map[string]RateLimit           // rate limits by queue
+	byName     []RateLimit                    // rate limits by task name
+	byKey      []RateLimit                    // per-key rate limits by task name (PerKey)
 	// rest are the names the worker has handlers for, less those of byName
 	// and byKey:
 	// what the rest of a claim takes. Every claim names the names it may

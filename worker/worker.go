@@ -65,10 +65,10 @@ type Worker struct {
 	handlers Handlers
 	// handled are the names of handlers, sorted: the only names the
 	// worker claims, and what it records in skiplock_workers.names.
-	handled  []string
+	handled   []string
 	unhandled unhandledWatch // pending names of its queues it has no handler for (unhandled.go)
-	slots    *slots
-	limits   claimLimits // per-queue slots and rate limits (claimlimits.go)
+	slots     *slots
+	limits    claimLimits // per-queue slots and rate limits (claimlimits.go)
 	// limitsSeen: whether any concurrency limit exists (clusterlimits.go).
 	limitsSeen limitsProbe
 	heldClaims heldClaims   // which statement a limited claim runs (clusterlimits.go)
