@@ -22,7 +22,7 @@ import (
 // worker has no handler for stays pending, attempt 0 and no history, while
 // the worker runs the names it handles; the worker says so once in its
 // log; the stats list it as waiting for a handler; and a worker with its
-// handler, started later, runs it. In both modes.
+// (batch) handler, started later, runs it. In both modes.
 func TestUnhandledNameWaitsForItsHandler(t *testing.T) {
 	t.Parallel()
 	for _, mode := range []worker.Mode{worker.ModeAdvisory, worker.ModeLease} {
@@ -71,7 +71,11 @@ func TestUnhandledNameWaitsForItsHandler(t *testing.T) {
 				t.Errorf("Unhandled = %+v, want one task of later in %s, created %s", un, queue.DefaultQueue, created)
 			}
 
-			start(t, pgtest.NewPool(t, b.schema), worker.Config{Mode: mode}, worker.Handlers{"later": func(context.Context, *worker.Task) error { return nil }})
+			// A batch handler: its name is claimed like any other.
+			start(t, pgtest.NewPool(t, b.schema), worker.Config{Mode: mode}, worker.Handlers{"later": worker.BatchHandler{
+				Handle:  func(context.Context, []*worker.Task) []error { return nil },
+				MaxWait: time.Millisecond,
+			}.Handler()})
 			waitFor(t, 5*time.Second, "the task completed by the worker that handles it", func() bool {
 				return b.get(t, waiting).Status == queue.StatusCompleted
 			})
@@ -244,5 +248,28 @@ func TestRateLimitOnUnhandledName(t *testing.T) {
 	waitClaims(t, 10, counted)
 	if task := b.get(t, other); task.Status != queue.StatusPending || task.Attempt != 0 {
 		t.Errorf("the rate-limited task without a handler: %+v; want pending, attempt 0", task)
+	}
+}
+
+// TestPeriodicWithoutItsHandler: a worker's periodic task whose name it has
+// no handler for is still enqueued by its scheduler, and waits, pending,
+// for a worker that handles it, which runs it.
+func TestPeriodicWithoutItsHandler(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	counted := &claims{}
+	start(t, b.pool, worker.Config{Observer: counted, Periodic: []worker.PeriodicTask{{Every: time.Second, Name: "tick"}}},
+		worker.Handlers{"other": func(context.Context, *worker.Task) error { return nil }})
+	waitFor(t, 5*time.Second, "a tick enqueued", func() bool { return b.count(t, "name = 'tick'") > 0 })
+	waitClaims(t, 10, counted)
+	if n := b.count(t, "name = 'tick' AND (status <> 'pending' OR attempt <> 0)"); n != 0 {
+		t.Fatalf("%d ticks were claimed by the worker without their handler", n)
+	}
+	start(t, pgtest.NewPool(t, b.schema), worker.Config{}, worker.Handlers{"tick": func(context.Context, *worker.Task) error { return nil }})
+	waitFor(t, 5*time.Second, "a tick completed by the worker that handles it", func() bool {
+		return b.count(t, "name = 'tick' AND status = 'completed'") > 0
+	})
+	if n := b.count(t, "status = 'failed'"); n != 0 {
+		t.Errorf("%d tasks failed", n)
 	}
 }
