@@ -92,6 +92,11 @@ type claimCursor struct {
 	// rewinding: the claim under way starts behind the cursor.
 	rewinding bool
 	carrying  bool // a carry (carryDue) runs
+	// exact: pos is where a carry put the cursor, not a row a claim took;
+	// claims start right after it, without the lookback (all of a run of
+	// rows inserted by one transaction has one run_at, and the lookback
+	// would take the whole run back in).
+	exact bool
 }
 
 // claimCursors holds the cursors of a worker; its zero value is ready.
@@ -131,10 +136,18 @@ func (c *claimCursor) bound(p *db.TaskClaimParams, now time.Time) (head bool) {
 		c.rewind, c.rewinding = nil, true
 		return false
 	}
-	p.AfterPriority = c.pos.priority
-	p.AfterRunAt = c.pos.runAt.Add(-cursorLookback)
-	p.AfterID = 0
+	from := c.from()
+	p.AfterPriority, p.AfterRunAt, p.AfterID = from.priority, from.runAt, from.id
 	return false
+}
+
+// from is where claims from the cursor start (after it), and before which
+// a probe looks: the cursor less the lookback, or, carried, the cursor.
+func (c *claimCursor) from() claimPos {
+	if c.exact {
+		return c.pos
+	}
+	return claimPos{priority: c.pos.priority, runAt: c.pos.runAt.Add(-cursorLookback)}
 }
 
 // probeDue reports whether a probe behind the cursor is due, and if so
@@ -147,7 +160,7 @@ func (c *claimCursor) probeDue(now time.Time) (before claimPos, due bool) {
 		return claimPos{}, false
 	}
 	c.probing = true
-	return claimPos{priority: c.pos.priority, runAt: c.pos.runAt.Add(-cursorLookback)}, true
+	return c.from(), true
 }
 
 // probed records a probe's outcome: when it started, what it cost, and the
@@ -203,7 +216,7 @@ func (c *claimCursor) carried(last *claimPos) {
 	defer c.mu.Unlock()
 	c.carrying = false
 	if last != nil && !c.valid && c.costly {
-		c.pos, c.valid = *last, true
+		c.pos, c.valid, c.exact = *last, true, true
 	}
 }
 
@@ -255,7 +268,7 @@ func (c *claimCursor) claimed(head bool, started time.Time, took time.Duration, 
 			last = pos
 		}
 		if !c.valid || c.pos.less(pos) {
-			c.pos, c.valid = pos, true
+			c.pos, c.valid, c.exact = pos, true, false
 		}
 	}
 	if c.rewinding {

@@ -42,3 +42,22 @@ func QueueClaimed(w *Worker) (queue, held, limited int64) {
 	t := w.heldClaims.taken
 	return t[howQueue] + t[howHeld], t[howHeld], t[howLimited]
 }
+
+// CursorCarried reports whether a cursor of queueName was carried past rows
+// of names the worker does not handle, and is still there.
+func CursorCarried(w *Worker, queueName string) bool {
+	w.cursors.mu.Lock()
+	defer w.cursors.mu.Unlock()
+	for key, c := range w.cursors.m {
+		if !strings.HasPrefix(key, queueName+"\x00") {
+			continue
+		}
+		c.mu.Lock()
+		carried := c.valid && c.exact
+		c.mu.Unlock()
+		if carried {
+			return true
+		}
+	}
+	return false
+}
