@@ -305,3 +305,53 @@ func TestUnhandledPileOnly(t *testing.T) {
 		t.Errorf("%d of the 20,000 unhandled tasks are pending and unattempted", n)
 	}
 }
+
+// TestUnhandledUnderConcurrencyLimits: under each claim statement that a
+// concurrency limit selects (a queue limit far above what runs: the queue's
+// claim and the claim within a held block; a name limit: the claim of
+// every limit), in both modes, a task whose name the worker has no
+// handler for stays pending and unattempted while its handled neighbours
+// run.
+func TestUnhandledUnderConcurrencyLimits(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name  string
+		limit queue.Limit
+	}{
+		{"queue limit", queue.Limit{Queue: queue.DefaultQueue, Max: 1000}},
+		{"name limit", queue.Limit{Name: "known", Max: 1000}},
+	} {
+		for _, mode := range []worker.Mode{worker.ModeAdvisory, worker.ModeLease} {
+			t.Run(c.name+"/"+mode.String(), func(t *testing.T) {
+				t.Parallel()
+				b := setup(t)
+				ctx := context.Background()
+				if err := b.client.SetLimit(ctx, c.limit); err != nil {
+					t.Fatal(err)
+				}
+				tasks := make([]queue.NewTask, 0, 200)
+				for range 100 {
+					tasks = append(tasks, queue.NewTask{Name: "unknown"}, queue.NewTask{Name: "known"})
+				}
+				if _, err := b.client.EnqueueMany(ctx, tasks); err != nil {
+					t.Fatal(err)
+				}
+				counted := &claims{}
+				w, _ := start(t, b.pool, worker.Config{Mode: mode, Concurrency: 20, Observer: counted},
+					worker.Handlers{"known": func(context.Context, *worker.Task) error { return nil }})
+				waitFor(t, 10*time.Second, "the handled tasks completed", func() bool {
+					return b.count(t, "name = 'known' AND status = 'completed'") == 100
+				})
+				waitClaims(t, 10, counted)
+				byQueue, held, limited := worker.QueueClaimed(w)
+				t.Logf("taken by the queue's claim %d (within a held block %d), by the claim of every limit %d", byQueue, held, limited)
+				if queueClaim := mode == worker.ModeAdvisory && c.limit.Queue != ""; queueClaim && byQueue == 0 || !queueClaim && limited == 0 {
+					t.Errorf("the tasks were not taken by the claim the limit selects")
+				}
+				if n := b.count(t, "name = 'unknown' AND status = 'pending' AND attempt = 0"); n != 100 {
+					t.Errorf("%d of the 100 tasks without a handler are pending and unattempted", n)
+				}
+			})
+		}
+	}
+}
