@@ -153,6 +153,7 @@ SELECT w.id,
        w.host,
        w.pid,
        w.queues,
+       w.names,
        w.started_at,
        w.heartbeat_at,
        coalesce(w.lock_backend_pid, 0)::integer AS lock_backend_pid,
@@ -169,6 +170,7 @@ type WorkerListRow struct {
 	Host                string
 	Pid                 int32
 	Queues              []string
+	Names               []string
 	StartedAt           time.Time
 	HeartbeatAt         time.Time
 	LockBackendPid      int32
@@ -178,7 +180,8 @@ type WorkerListRow struct {
 }
 
 // Registered worker processes, latest heartbeat first: how many tasks each
-// runs now, and whether its lock session is still connected.
+// runs now, whether its lock session is still connected, and the task
+// names it handles (NULL from a worker that predates the column).
 func (q *Queries) WorkerList(ctx context.Context, db DBTX, maxRows int32) ([]WorkerListRow, error) {
 	rows, err := db.Query(ctx, workerList, maxRows)
 	if err != nil {
@@ -193,6 +196,7 @@ func (q *Queries) WorkerList(ctx context.Context, db DBTX, maxRows int32) ([]Wor
 			&i.Host,
 			&i.Pid,
 			&i.Queues,
+			&i.Names,
 			&i.StartedAt,
 			&i.HeartbeatAt,
 			&i.LockBackendPid,

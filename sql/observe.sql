@@ -42,11 +42,13 @@ ORDER BY keys.queue, keys.status, b.bucket;
 
 -- name: WorkerList :many
 -- Registered worker processes, latest heartbeat first: how many tasks each
--- runs now, and whether its lock session is still connected.
+-- runs now, whether its lock session is still connected, and the task
+-- names it handles (NULL from a worker that predates the column).
 SELECT w.id,
        w.host,
        w.pid,
        w.queues,
+       w.names,
        w.started_at,
        w.heartbeat_at,
        coalesce(w.lock_backend_pid, 0)::integer AS lock_backend_pid,

@@ -12,7 +12,7 @@ import (
 
 // TestQueuesPageUnhandled: the queues page lists the pending tasks whose
 // name no live worker handles, with their count, and leaves out a name a
-// live worker handles.
+// live worker handles; the workers page lists the names each handles.
 func TestQueuesPageUnhandled(t *testing.T) {
 	t.Parallel()
 	b := setup(t, dashboard.Options{})
@@ -42,5 +42,9 @@ func TestQueuesPageUnhandled(t *testing.T) {
 	}
 	if strings.Contains(section, "mail.handled") {
 		t.Fatalf("the section lists a name a live worker handles:\n%s", section)
+	}
+	// The workers page says which names each worker handles.
+	if _, body := get(t, c, b.url+"/locks"); !strings.Contains(body, "<th>Handles</th>") || !strings.Contains(body, "<td>mail.handled</td>") {
+		t.Fatalf("the workers page lacks the names the worker handles:\n%s", body)
 	}
 }
