@@ -252,7 +252,7 @@ func (h *handler) queuesPage(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
-	unhandled, err := h.client.Unhandled(ctx)
+	unhandled, err := h.unhandled.get(func() ([]queue.Unhandled, error) { return h.client.Unhandled(ctx) })
 	if err != nil {
 		h.fail(w, r, http.StatusInternalServerError, err)
 		return

@@ -22,9 +22,6 @@ func TestQueuesPageUnhandled(t *testing.T) {
 		VALUES ('w', 'h', 1, '{mail}', '{mail.handled}')`); err != nil {
 		t.Fatal(err)
 	}
-	if _, body := get(t, c, b.url+"/"); strings.Contains(body, "Waiting for a handler") {
-		t.Fatal("the queues page lists tasks waiting for a handler before any is")
-	}
 	for range 3 {
 		b.insert(t, "mail", "mail.orphan", queue.StatusPending, "", "", 0)
 	}
