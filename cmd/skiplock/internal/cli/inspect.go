@@ -81,7 +81,8 @@ wait, attempts unspent, until a worker that handles them starts), with
 their count and when the oldest was enqueued. A worker that predates
 skiplock recording its names counts as handling every name.
 
-It reads the whole table once; on a very large table it takes a moment.`,
+It reads the whole table once, and the pending tasks once more; on a very
+large table it takes a moment.`,
 		Example: `  skiplock stats
   skiplock stats --json | jq '.queues[] | select(.oldest_due_seconds > 60)'`,
 		Args: noArgs,
