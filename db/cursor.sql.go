@@ -73,3 +73,77 @@ func (q *Queries) TaskPendingBefore(ctx context.Context, db DBTX, arg TaskPendin
 	}
 	return items, nil
 }
+
+const taskPendingLast = `-- name: TaskPendingLast :one
+SELECT p.priority, p.run_at, p.id
+FROM skiplock_tasks AS p
+WHERE p.status = 'pending'
+  AND p.queue = $1::text
+  AND p.run_at <= now()
+ORDER BY p.priority DESC, p.run_at DESC, p.id DESC
+LIMIT 1
+`
+
+type TaskPendingLastRow struct {
+	Priority int16
+	RunAt    time.Time
+	ID       int64
+}
+
+// The last pending row of a queue in claim order that is due, read from the
+// tail of the claim index, without any lock, on a pool connection. A claim
+// from the head that walked a long run of rows it may not take (names that
+// the worker has no handler for) and took nothing carries its cursor here,
+// so that the next claims start past that run instead of walking it again
+// (worker/cursor.go).
+func (q *Queries) TaskPendingLast(ctx context.Context, db DBTX, queue string) (TaskPendingLastRow, error) {
+	row := db.QueryRow(ctx, taskPendingLast, queue)
+	var i TaskPendingLastRow
+	err := row.Scan(&i.Priority, &i.RunAt, &i.ID)
+	return i, err
+}
+
+const taskUnhandledHead = `-- name: TaskUnhandledHead :many
+SELECT DISTINCT h.name::text AS name
+FROM (
+    SELECT p.name
+    FROM skiplock_tasks AS p
+    WHERE p.status = 'pending'
+      AND p.queue = $1::text
+      AND p.run_at <= now()
+    ORDER BY p.priority, p.run_at, p.id
+    LIMIT $2::integer
+) AS h
+WHERE NOT (h.name = ANY($3::text[]))
+ORDER BY 1
+`
+
+type TaskUnhandledHeadParams struct {
+	Queue   string
+	Scan    int32
+	Handled []string
+}
+
+// The names, among the first scan rows due of a queue in claim order, that
+// the worker has no handler for (handled): what the worker logs once, so
+// that a name no running worker handles is seen. It reads at most scan
+// rows, whatever the backlog's size.
+func (q *Queries) TaskUnhandledHead(ctx context.Context, db DBTX, arg TaskUnhandledHeadParams) ([]string, error) {
+	rows, err := db.Query(ctx, taskUnhandledHead, arg.Queue, arg.Scan, arg.Handled)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []string{}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return nil, err
+		}
+		items = append(items, name)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}

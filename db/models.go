@@ -149,6 +149,7 @@ type SkiplockWorker struct {
 	LockBackendPid *int32
 	StartedAt      time.Time
 	HeartbeatAt    time.Time
+	Names          []string
 }
 
 type SkiplockWorkflow struct {

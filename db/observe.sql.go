@@ -90,11 +90,70 @@ func (q *Queries) QueueThroughput(ctx context.Context, db DBTX, arg QueueThrough
 	return items, nil
 }
 
+const taskUnhandled = `-- name: TaskUnhandled :many
+WITH pending AS (
+    SELECT t.queue, t.name, count(*) AS tasks, min(t.created_at) AS oldest_created_at, min(t.run_at) AS oldest_run_at
+    FROM skiplock_tasks AS t
+    WHERE t.status = 'pending'
+    GROUP BY t.queue, t.name
+)
+SELECT p.queue::text AS queue, p.name::text AS name, p.tasks::bigint AS tasks,
+       p.oldest_created_at::timestamptz AS oldest_created_at, p.oldest_run_at::timestamptz AS oldest_run_at
+FROM pending AS p
+WHERE NOT EXISTS (
+    SELECT 1 FROM skiplock_workers AS w
+    WHERE w.heartbeat_at > now() - make_interval(secs => $1::double precision)
+      AND p.queue = ANY(w.queues)
+      AND (w.names IS NULL OR p.name = ANY(w.names))
+)
+ORDER BY p.queue, p.name
+`
+
+type TaskUnhandledRow struct {
+	Queue           string
+	Name            string
+	Tasks           int64
+	OldestCreatedAt time.Time
+	OldestRunAt     time.Time
+}
+
+// Pending tasks that wait for a handler nobody runs: per queue and name,
+// those that no live worker (heartbeat within live_seconds) both claims
+// from (its queues) and handles (its names; NULL names, from a worker that
+// predates the column, count as every name). Counted per (queue, name)
+// first, from the pending rows alone, then matched against the workers.
+func (q *Queries) TaskUnhandled(ctx context.Context, db DBTX, liveSeconds float64) ([]TaskUnhandledRow, error) {
+	rows, err := db.Query(ctx, taskUnhandled, liveSeconds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []TaskUnhandledRow{}
+	for rows.Next() {
+		var i TaskUnhandledRow
+		if err := rows.Scan(
+			&i.Queue,
+			&i.Name,
+			&i.Tasks,
+			&i.OldestCreatedAt,
+			&i.OldestRunAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const workerList = `-- name: WorkerList :many
 SELECT w.id,
        w.host,
        w.pid,
        w.queues,
+       w.names,
        w.started_at,
        w.heartbeat_at,
        coalesce(w.lock_backend_pid, 0)::integer AS lock_backend_pid,
@@ -111,6 +170,7 @@ type WorkerListRow struct {
 	Host                string
 	Pid                 int32
 	Queues              []string
+	Names               []string
 	StartedAt           time.Time
 	HeartbeatAt         time.Time
 	LockBackendPid      int32
@@ -120,7 +180,8 @@ type WorkerListRow struct {
 }
 
 // Registered worker processes, latest heartbeat first: how many tasks each
-// runs now, and whether its lock session is still connected.
+// runs now, whether its lock session is still connected, and the task
+// names it handles (NULL from a worker that predates the column).
 func (q *Queries) WorkerList(ctx context.Context, db DBTX, maxRows int32) ([]WorkerListRow, error) {
 	rows, err := db.Query(ctx, workerList, maxRows)
 	if err != nil {
@@ -135,6 +196,7 @@ func (q *Queries) WorkerList(ctx context.Context, db DBTX, maxRows int32) ([]Wor
 			&i.Host,
 			&i.Pid,
 			&i.Queues,
+			&i.Names,
 			&i.StartedAt,
 			&i.HeartbeatAt,
 			&i.LockBackendPid,

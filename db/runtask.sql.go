@@ -21,6 +21,7 @@ SET status = 'running',
     locked_until = now() + interval '1 millisecond' * $2::bigint
 WHERE t.id = $3::bigint
   AND t.status = 'pending'
+  AND t.name = ANY($4::text[])
 RETURNING t.id, t.queue, t.name, t.payload, t.metadata, t.priority, t.attempt,
           t.max_attempts, t.timeout_ms, t.run_at, t.created_at, t.started_at,
           '{}'::integer[] AS limit_locks, -- run outside any concurrency limit
@@ -31,6 +32,7 @@ type TaskClaimByIDParams struct {
 	WorkerID string
 	LeaseMs  int64
 	ID       int64
+	Names    []string
 }
 
 type TaskClaimByIDRow struct {
@@ -54,10 +56,16 @@ type TaskClaimByIDRow struct {
 // its queue's pause or its rate limits: marked running as the claim marks
 // it (attempt + 1, this worker), and guarded by a lease whatever the
 // worker's mode, so that any worker's rescuer takes it back if this
-// process dies. No row: the task is not pending (or does not exist). The
-// columns are TaskClaim's.
+// process dies. It takes only the names given (those RunTask has handlers
+// for). No row: the task is not pending, has another name, or does not
+// exist. The columns are TaskClaim's.
 func (q *Queries) TaskClaimByID(ctx context.Context, db DBTX, arg TaskClaimByIDParams) (TaskClaimByIDRow, error) {
-	row := db.QueryRow(ctx, taskClaimByID, arg.WorkerID, arg.LeaseMs, arg.ID)
+	row := db.QueryRow(ctx, taskClaimByID,
+		arg.WorkerID,
+		arg.LeaseMs,
+		arg.ID,
+		arg.Names,
+	)
 	var i TaskClaimByIDRow
 	err := row.Scan(
 		&i.ID,

@@ -151,10 +151,10 @@ func (q *Queries) WorkerPrune(ctx context.Context, db DBTX, olderThanSeconds flo
 }
 
 const workerRegister = `-- name: WorkerRegister :exec
-INSERT INTO skiplock_workers (id, host, pid, queues, lock_backend_pid)
-VALUES ($1::text, $2::text, $3::integer, $4::text[], $5::integer)
+INSERT INTO skiplock_workers (id, host, pid, queues, lock_backend_pid, names)
+VALUES ($1::text, $2::text, $3::integer, $4::text[], $5::integer, $6::text[])
 ON CONFLICT (id) DO UPDATE
-SET lock_backend_pid = excluded.lock_backend_pid, heartbeat_at = now()
+SET lock_backend_pid = excluded.lock_backend_pid, heartbeat_at = now(), names = excluded.names
 `
 
 type WorkerRegisterParams struct {
@@ -163,11 +163,13 @@ type WorkerRegisterParams struct {
 	Pid            int32
 	Queues         []string
 	LockBackendPid int32
+	Names          []string
 }
 
 // In advisory mode it runs on the lock session itself, so that heartbeat_at
 // is a moment when lock_backend_pid was that session (see
-// WorkerTerminateStale).
+// WorkerTerminateStale). names are the task names the worker has handlers
+// for (NULL: unknown, as a worker built before the column records it).
 func (q *Queries) WorkerRegister(ctx context.Context, db DBTX, arg WorkerRegisterParams) error {
 	_, err := db.Exec(ctx, workerRegister,
 		arg.ID,
@@ -175,6 +177,7 @@ func (q *Queries) WorkerRegister(ctx context.Context, db DBTX, arg WorkerRegiste
 		arg.Pid,
 		arg.Queues,
 		arg.LockBackendPid,
+		arg.Names,
 	)
 	return err
 }

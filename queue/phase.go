@@ -52,9 +52,10 @@ func (t *Task) PhaseAt(now time.Time) Phase {
 func (t *Task) Phase() Phase { return t.PhaseAt(time.Now()) }
 
 // FailedPermanently reports whether a failed task failed for good before it
-// used all its attempts: its handler returned a worker.Permanent error, or
-// no worker had a handler for its name. A failed task for which it is false
-// ran out of attempts.
+// used all its attempts: its handler returned a worker.Permanent error (or,
+// in a history written before workers claimed only the names they handle,
+// its worker had no handler for its name). A failed task for which it is
+// false ran out of attempts.
 func (t *Task) FailedPermanently() bool {
 	if t.Status != StatusFailed {
 		return false

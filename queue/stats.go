@@ -117,6 +117,38 @@ func (c *Client) Stats(ctx context.Context) (*Stats, error) {
 	return s, nil
 }
 
+// Unhandled counts the pending tasks of one name in one queue that no live
+// worker handles: none whose heartbeat is within WorkerGoneAfter both
+// claims from the queue and has a handler for the name. Workers claim only
+// the names they have handlers for, so these tasks wait, their attempts
+// unspent, until a worker that handles them starts.
+type Unhandled struct {
+	Queue string
+	Name  string
+	// Tasks counts them, due or not.
+	Tasks int64
+	// OldestCreatedAt is when the oldest of them was enqueued, and
+	// OldestRunAt the earliest run time among them.
+	OldestCreatedAt time.Time
+	OldestRunAt     time.Time
+}
+
+// Unhandled lists, by queue and name, the pending tasks that no live worker
+// handles. A worker records the names it handles when it starts; one built
+// before skiplock recorded them counts as handling every name of its
+// queues. Like Stats, it reads every pending task.
+func (c *Client) Unhandled(ctx context.Context) ([]Unhandled, error) {
+	rows, err := c.queries.TaskUnhandled(ctx, c.exec, WorkerGoneAfter.Seconds())
+	if err != nil {
+		return nil, fmt.Errorf("reading tasks without a handler: %w", err)
+	}
+	out := make([]Unhandled, len(rows))
+	for i, r := range rows {
+		out[i] = Unhandled{Queue: r.Queue, Name: r.Name, Tasks: r.Tasks, OldestCreatedAt: r.OldestCreatedAt, OldestRunAt: r.OldestRunAt}
+	}
+	return out, nil
+}
+
 // FinishedCount counts the tasks of one queue that finished with one status
 // within one bucket of time.
 type FinishedCount struct {

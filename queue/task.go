@@ -95,12 +95,13 @@ type Task struct {
 // AttemptError records one attempt that did not succeed.
 type AttemptError struct {
 	Attempt int `json:"attempt"`
-	// Outcome is error, panic, timeout, abandoned, no_handler, rescued or
-	// shutdown (returned to the queue without spending the attempt).
+	// Outcome is error, panic, timeout, abandoned, rescued, shutdown or
+	// no_handler (the last two returned the task to the queue without
+	// spending the attempt).
 	Outcome string `json:"outcome"`
 	Error   string `json:"error"`
 	// Permanent is set when the attempt failed the task for good, before
-	// its attempts ran out (a worker.Permanent error, no handler).
+	// its attempts ran out (a worker.Permanent error).
 	Permanent  bool      `json:"permanent,omitempty"`
 	WorkerID   string    `json:"worker_id,omitempty"`
 	Host       string    `json:"host,omitempty"`

@@ -23,10 +23,14 @@ const (
 
 // WorkerInfo is a registered worker process.
 type WorkerInfo struct {
-	ID          string
-	Host        string
-	PID         int
-	Queues      []string
+	ID     string
+	Host   string
+	PID    int
+	Queues []string
+	// Names are the task names it has handlers for, the only ones it
+	// claims; nil for a worker that predates this record, which counts as
+	// handling every name.
+	Names       []string
 	StartedAt   time.Time
 	HeartbeatAt time.Time
 	// LockBackendPID is the PostgreSQL backend of its lock session; 0 in
@@ -51,7 +55,7 @@ func (c *Client) Workers(ctx context.Context) (workers []WorkerInfo, forgotten i
 	}
 	for _, r := range rows {
 		w := WorkerInfo{
-			ID: r.ID, Host: r.Host, PID: int(r.Pid), Queues: r.Queues, StartedAt: r.StartedAt, HeartbeatAt: r.HeartbeatAt,
+			ID: r.ID, Host: r.Host, PID: int(r.Pid), Queues: r.Queues, Names: r.Names, StartedAt: r.StartedAt, HeartbeatAt: r.HeartbeatAt,
 			LockBackendPID: int(r.LockBackendPid), Connected: r.Connected, Running: r.Running,
 		}
 		since := seconds(r.HeartbeatAgeSeconds)

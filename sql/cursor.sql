@@ -18,3 +18,36 @@ WHERE p.status = 'pending'
   AND (p.priority, p.run_at, p.id) < (@before_priority::smallint, @before_run_at::timestamptz, @before_id::bigint)
 ORDER BY p.priority, p.run_at, p.id
 LIMIT 1;
+
+-- name: TaskPendingLast :one
+-- The last pending row of a queue in claim order that is due, read from the
+-- tail of the claim index, without any lock, on a pool connection. A claim
+-- from the head that walked a long run of rows it may not take (names that
+-- the worker has no handler for) and took nothing carries its cursor here,
+-- so that the next claims start past that run instead of walking it again
+-- (worker/cursor.go).
+SELECT p.priority, p.run_at, p.id
+FROM skiplock_tasks AS p
+WHERE p.status = 'pending'
+  AND p.queue = @queue::text
+  AND p.run_at <= now()
+ORDER BY p.priority DESC, p.run_at DESC, p.id DESC
+LIMIT 1;
+
+-- name: TaskUnhandledHead :many
+-- The names, among the first scan rows due of a queue in claim order, that
+-- the worker has no handler for (handled): what the worker logs once, so
+-- that a name no running worker handles is seen. It reads at most scan
+-- rows, whatever the backlog's size.
+SELECT DISTINCT h.name::text AS name
+FROM (
+    SELECT p.name
+    FROM skiplock_tasks AS p
+    WHERE p.status = 'pending'
+      AND p.queue = @queue::text
+      AND p.run_at <= now()
+    ORDER BY p.priority, p.run_at, p.id
+    LIMIT @scan::integer
+) AS h
+WHERE NOT (h.name = ANY(@handled::text[]))
+ORDER BY 1;

@@ -42,11 +42,13 @@ ORDER BY keys.queue, keys.status, b.bucket;
 
 -- name: WorkerList :many
 -- Registered worker processes, latest heartbeat first: how many tasks each
--- runs now, and whether its lock session is still connected.
+-- runs now, whether its lock session is still connected, and the task
+-- names it handles (NULL from a worker that predates the column).
 SELECT w.id,
        w.host,
        w.pid,
        w.queues,
+       w.names,
        w.started_at,
        w.heartbeat_at,
        coalesce(w.lock_backend_pid, 0)::integer AS lock_backend_pid,
@@ -56,3 +58,26 @@ SELECT w.id,
 FROM skiplock_workers AS w
 ORDER BY w.heartbeat_at DESC, w.id
 LIMIT @max_rows::integer;
+
+-- name: TaskUnhandled :many
+-- Pending tasks that wait for a handler nobody runs: per queue and name,
+-- those that no live worker (heartbeat within live_seconds) both claims
+-- from (its queues) and handles (its names; NULL names, from a worker that
+-- predates the column, count as every name). Counted per (queue, name)
+-- first, from the pending rows alone, then matched against the workers.
+WITH pending AS (
+    SELECT t.queue, t.name, count(*) AS tasks, min(t.created_at) AS oldest_created_at, min(t.run_at) AS oldest_run_at
+    FROM skiplock_tasks AS t
+    WHERE t.status = 'pending'
+    GROUP BY t.queue, t.name
+)
+SELECT p.queue::text AS queue, p.name::text AS name, p.tasks::bigint AS tasks,
+       p.oldest_created_at::timestamptz AS oldest_created_at, p.oldest_run_at::timestamptz AS oldest_run_at
+FROM pending AS p
+WHERE NOT EXISTS (
+    SELECT 1 FROM skiplock_workers AS w
+    WHERE w.heartbeat_at > now() - make_interval(secs => @live_seconds::double precision)
+      AND p.queue = ANY(w.queues)
+      AND (w.names IS NULL OR p.name = ANY(w.names))
+)
+ORDER BY p.queue, p.name;

@@ -3,8 +3,9 @@
 -- its queue's pause or its rate limits: marked running as the claim marks
 -- it (attempt + 1, this worker), and guarded by a lease whatever the
 -- worker's mode, so that any worker's rescuer takes it back if this
--- process dies. No row: the task is not pending (or does not exist). The
--- columns are TaskClaim's.
+-- process dies. It takes only the names given (those RunTask has handlers
+-- for). No row: the task is not pending, has another name, or does not
+-- exist. The columns are TaskClaim's.
 UPDATE skiplock_tasks AS t
 SET status = 'running',
     attempt = t.attempt + 1,
@@ -14,6 +15,7 @@ SET status = 'running',
     locked_until = now() + interval '1 millisecond' * @lease_ms::bigint
 WHERE t.id = @id::bigint
   AND t.status = 'pending'
+  AND t.name = ANY(@names::text[])
 RETURNING t.id, t.queue, t.name, t.payload, t.metadata, t.priority, t.attempt,
           t.max_attempts, t.timeout_ms, t.run_at, t.created_at, t.started_at,
           '{}'::integer[] AS limit_locks, -- run outside any concurrency limit

@@ -49,8 +49,12 @@ WHERE (unique_key = ANY(@unique_keys::text[]) AND status IN ('pending', 'running
 -- row whose advisory lock is still held (its previous run is finishing) is
 -- skipped and stays pending.
 --
--- Flow control rides along: a paused queue yields nothing; only_names and
--- skip_names split a queue for rate-limited names; only_ids, when not
+-- Flow control rides along: a paused queue yields nothing; only_names are
+-- the names the claim may take (a worker passes the names it has handlers
+-- for, less its rate-limited ones, or one rate-limited name: a task whose
+-- name no running worker handles stays pending; empty means every name),
+-- a filter of the claim index's scan, which reads the index in claim order
+-- as without it; skip_names are names it must not take; only_ids, when not
 -- empty, restricts the claim to the tasks a per-key rate limit granted
 -- (RateKeyTake; such claims use no cursor); a task with an exclusive
 -- key is picked only while no task of its key runs, at most one per key per

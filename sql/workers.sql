@@ -1,11 +1,12 @@
 -- name: WorkerRegister :exec
 -- In advisory mode it runs on the lock session itself, so that heartbeat_at
 -- is a moment when lock_backend_pid was that session (see
--- WorkerTerminateStale).
-INSERT INTO skiplock_workers (id, host, pid, queues, lock_backend_pid)
-VALUES (@id::text, @host::text, @pid::integer, @queues::text[], @lock_backend_pid::integer)
+-- WorkerTerminateStale). names are the task names the worker has handlers
+-- for (NULL: unknown, as a worker built before the column records it).
+INSERT INTO skiplock_workers (id, host, pid, queues, lock_backend_pid, names)
+VALUES (@id::text, @host::text, @pid::integer, @queues::text[], @lock_backend_pid::integer, sqlc.narg(names)::text[])
 ON CONFLICT (id) DO UPDATE
-SET lock_backend_pid = excluded.lock_backend_pid, heartbeat_at = now();
+SET lock_backend_pid = excluded.lock_backend_pid, heartbeat_at = now(), names = excluded.names;
 
 -- name: WorkerHeartbeat :exec
 UPDATE skiplock_workers SET heartbeat_at = now() WHERE id = @id::text;

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"golang.org/x/sync/semaphore"
 
 	"github.com/skiplock/skiplock/db"
@@ -168,8 +169,10 @@ func (w *Worker) claimRound(queueName string, n int, qslots *semaphore.Weighted,
 		// when the window turns.
 		refill = soonest(refill, left)
 	}
-	if claimed < budget {
-		got, err := w.claimAndStart(queueName, budget-claimed, nil, w.limits.limitedNames, qslots, l)
+	// Only the names this worker handles: rest is never empty when a name
+	// is left (an empty filter would take every name).
+	if claimed < budget && len(w.limits.rest) > 0 {
+		got, err := w.claimAndStart(queueName, budget-claimed, w.limits.rest, nil, qslots, l)
 		claimed += got
 		if err != nil {
 			return claimed, refill, err
@@ -226,6 +229,10 @@ func (w *Worker) claimAndStart(queueName string, max int, only, skip []string, q
 	}
 	roomy := (how == howQueue || how == howHeld) && len(rows) == max
 	cur.claimed(head, started, time.Since(started), rows)
+	if head && len(rows) == 0 && w.unhandled.has(queueName) && cur.carryDue() {
+		qs := w.queues
+		qs.wg.Go(func() { w.carry(qs.ctx, queueName, cur) })
+	}
 	w.cfg.Observer.Claimed(queueName, max, len(rows))
 	l.start(launchBatch{rows: rows, gen: gen, qslots: qslots, limited: limited, roomy: roomy})
 	return len(rows), nil
@@ -251,6 +258,23 @@ func (w *Worker) probe(ctx context.Context, queueName string, only, skip []strin
 	if cur.probed(started, time.Since(started), found, err != nil) {
 		w.wake(queueName)
 	}
+}
+
+// carry moves a cursor whose claim from the head walked rows of names the
+// worker does not handle, and took none, to the last due row of the queue
+// (cursor.go).
+func (w *Worker) carry(ctx context.Context, queueName string, cur *claimCursor) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	r, err := w.queries.TaskPendingLast(ctx, w.pool, queueName)
+	if err != nil {
+		if !errors.Is(err, pgx.ErrNoRows) {
+			w.log.Debug("skiplock: looking for the last due task of a queue", "queue", queueName, "error", err)
+		}
+		cur.carried(nil)
+		return
+	}
+	cur.carried(&claimPos{priority: r.Priority, runAt: r.RunAt, id: r.ID})
 }
 
 func nonNil(s []string) []string {

@@ -91,6 +91,12 @@ type claimCursor struct {
 	rewind   *claimPos // the next claim starts here: a probe found a row behind the cursor
 	// rewinding: the claim under way starts behind the cursor.
 	rewinding bool
+	carrying  bool // a carry (carryDue) runs
+	// exact: pos is where a carry put the cursor, not a row a claim took;
+	// claims start right after it, without the lookback (all of a run of
+	// rows inserted by one transaction has one run_at, and the lookback
+	// would take the whole run back in).
+	exact bool
 }
 
 // claimCursors holds the cursors of a worker; its zero value is ready.
@@ -130,10 +136,18 @@ func (c *claimCursor) bound(p *db.TaskClaimParams, now time.Time) (head bool) {
 		c.rewind, c.rewinding = nil, true
 		return false
 	}
-	p.AfterPriority = c.pos.priority
-	p.AfterRunAt = c.pos.runAt.Add(-cursorLookback)
-	p.AfterID = 0
+	from := c.from()
+	p.AfterPriority, p.AfterRunAt, p.AfterID = from.priority, from.runAt, from.id
 	return false
+}
+
+// from is where claims from the cursor start (after it), and before which
+// a probe looks: the cursor less the lookback, or, carried, the cursor.
+func (c *claimCursor) from() claimPos {
+	if c.exact {
+		return c.pos
+	}
+	return claimPos{priority: c.pos.priority, runAt: c.pos.runAt.Add(-cursorLookback)}
 }
 
 // probeDue reports whether a probe behind the cursor is due, and if so
@@ -146,7 +160,7 @@ func (c *claimCursor) probeDue(now time.Time) (before claimPos, due bool) {
 		return claimPos{}, false
 	}
 	c.probing = true
-	return claimPos{priority: c.pos.priority, runAt: c.pos.runAt.Add(-cursorLookback)}, true
+	return c.from(), true
 }
 
 // probed records a probe's outcome: when it started, what it cost, and the
@@ -170,6 +184,40 @@ func (c *claimCursor) probed(started time.Time, took time.Duration, found *claim
 	}
 	c.rewind = found
 	return true
+}
+
+// A claim takes only the names its worker handles, and a run of rows of
+// other names at the head of the queue (a producer deployed before the
+// workers that handle its new name, say) is walked by every claim from the
+// head, a heap visit per row, for nothing. A claim that took rows leaves
+// the cursor past them; a claim from the head that took none, and was
+// expensive, leaves it nowhere. So, when the worker has seen names it does
+// not handle in the queue (unhandled.go), such a claim carries the cursor
+// to the last due row of the queue (TaskPendingLast, on a pool
+// connection): the next claims start there, and the rows behind it,
+// handled ones that sort among the others included, are the probe's to
+// find, as for any cursor.
+
+// carryDue reports whether a carry is due after a claim from the head that
+// took no row, and if so marks it running.
+func (c *claimCursor) carryDue() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.valid || !c.costly || c.carrying {
+		return false
+	}
+	c.carrying = true
+	return true
+}
+
+// carried records where a carry found the last due row, if it found one.
+func (c *claimCursor) carried(last *claimPos) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.carrying = false
+	if last != nil && !c.valid && c.costly {
+		c.pos, c.valid, c.exact = *last, true, true
+	}
 }
 
 // headDue reports, for a cursor in use, how long until its next probe is
@@ -220,7 +268,7 @@ func (c *claimCursor) claimed(head bool, started time.Time, took time.Duration, 
 			last = pos
 		}
 		if !c.valid || c.pos.less(pos) {
-			c.pos, c.valid = pos, true
+			c.pos, c.valid, c.exact = pos, true, false
 		}
 	}
 	if c.rewinding {

@@ -91,3 +91,55 @@ func TestClaimCursorPolicy(t *testing.T) {
 		t.Fatal("a probe is due for a cursor not in use")
 	}
 }
+
+// TestClaimCursorCarry: an expensive claim from the head that took no row
+// leaves the cursor nowhere; a carry then puts it at the last due row, and
+// claims (and probes) start right after it, without the lookback, until a
+// claim takes a row past it.
+func TestClaimCursorCarry(t *testing.T) {
+	var c claimCursor
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	var p db.TaskClaimParams
+	if c.carryDue() {
+		t.Fatal("a carry is due before any expensive claim")
+	}
+	c.claimed(true, t0, time.Second, nil)
+	if !c.bound(&p, t0) || p.UseAfter {
+		t.Fatal("an expensive claim that took nothing must leave claims at the head")
+	}
+	if !c.carryDue() {
+		t.Fatal("no carry due after an expensive claim from the head that took nothing")
+	}
+	if c.carryDue() {
+		t.Fatal("a second carry is due while one runs")
+	}
+	tail := claimPos{priority: 0, runAt: t0, id: 5000}
+	c.carried(&tail)
+	if c.bound(&p, t0) || !p.UseAfter || p.AfterPriority != 0 || !p.AfterRunAt.Equal(t0) || p.AfterID != 5000 {
+		t.Fatalf("after a carry, claims must start right after the last due row: %+v", p)
+	}
+	if c.carryDue() {
+		t.Fatal("a carry is due while the cursor is in use")
+	}
+	before, due := c.probeDue(t0.Add(headRatio*time.Second + time.Second))
+	if !due || before != tail {
+		t.Fatalf("probe due %v before %+v, want before the carried row", due, before)
+	}
+	c.probed(t0.Add(headRatio*time.Second+time.Second), time.Second, nil, false)
+	// A claim that takes a row past it: the cursor is that row, with the
+	// lookback again.
+	c.claimed(false, t0, time.Millisecond, []db.TaskClaimRow{{ID: 5001, Priority: 0, RunAt: t0.Add(time.Second)}})
+	if c.bound(&p, t0) || p.AfterID != 0 || !p.AfterRunAt.Equal(t0.Add(time.Second-cursorLookback)) {
+		t.Fatalf("after a claim past the carried row: %+v", p)
+	}
+	// A carry that found nothing leaves the cursor as it was.
+	var d claimCursor
+	d.claimed(true, t0, time.Second, nil)
+	if !d.carryDue() {
+		t.Fatal("no carry due")
+	}
+	d.carried(nil)
+	if !d.bound(&p, t0) || p.UseAfter {
+		t.Fatal("a carry that found no row must leave claims at the head")
+	}
+}

@@ -155,8 +155,10 @@ func (w *Worker) execute(e *execution, handlers Handlers) {
 	}
 	h, ok := handlers[e.task.Name]
 	if !ok {
-		res = result{outcome: outcomeNoHandler, permanent: true, err: fmt.Sprintf("no handler for task name %q in this worker (it handles: %s); "+
-			"deploy a handler, then `skiplock requeue %d`", e.task.Name, strings.Join(handlerNames(handlers), ", "), e.task.ID)}
+		// Claims take only the names the worker handles, so this is a
+		// race at most: the task goes back to pending, its attempt given
+		// back, for a worker that handles it.
+		res = noHandler(e.task.Name, handlers)
 		return
 	}
 	if err := w.decrypt(e.task); err != nil {
@@ -314,4 +316,11 @@ func derefTime(t *time.Time) time.Time {
 		return time.Time{}
 	}
 	return *t
+}
+
+// noHandler is the result of an attempt at a task whose name has no
+// handler in handlers: never the task's fault, so it is handed back.
+func noHandler(name string, handlers Handlers) result {
+	return result{outcome: outcomeNoHandler, err: fmt.Sprintf("no handler for task name %q in this worker (it handles: %s); "+
+		"left pending for a worker that handles it", name, strings.Join(handlerNames(handlers), ", "))}
 }

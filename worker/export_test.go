@@ -1,6 +1,9 @@
 package worker
 
-import "time"
+import (
+	"strings"
+	"time"
+)
 
 // SetClock replaces the periodic scheduler's clock, for tests.
 func SetClock(cfg *Config, now func() time.Time) { cfg.now = now }
@@ -9,14 +12,21 @@ func SetClock(cfg *Config, now func() time.Time) { cfg.now = now }
 // as the elected rescuer.
 func SetRescuePassed(cfg *Config, passed func()) { cfg.rescuePassed = passed }
 
-// ForceCursor makes the next claims of queueName (without name filters)
-// start at the cursor, as if a claim from the head had just been expensive,
-// until the next claim from the head (headEvery from now).
+// ForceCursor makes the next claims of queueName start at the cursor, as
+// if a claim from the head had just been expensive, until the next claim
+// from the head (headEvery from now): every cursor of the queue that its
+// claims have made so far.
 func ForceCursor(w *Worker, queueName string) {
-	c := w.cursors.get(queueName, nil, nil)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.costly, c.lastHead, c.headCost = true, time.Now(), 0
+	w.cursors.mu.Lock()
+	defer w.cursors.mu.Unlock()
+	for key, c := range w.cursors.m {
+		if !strings.HasPrefix(key, queueName+"\x00") {
+			continue
+		}
+		c.mu.Lock()
+		c.costly, c.lastHead, c.headCost = true, time.Now(), 0
+		c.mu.Unlock()
+	}
 }
 
 // SetScheduleReload sets how often the elected scheduler reloads the
@@ -36,3 +46,21 @@ func QueueClaimed(w *Worker) (queue, held, limited int64) {
 // SetTickWindow sets how late a periodic tick may be and still be
 // enqueued.
 func SetTickWindow(cfg *Config, d time.Duration) { cfg.tickWindow = d }
+// CursorCarried reports whether a cursor of queueName was carried past rows
+// of names the worker does not handle, and is still there.
+func CursorCarried(w *Worker, queueName string) bool {
+	w.cursors.mu.Lock()
+	defer w.cursors.mu.Unlock()
+	for key, c := range w.cursors.m {
+		if !strings.HasPrefix(key, queueName+"\x00") {
+			continue
+		}
+		c.mu.Lock()
+		carried := c.valid && c.exact
+		c.mu.Unlock()
+		if carried {
+			return true
+		}
+	}
+	return false
+}

@@ -37,14 +37,24 @@ type workerRow struct {
 	host    string
 	pid     int32
 	queues  []string
+	names   *[]string // the names of the worker's handlers, set by Run before the row is written
 }
 
 // register records the worker, and its lock session's backend pid (0 for
 // none).
 func (r workerRow) register(ctx context.Context, conn db.DBTX, lockBackendPID int32) error {
 	return r.queries.WorkerRegister(ctx, conn, db.WorkerRegisterParams{
-		ID: r.id, Host: r.host, Pid: r.pid, Queues: r.queues, LockBackendPid: lockBackendPID,
+		ID: r.id, Host: r.host, Pid: r.pid, Queues: r.queues, LockBackendPid: lockBackendPID, Names: r.handledNames(),
 	})
+}
+
+// handledNames are the names the row records: nil, NULL in the table, for
+// none known.
+func (r workerRow) handledNames() []string {
+	if r.names == nil {
+		return nil
+	}
+	return *r.names
 }
 
 // registerSession registers the worker on its lock session itself: its

@@ -129,9 +129,9 @@ func (w *Worker) finishFor(e *execution, res result) finish {
 	case res.outcome == outcomeSnoozed:
 		f.status, f.refund, f.delayMs = queue.StatusPending, 1, res.snooze.Milliseconds()
 		return f
-	case res.outcome == outcomeShutdown:
+	case res.outcome == outcomeShutdown || res.outcome == outcomeNoHandler:
 		// Not the task's fault: back to the front of the line, attempt
-		// given back.
+		// given back (without a handler here, for a worker that has one).
 		f.status, f.refund = queue.StatusPending, 1
 	case res.outcome == outcomeCancelled:
 		f.status = queue.StatusCancelled

@@ -98,17 +98,3 @@ func TestPanicIsFailureWithStack(t *testing.T) {
 		t.Fatalf("error entry lacks the panic and its stack: %+v", e)
 	}
 }
-
-func TestUnknownTaskName(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	id := b.enqueue(t, "nobody.handles.this", nil)
-	start(t, b.pool, worker.Config{}, worker.Handlers{"known": func(context.Context, *worker.Task) error { return nil }})
-	waitFor(t, 10*time.Second, "failure", func() bool { return b.get(t, id).Status == queue.StatusFailed })
-	task := b.get(t, id)
-	if task.Attempt != 1 || len(task.Errors) != 1 || task.Errors[0].Outcome != "no_handler" ||
-		!strings.Contains(task.Errors[0].Error, `no handler for task name "nobody.handles.this"`) ||
-		!strings.Contains(task.Errors[0].Error, "known") {
-		t.Fatalf("task = %+v", task)
-	}
-}

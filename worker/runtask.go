@@ -47,9 +47,10 @@ type RunResult struct {
 // retried; a handler that ignores it is abandoned after AbandonAfter); it
 // does not carry ctx's values, as a worker's handlers do not. A task that
 // does not exist returns an error wrapping queue.ErrNotFound; one that is
-// not pending, ErrNotPending; no handlers at all, ErrNoHandlers, with the
-// task left alone (a task whose name has no handler among others fails for
-// good, as under Run).
+// not pending, ErrNotPending; no handlers at all, ErrNoHandlers. A pending
+// task whose name has no handler in handlers is left alone, as Run leaves
+// it for a worker that handles it: its result has OutcomeNoHandler and
+// StatusPending, and its attempt is not spent.
 func (w *Worker) RunTask(ctx context.Context, handlers Handlers, id int64) (*RunResult, error) {
 	if w.cfgErr != nil {
 		return nil, w.cfgErr
@@ -58,7 +59,7 @@ func (w *Worker) RunTask(ctx context.Context, handlers Handlers, id int64) (*Run
 		return nil, ErrNoHandlers
 	}
 	row, err := w.queries.TaskClaimByID(ctx, w.pool, db.TaskClaimByIDParams{
-		WorkerID: w.cfg.WorkerID, LeaseMs: w.cfg.LeaseDuration.Milliseconds(), ID: id,
+		WorkerID: w.cfg.WorkerID, LeaseMs: w.cfg.LeaseDuration.Milliseconds(), ID: id, Names: handlerNames(handlers),
 	})
 	if err != nil {
 		if err = pgerr.Interpret(err); !errors.Is(err, pgerr.ErrNotFound) {
@@ -70,6 +71,10 @@ func (w *Worker) RunTask(ctx context.Context, handlers Handlers, id int64) (*Run
 		t, gerr := w.producer.Get(ctx, id)
 		if gerr != nil {
 			return nil, gerr
+		}
+		if _, ok := handlers[t.Name]; !ok && t.Status == queue.StatusPending {
+			res := noHandler(t.Name, handlers)
+			return &RunResult{Outcome: OutcomeNoHandler, Status: t.Status, Error: res.err, Task: t}, nil
 		}
 		return nil, fmt.Errorf("%w: task %d is %s", ErrNotPending, id, t.Status)
 	}

@@ -41,7 +41,7 @@ func (w *Worker) start(ctx context.Context) (opened func() error, err error) {
 		return nil, err
 	}
 	w.channel, w.control = schema.Channels(table.Schema)
-	w.limits = newClaimLimits(w.cfg)
+	w.limits = newClaimLimits(w.cfg, w.handled)
 
 	w.classOID = table.Oid
 	w.limitClass = int32(uint32(limitClass))

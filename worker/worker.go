@@ -63,8 +63,12 @@ type Worker struct {
 
 	// Set by Run.
 	handlers Handlers
-	slots    *slots
-	limits   claimLimits // per-queue slots and rate limits (claimlimits.go)
+	// handled are the names of handlers, sorted: the only names the
+	// worker claims, and what it records in skiplock_workers.names.
+	handled   []string
+	unhandled unhandledWatch // pending names of its queues it has no handler for (unhandled.go)
+	slots     *slots
+	limits    claimLimits // per-queue slots and rate limits (claimlimits.go)
 	// limitsSeen: whether any concurrency limit exists (clusterlimits.go).
 	limitsSeen limitsProbe
 	heldClaims heldClaims   // which statement a limited claim runs (clusterlimits.go)
@@ -115,7 +119,7 @@ func New(pool *pgxpool.Pool, cfg Config) *Worker {
 	w.freed.send = w.sendFreed
 	w.guard = newGuard(guardDeps{
 		pool: pool, queries: w.queries, cfg: cfg, log: w.log,
-		row:     workerRow{queries: w.queries, id: cfg.WorkerID, host: host, pid: int32(w.pid), queues: cfg.Queues},
+		row:     workerRow{queries: w.queries, id: cfg.WorkerID, host: host, pid: int32(w.pid), queues: cfg.Queues, names: &w.handled},
 		running: w.inflightSnapshot, cancel: w.cancelExecution, wakeAll: w.wakeAll,
 		announce: w.freed.announce,
 	})
@@ -156,6 +160,7 @@ func (w *Worker) Run(ctx context.Context, handlers Handlers) error {
 	w.mu.Unlock()
 	defer close(w.stops.ran)
 	w.handlers = wrap(handlers, w.cfg.Middleware)
+	w.handled = handlerNames(handlers)
 	// Stop and StopAndCancel end Run as the end of ctx does.
 	ctx, endRun := context.WithCancel(ctx)
 	defer endRun()
@@ -255,7 +260,7 @@ func (w *Worker) backgroundJobs() []func(context.Context) {
 		queries: w.queries, pool: w.pool, interval: w.cfg.HealthInterval,
 		running: w.inflightSnapshot, cancel: w.cancelTasks,
 	}
-	jobs := []func(context.Context){r.run, ret.run, cp.run, w.abandonOverdue}
+	jobs := []func(context.Context){r.run, ret.run, cp.run, w.abandonOverdue, w.watchUnhandled}
 	jobs = append(jobs, w.window.run)
 	return append(jobs, w.guard.jobs()...)
 }

@@ -129,6 +129,10 @@ type handler struct {
 	routes  http.Handler
 	static  http.Handler
 	through cached[throughput]
+	// unhandled: the pending tasks no live worker handles, which reads
+	// every pending task, so at most once per ttl however often pages
+	// refresh.
+	unhandled cached[[]queue.Unhandled]
 }
 
 // New returns the dashboard of client's schema as an http.Handler. It
@@ -163,6 +167,7 @@ func New(client *queue.Client, opts Options) (http.Handler, error) {
 	static, _ := fs.Sub(assets, "static")
 	h.static = http.StripPrefix("/static/", http.FileServerFS(static))
 	h.through.ttl = 5 * time.Second
+	h.unhandled.ttl = 10 * time.Second
 	h.routes = h.mux()
 	return h, nil
 }

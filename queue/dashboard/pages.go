@@ -252,6 +252,11 @@ func (h *handler) queuesPage(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
+	unhandled, err := h.unhandled.get(func() ([]queue.Unhandled, error) { return h.client.Unhandled(ctx) })
+	if err != nil {
+		h.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
 	totalDone, totalFailed := make([]float64, chartBuckets), make([]float64, chartBuckets)
 	views := make([]queueView, 0, len(queues))
 	for _, q := range queues {
@@ -278,10 +283,11 @@ func (h *handler) queuesPage(w http.ResponseWriter, r *http.Request) {
 		views = append(views, v)
 	}
 	h.render(w, r, http.StatusOK, "queues", "Queues", "queues", struct {
-		Queues []queueView
-		Since  time.Time
-		Chart  template.HTML
-	}{views, tp.since, barChart(totalDone, totalFailed, tp.since, bigChart, "tasks completed and failed per minute over the last hour, every queue")})
+		Queues    []queueView
+		Unhandled []queue.Unhandled // pending tasks no live worker handles
+		Since     time.Time
+		Chart     template.HTML
+	}{views, unhandled, tp.since, barChart(totalDone, totalFailed, tp.since, bigChart, "tasks completed and failed per minute over the last hour, every queue")})
 }
 
 // listView is the tasks and failed pages' data.

@@ -668,6 +668,57 @@ func tableRow(t *testing.T, table, name string) map[string]string {
 	return nil
 }
 
+// TestStatsUnhandled: stats lists the pending tasks that no live worker
+// handles, by queue and name, with their count and the oldest; a live
+// worker's names (or its lack of names, from an older worker) cover its
+// queues, a gone worker's nothing.
+func TestStatsUnhandled(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	if out := b.run(t, "stats").ok(t).stdout; strings.Contains(out, "Waiting for a handler") {
+		t.Fatalf("stats of an empty schema lists tasks waiting for a handler:\n%s", out)
+	}
+	first := b.insert(t, "mail", "mail.send", queue.StatusPending, 0, 3, "")
+	b.insert(t, "mail", "mail.send", queue.StatusPending, 0, 3, "")
+	b.insert(t, "mail", "mail.bounce", queue.StatusPending, 0, 3, "")
+	b.insert(t, "mail", "mail.new", queue.StatusPending, 0, 3, "")
+	b.insert(t, "mail", "mail.new", queue.StatusCompleted, 1, 3, "")
+	b.insert(t, "legacy", "anything", queue.StatusPending, 0, 3, "")
+	if _, err := b.pool.Exec(ctx, `INSERT INTO skiplock_workers (id, host, pid, queues, names, heartbeat_at) VALUES
+		('new', 'h', 1, '{mail}', '{mail.bounce}', now()),
+		('old', 'h', 2, '{legacy}', NULL, now()),
+		('gone', 'h', 3, '{mail}', '{mail.send,mail.new}', now() - interval '1 hour')`); err != nil {
+		t.Fatal(err)
+	}
+	task, err := b.client.Get(ctx, first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out struct {
+		Unhandled []struct {
+			Queue           string    `json:"queue"`
+			Name            string    `json:"name"`
+			Tasks           int64     `json:"tasks"`
+			OldestCreatedAt time.Time `json:"oldest_created_at"`
+		} `json:"unhandled"`
+	}
+	b.run(t, "stats", "--json").ok(t).decode(t, &out)
+	if u := out.Unhandled; len(u) != 2 || u[0].Queue != "mail" || u[0].Name != "mail.new" || u[0].Tasks != 1 ||
+		u[1].Name != "mail.send" || u[1].Tasks != 2 || !u[1].OldestCreatedAt.Equal(task.CreatedAt) {
+		t.Fatalf("stats --json unhandled = %+v, want mail.new (1) and mail.send (2, oldest %s)", u, task.CreatedAt)
+	}
+	human := b.run(t, "stats").ok(t).stdout
+	for _, want := range []string{"Waiting for a handler", "NAME", "mail.send", "mail.new"} {
+		if !strings.Contains(human, want) {
+			t.Fatalf("stats lacks %q:\n%s", want, human)
+		}
+	}
+	if strings.Contains(human, "mail.bounce") || strings.Contains(human, "anything") {
+		t.Fatalf("stats lists names a live worker handles:\n%s", human)
+	}
+}
+
 func TestLocks(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

@@ -26,6 +26,16 @@ type statsJSON struct {
 	Recent           []windowJSON `json:"recent"`
 }
 
+// unhandledJSON is one name of `stats --json`'s unhandled: pending tasks
+// that no live worker handles.
+type unhandledJSON struct {
+	Queue           string    `json:"queue"`
+	Name            string    `json:"name"`
+	Tasks           int64     `json:"tasks"`
+	OldestCreatedAt time.Time `json:"oldest_created_at"`
+	OldestRunAt     time.Time `json:"oldest_run_at"`
+}
+
 type windowJSON struct {
 	Minutes     int     `json:"minutes"`
 	Completed   int64   `json:"completed"`
@@ -64,7 +74,15 @@ of all that finished).
 The rates count the finished tasks still in the table: purging tasks that
 finished in the last 15 minutes (purge --older-than below 15m) lowers them.
 
-It reads the whole table once; on a very large table it takes a moment.`,
+Below the table, pending tasks that wait for a handler nobody runs: per
+queue and name, the tasks that no live worker both claims from the queue
+and has a handler for (workers claim only the names they handle, so these
+wait, attempts unspent, until a worker that handles them starts), with
+their count and when the oldest was enqueued. A worker that predates
+skiplock recording its names counts as handling every name.
+
+It reads the whole table once, and the pending tasks once more; on a very
+large table it takes a moment.`,
 		Example: `  skiplock stats
   skiplock stats --json | jq '.queues[] | select(.oldest_due_seconds > 60)'`,
 		Args: noArgs,
@@ -78,13 +96,21 @@ It reads the whole table once; on a very large table it takes a moment.`,
 			if err != nil {
 				return err
 			}
+			unhandled, err := client.Unhandled(cmd.Context())
+			if err != nil {
+				return err
+			}
 			if a.json {
 				out := struct {
-					Queues []statsJSON `json:"queues"`
-					Total  statsJSON   `json:"total"`
-				}{Queues: make([]statsJSON, len(s.Queues)), Total: toStatsJSON(s.Total)}
+					Queues    []statsJSON     `json:"queues"`
+					Total     statsJSON       `json:"total"`
+					Unhandled []unhandledJSON `json:"unhandled"`
+				}{Queues: make([]statsJSON, len(s.Queues)), Total: toStatsJSON(s.Total), Unhandled: make([]unhandledJSON, len(unhandled))}
 				for i, q := range s.Queues {
 					out.Queues[i] = toStatsJSON(q)
+				}
+				for i, u := range unhandled {
+					out.Unhandled[i] = unhandledJSON{Queue: u.Queue, Name: u.Name, Tasks: u.Tasks, OldestCreatedAt: u.OldestCreatedAt, OldestRunAt: u.OldestRunAt}
 				}
 				return a.printJSON(out)
 			}
@@ -127,6 +153,16 @@ It reads the whole table once; on a very large table it takes a moment.`,
 			}
 			if err := tw.Flush(); err != nil {
 				return err
+			}
+			if len(unhandled) > 0 {
+				fmt.Fprintln(a.env.Stdout, "\nWaiting for a handler (no live worker handles these names):")
+				tw := table(a.env.Stdout, "QUEUE", "NAME", "TASKS", "OLDEST")
+				for _, u := range unhandled {
+					row(tw, u.Queue, u.Name, count(u.Tasks), ago(u.OldestCreatedAt))
+				}
+				if err := tw.Flush(); err != nil {
+					return err
+				}
 			}
 			limits, err := client.Limits(cmd.Context())
 			if err != nil || len(limits) == 0 {

@@ -1,0 +1,4 @@
+ALTER TABLE skiplock_workers DROP COLUMN IF EXISTS names;
+
+CREATE OR REPLACE FUNCTION skiplock_schema_version() RETURNS integer
+LANGUAGE sql IMMUTABLE AS 'SELECT 22';
