@@ -46,6 +46,7 @@ func QueueClaimed(w *Worker) (queue, held, limited int64) {
 // SetTickWindow sets how late a periodic tick may be and still be
 // enqueued.
 func SetTickWindow(cfg *Config, d time.Duration) { cfg.tickWindow = d }
+
 // CursorCarried reports whether a cursor of queueName was carried past rows
 // of names the worker does not handle, and is still there.
 func CursorCarried(w *Worker, queueName string) bool {
