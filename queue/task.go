@@ -43,6 +43,11 @@ type Task struct {
 	RunAt       time.Time
 	Attempt     int
 	MaxAttempts int
+	// Crashes counts the worker processes that died while the task ran in
+	// them (docs/RELIABILITY.md, "Poison tasks"). Above zero the task is a
+	// suspect, which a worker runs alone; at the worker's MaxCrashes it is
+	// failed. Requeue sets it back to zero.
+	Crashes int
 	// Timeout is the task's own handler timeout; zero means the worker's.
 	Timeout time.Duration
 	// Errors holds one entry for each attempt that did not succeed, oldest
@@ -101,7 +106,11 @@ type AttemptError struct {
 	Error   string `json:"error"`
 	// Permanent is set when the attempt failed the task for good, before
 	// its attempts ran out (a worker.Permanent error, no handler).
-	Permanent  bool      `json:"permanent,omitempty"`
+	Permanent bool `json:"permanent,omitempty"`
+	// Crash is set on a rescue (outcome rescued) when the worker process
+	// that ran the attempt died; a rescue after a lost database session of
+	// a process that lives on leaves it unset.
+	Crash      bool      `json:"crash,omitempty"`
 	WorkerID   string    `json:"worker_id,omitempty"`
 	Host       string    `json:"host,omitempty"`
 	PID        int       `json:"pid,omitempty"`
@@ -122,6 +131,7 @@ func taskFromRow(r db.SkiplockTask) (*Task, error) {
 		RunAt:       r.RunAt,
 		Attempt:     int(r.Attempt),
 		MaxAttempts: int(r.MaxAttempts),
+		Crashes:     int(r.Crashes),
 		CreatedAt:   r.CreatedAt,
 		StartedAt:   r.StartedAt,
 		FinishedAt:  r.FinishedAt,

@@ -21,6 +21,7 @@ const coalesceWait = time.Millisecond
 // piling up unwritten outcomes that each hold a task.
 type slots struct {
 	all      *semaphore.Weighted
+	size     int64         // all's weight
 	freed    chan struct{} // a slot was given back; for coalescing claims
 	batchMax atomic.Int64  // ClaimBatch: the most one claim takes (the window sizer may change it)
 	// owed is how many slots a shrinking window (window.go) still takes
@@ -30,7 +31,7 @@ type slots struct {
 }
 
 func newSlots(concurrency, batch int) *slots {
-	s := &slots{all: semaphore.NewWeighted(int64(concurrency)), freed: make(chan struct{}, 1)}
+	s := &slots{all: semaphore.NewWeighted(int64(concurrency)), size: int64(concurrency), freed: make(chan struct{}, 1)}
 	s.batchMax.Store(int64(batch))
 	return s
 }

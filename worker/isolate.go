@@ -1,0 +1,247 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/skiplock/skiplock/db"
+	"github.com/skiplock/skiplock/internal/control"
+)
+
+// Poison tasks (docs/RELIABILITY.md). A rescue that finds the worker
+// process of a task dead counts a crash against the task (crashes, see
+// TaskRescueOrphans); a task with crashes > 0 is a suspect, which no
+// ordinary claim takes. When a process dies, nobody knows which of its
+// tasks killed it: each becomes a suspect and runs once alone, in a
+// process with nothing else running, where a death can only be its own.
+// The innocent ones complete; the guilty one takes its process down again
+// and again, each time counted against it alone, until MaxCrashes fails it.
+//
+// The isolator does that, one worker of the fleet at a time: told that
+// suspects exist (a rescue that made some notifies every worker on the
+// control channel; a worker also looks once at start and whenever its
+// LISTEN connection is made again), it looks for one it can run (its
+// queues, its handlers: TaskSuspectNext) each RescueInterval until it
+// finds none. With one, it takes the isolation turn (a row of
+// skiplock_leaders that expires after isolateTurnTTL unless renewed, so a
+// process that dies holding it hands it over), stops its claim loops by
+// taking every slot of the process, which also waits for its running
+// tasks to finish and their outcomes to be written (at most
+// isolateDrainWait; a worker whose tasks run longer gives up and tries
+// again at the next look, its claims going on meanwhile), claims the
+// suspect by id, runs it, waits for its outcome to be written, and gives
+// the slots back. Between two suspects its claims resume.
+//
+// The cost: the isolating process runs one task instead of Concurrency
+// while a suspect runs, plus the wait for its running tasks to end; one
+// process of the fleet at a time. A suspect's run takes no rate-limit
+// budget; concurrency limits and exclusive keys hold (TaskClaim).
+
+// isolateDrainWait bounds the wait for a worker's running tasks to finish
+// before it runs a suspect alone.
+const isolateDrainWait = 30 * time.Second
+
+// isolateJob is the isolation turn's row in skiplock_leaders.
+const isolateJob = "isolation"
+
+// isolator is a worker's part in running suspects alone.
+type isolator struct {
+	w *Worker
+	// told counts the notices that suspects may exist; looked is the
+	// count the last look that found none had seen.
+	told, looked atomic.Uint64
+	wake         chan struct{}
+	// solo is the id of the suspect running alone, 0 for none; written is
+	// signalled once its outcome is written (or could not be).
+	solo    atomic.Int64
+	written chan struct{}
+}
+
+func newIsolator(w *Worker) *isolator {
+	iso := &isolator{w: w, wake: make(chan struct{}, 1), written: make(chan struct{}, 1)}
+	iso.told.Store(1) // look once at start
+	return iso
+}
+
+// tell records that suspects may exist, and wakes the look.
+func (iso *isolator) tell() {
+	if iso == nil {
+		return
+	}
+	iso.told.Add(1)
+	select {
+	case iso.wake <- struct{}{}:
+	default:
+	}
+}
+
+// freed is called with each batch of written outcomes: it tells the
+// running suspect's end.
+func (iso *isolator) freed(batch []finish) {
+	id := iso.solo.Load()
+	if id == 0 {
+		return
+	}
+	for _, f := range batch {
+		if f.id == id {
+			select {
+			case iso.written <- struct{}{}:
+			default:
+			}
+			return
+		}
+	}
+}
+
+// run looks for suspects each RescueInterval, or when told, until ctx
+// (Run's) ends.
+func (iso *isolator) run(ctx context.Context) {
+	tick := time.NewTicker(iso.w.cfg.RescueInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		case <-iso.wake:
+		}
+		for iso.told.Load() != iso.looked.Load() && ctx.Err() == nil {
+			if !iso.pass(ctx) {
+				break
+			}
+		}
+	}
+}
+
+// pass looks for one suspect and runs it alone; it reports whether it
+// ran one (and should look for the next at once).
+func (iso *isolator) pass(ctx context.Context) bool {
+	w := iso.w
+	told := iso.told.Load()
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	s, err := w.queries.TaskSuspectNext(lctx, w.pool, db.TaskSuspectNextParams{
+		Queues: w.Queues(), Names: handlerNames(w.handlers),
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		iso.looked.Store(told)
+		return false
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			w.log.Warn("skiplock: looking for suspect tasks to run alone", "error", err)
+		}
+		return false
+	}
+	ttl := isolateTurnTTL(w.cfg)
+	if !iso.takeTurn(lctx, ttl) {
+		return false // another worker runs one; look again later
+	}
+	defer iso.leaveTurn()
+	turnCtx, stopRenew := context.WithCancel(ctx)
+	defer stopRenew()
+	go func() {
+		t := time.NewTicker(ttl / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-turnCtx.Done():
+				return
+			case <-t.C:
+				iso.takeTurn(turnCtx, ttl)
+			}
+		}
+	}()
+
+	// Every slot of the process: the claim loops stop, and the running
+	// tasks' slots come back once their outcomes are written.
+	sl := w.slots
+	n := sl.size - sl.held.Load() - sl.owed.Load()
+	if n <= 0 {
+		return false
+	}
+	dctx, cancelDrain := context.WithTimeout(ctx, isolateDrainWait)
+	err = sl.all.Acquire(dctx, n)
+	cancelDrain()
+	if err != nil {
+		if ctx.Err() == nil {
+			w.log.Info("skiplock: a suspect task waits: this worker's running tasks did not finish within the drain wait; "+
+				"trying again later", "task_id", s.ID, "wait", isolateDrainWait)
+		}
+		return false
+	}
+	release := n
+	defer func() { sl.release(nil, int(release)) }()
+
+	rows, gen, _, err := w.guard.claim(db.TaskClaimParams{
+		WorkerID:      w.cfg.WorkerID,
+		Queue:         s.Queue,
+		OnlyNames:     []string{s.Name},
+		SkipNames:     []string{},
+		OnlyIds:       []int64{s.ID},
+		Max:           1,
+		ExclusiveSeed: w.classOID,
+		LimitClass:    w.limitClass,
+		CheckFull:     true,
+	}, howLimited)
+	if err != nil {
+		w.claimFailed(s.Queue, err, &outage{log: w.log, what: "claiming a suspect task"})
+		return false
+	}
+	if len(rows) == 0 {
+		return false // taken meanwhile, or held back by a limit: look again later
+	}
+	r := rows[0]
+	w.log.Warn("skiplock: running a suspect task alone: it was running when a worker process died",
+		"task_id", r.ID, "name", r.Name, "queue", r.Queue, "worker_id", w.cfg.WorkerID)
+	iso.solo.Store(r.ID)
+	defer iso.solo.Store(0)
+	// Drop a signal left by an earlier run.
+	select {
+	case <-iso.written:
+	default:
+	}
+	limited := w.limitsSeen.look(w.queries, w.pool, false).Present
+	w.launch(r, gen, nil, limited, false)
+	release-- // the task's slot, which the completer gives back
+	select {
+	case <-iso.written:
+	case <-ctx.Done():
+		// Run ends: shutdown takes the suspect as any running task.
+	}
+	return true
+}
+
+// isolateTurnTTL is how long the isolation turn outlives its last
+// renewal: a dead holder's turn passes on after it.
+func isolateTurnTTL(cfg Config) time.Duration { return max(3*cfg.RescueInterval, 3*time.Second) }
+
+// takeTurn takes or renews the isolation turn.
+func (iso *isolator) takeTurn(ctx context.Context, ttl time.Duration) bool {
+	w := iso.w
+	n, err := w.queries.LeaderLeaseAcquire(ctx, w.pool, db.LeaderLeaseAcquireParams{
+		Job: isolateJob, Holder: w.cfg.WorkerID, TtlMs: ttl.Milliseconds(),
+	})
+	return err == nil && n == 1
+}
+
+// leaveTurn hands the isolation turn over.
+func (iso *isolator) leaveTurn() {
+	w := iso.w
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = w.queries.LeaderLeaseRelease(ctx, w.pool, db.LeaderLeaseReleaseParams{Job: isolateJob, Holder: w.cfg.WorkerID})
+}
+
+// notifySuspects tells every worker, through the control channel, that a
+// rescue made suspects; this worker's isolator is told at once.
+func (w *Worker) notifySuspects(ctx context.Context) {
+	w.iso.tell()
+	if err := w.queries.QueueNotify(ctx, w.pool, db.QueueNotifyParams{Channel: w.control, Queues: []string{control.Suspects}}); err != nil {
+		w.log.Warn("skiplock: notifying the workers of suspect tasks", "error", err)
+	}
+}
