@@ -87,6 +87,17 @@ const (
 	sweepMinSpan = 1000
 )
 
+// crashSettle is how long after its last heartbeat a process that lost
+// its lock session has to come back before the rescue counts its death
+// (TaskRescueOrphans' settle_ms): a heartbeat period (the session may have
+// died just before the next beat) plus the two health checks in which a
+// live worker notices the loss and dials again. It delays the rescue of a
+// dead process's tasks, by that much after its last heartbeat at most (5 s
+// with the defaults; lease mode: no delay).
+func crashSettle(cfg Config) time.Duration {
+	return heartbeatEvery(cfg.StaleAfter) + 2*cfg.HealthInterval
+}
+
 // rescuePacer says when the rescuer's next pass is due.
 type rescuePacer struct {
 	due time.Time

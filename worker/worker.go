@@ -252,7 +252,7 @@ func (w *Worker) backgroundJobs() []func(context.Context) {
 		elector: rescuerElection, queries: w.queries, pool: w.pool, classOID: w.classOID, channel: w.channel,
 		interval: w.cfg.RescueInterval, beforeRescue: w.guard.beforeRescue, observer: w.cfg.Observer, log: w.log,
 		passed: w.cfg.rescuePassed, self: w.cfg.WorkerID, mode: w.cfg.Mode,
-		maxCrashes: w.cfg.MaxCrashes, settle: 2*w.cfg.HealthInterval + time.Second, suspects: w.notifySuspects,
+		maxCrashes: w.cfg.MaxCrashes, settle: crashSettle(w.cfg), suspects: w.notifySuspects,
 	}
 	ret := newRetirer(w.cfg, rescuerElection.isLeader, w.queries, w.pool, w.log)
 	cp := &cancelPoller{
