@@ -48,3 +48,43 @@ func (q *Queries) TaskSuspectNext(ctx context.Context, db DBTX, arg TaskSuspectN
 	err := row.Scan(&i.ID, &i.Queue, &i.Name)
 	return i, err
 }
+
+const taskSuspectsRecount = `-- name: TaskSuspectsRecount :execrows
+UPDATE skiplock_tasks AS t
+SET crashes = c.n
+FROM (
+    SELECT p.id, (
+        SELECT count(*)::integer
+        FROM jsonb_array_elements(p.errors) AS e(entry)
+        WHERE e.entry ->> 'outcome' = 'rescued'
+          AND e.entry ->> 'crash' = 'true'
+          AND NOT EXISTS (
+              SELECT 1 FROM skiplock_workers AS h
+              WHERE h.id = e.entry ->> 'worker_id'
+                AND h.started_at = (e.entry ->> 'worker_started_at')::timestamptz
+                AND h.heartbeat_at > (e.entry ->> 'finished_at')::timestamptz)
+    ) AS n
+    FROM skiplock_tasks AS p
+    WHERE p.status = 'pending'
+      AND p.queue = ANY($1::text[])
+      AND p.crashes > 0
+) AS c
+WHERE t.id = c.id
+  AND t.status = 'pending'
+  AND t.crashes > c.n
+`
+
+// Recounts the crashes of the pending suspects of the given queues, as
+// TaskRescueOrphans counts them, before the isolator looks for one to run
+// alone: a death whose process has been heard from since (a worker cut off
+// by a silent network, whose session the rescuer ended, that came back)
+// no longer counts, and a task left with none is no suspect any more, so
+// the ordinary claims take it again. Like TaskSuspectNext it walks the
+// claim index of those queues, and only while suspects are known to exist.
+func (q *Queries) TaskSuspectsRecount(ctx context.Context, db DBTX, queues []string) (int64, error) {
+	result, err := db.Exec(ctx, taskSuspectsRecount, queues)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}

@@ -26,7 +26,9 @@ import (
 // control channel; a worker also looks once at start and whenever its
 // LISTEN connection is made again), it looks for one it can run (its
 // queues, its handlers: TaskSuspectNext) each RescueInterval until it
-// finds none. With one, it takes the isolation turn (a row of
+// finds none, after recounting their crashes (TaskSuspectsRecount: a death
+// whose process has been heard from since no longer counts). With one, it
+// takes the isolation turn (a row of
 // skiplock_leaders that expires after isolateTurnTTL unless renewed, so a
 // process that dies holding it hands it over), stops its claim loops by
 // taking every slot of the process, which also waits for its running
@@ -124,8 +126,16 @@ func (iso *isolator) pass(ctx context.Context) bool {
 	told := iso.told.Load()
 	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	queues := w.Queues()
+	if cleared, err := w.queries.TaskSuspectsRecount(lctx, w.pool, queues); err != nil {
+		if ctx.Err() == nil {
+			w.log.Warn("skiplock: recounting the crashes of suspect tasks", "error", err)
+		}
+	} else if cleared > 0 {
+		w.log.Info("skiplock: recounted suspect tasks whose worker came back", "count", cleared)
+	}
 	s, err := w.queries.TaskSuspectNext(lctx, w.pool, db.TaskSuspectNextParams{
-		Queues: w.Queues(), Names: handlerNames(w.handlers),
+		Queues: queues, Names: handlerNames(w.handlers),
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		iso.looked.Store(told)

@@ -168,6 +168,13 @@ func testPoison(t *testing.T, mode string) {
 	if err := b.pool.QueryRow(ctx, "SELECT count(*) FROM skiplock_tasks WHERE status <> 'completed' AND id <> $1", poison).Scan(&running); err != nil {
 		t.Fatal(err)
 	}
+	// Requeue clears the count: the task is an ordinary task again.
+	if _, err := b.client.Requeue(ctx, queue.RequeueRequest{IDs: []int64{poison}, Filter: queue.Filter{Statuses: []queue.Status{queue.StatusFailed}}}); err != nil {
+		t.Fatal(err)
+	}
+	if p := b.get(t, poison); p.Status != queue.StatusPending || p.Crashes != 0 {
+		t.Errorf("requeued poison task: %s with crashes %d, want pending with 0", p.Status, p.Crashes)
+	}
 	t.Logf("%s mode: %d worker processes died before the poison task was failed (MaxCrashes %d); %d innocent tasks "+
 		"were suspects (ran alone once), %d innocent tasks charged an attempt, %d left unfinished",
 		mode, len(deaths), worker.DefaultMaxCrashes, suspects, charged, running)
