@@ -26,15 +26,16 @@ import (
 // control channel; a worker also looks once at start and whenever its
 // LISTEN connection is made again), it looks for one it can run (its
 // queues, its handlers: TaskSuspectNext) each RescueInterval until it
-// finds none, after recounting their crashes (TaskSuspectsRecount: a death
-// whose process has been heard from since no longer counts). With one, it
-// takes the isolation turn (a row of
+// finds none. Each look takes the isolation turn first (a row of
 // skiplock_leaders that expires after isolateTurnTTL unless renewed, so a
-// process that dies holding it hands it over), stops its claim loops by
+// process that dies holding it hands it over; a worker that cannot take
+// it looks again later), recounts the suspects' crashes
+// (TaskSuspectsRecount: a death whose process has been heard from since no
+// longer counts) and reads the next suspect. With one, it stops its claim loops by
 // taking every slot of the process, which also waits for its running
 // tasks to finish and their outcomes to be written (at most
-// isolateDrainWait; a worker whose tasks run longer gives up and tries
-// again at the next look, its claims going on meanwhile), claims the
+// isolateDrainWait; a worker whose tasks run longer gives up, its claims
+// going on, and leaves suspects to other workers for isolateBackoff), claims the
 // suspect by id, runs it, waits for its outcome to be written, and gives
 // the slots back. Between two suspects its claims resume.
 //
@@ -46,6 +47,11 @@ import (
 // isolateDrainWait bounds the wait for a worker's running tasks to finish
 // before it runs a suspect alone.
 const isolateDrainWait = 30 * time.Second
+
+// isolateBackoff is how long a worker whose running tasks outlasted
+// isolateDrainWait leaves suspects to other workers: each try stops its
+// claims for the whole wait.
+const isolateBackoff = 4 * isolateDrainWait
 
 // isolateJob is the isolation turn's row in skiplock_leaders.
 const isolateJob = "isolation"
@@ -61,6 +67,9 @@ type isolator struct {
 	// signalled once its outcome is written (or could not be).
 	solo    atomic.Int64
 	written chan struct{}
+	// notBefore: after running tasks outlasted the drain wait, this worker
+	// leaves suspects to others for a while (pass's goroutine only).
+	notBefore time.Time
 }
 
 func newIsolator(w *Worker) *isolator {
@@ -124,8 +133,18 @@ func (iso *isolator) run(ctx context.Context) {
 func (iso *isolator) pass(ctx context.Context) bool {
 	w := iso.w
 	told := iso.told.Load()
+	if time.Now().Before(iso.notBefore) {
+		return false
+	}
 	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	// The turn first: while another worker runs a suspect, the others
+	// only try a one-row upsert each look, not the reads below.
+	ttl := isolateTurnTTL(w.cfg)
+	if !iso.takeTurn(lctx, ttl) {
+		return false // another worker runs one; look again later
+	}
+	defer iso.leaveTurn()
 	queues := w.Queues()
 	if cleared, err := w.queries.TaskSuspectsRecount(lctx, w.pool, queues); err != nil {
 		if ctx.Err() == nil {
@@ -147,11 +166,6 @@ func (iso *isolator) pass(ctx context.Context) bool {
 		}
 		return false
 	}
-	ttl := isolateTurnTTL(w.cfg)
-	if !iso.takeTurn(lctx, ttl) {
-		return false // another worker runs one; look again later
-	}
-	defer iso.leaveTurn()
 	turnCtx, stopRenew := context.WithCancel(ctx)
 	defer stopRenew()
 	go func() {
@@ -179,8 +193,9 @@ func (iso *isolator) pass(ctx context.Context) bool {
 	cancelDrain()
 	if err != nil {
 		if ctx.Err() == nil {
+			iso.notBefore = time.Now().Add(isolateBackoff)
 			w.log.Info("skiplock: a suspect task waits: this worker's running tasks did not finish within the drain wait; "+
-				"trying again later", "task_id", s.ID, "wait", isolateDrainWait)
+				"it leaves suspects to other workers for a while", "task_id", s.ID, "wait", isolateDrainWait, "for", isolateBackoff)
 		}
 		return false
 	}
