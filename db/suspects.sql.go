@@ -9,6 +9,40 @@ import (
 	"context"
 )
 
+const isolationTurnTake = `-- name: IsolationTurnTake :execrows
+INSERT INTO skiplock_leaders AS l (job, holder, expires_at)
+VALUES ('isolation', $1::text, now() + interval '1 millisecond' * $2::bigint)
+ON CONFLICT (job) DO UPDATE
+SET holder = excluded.holder, expires_at = excluded.expires_at
+WHERE l.holder = excluded.holder
+   OR l.expires_at < now()
+   OR EXISTS (SELECT 1 FROM skiplock_workers AS w
+              WHERE w.id = l.holder
+                AND w.lock_backend_pid IS NOT NULL AND w.lock_backend_pid <> 0
+                AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity AS a WHERE a.pid = w.lock_backend_pid))
+`
+
+type IsolationTurnTakeParams struct {
+	Holder string
+	TtlMs  int64
+}
+
+// Takes or renews the isolation turn (worker/isolate.go): the one worker
+// at a time that runs suspects alone. As LeaderLeaseAcquire, but a turn
+// whose holder's lock session is gone (advisory mode: its registered
+// backend is no longer in pg_stat_activity; it died, likely while running a
+// suspect) is taken over at once rather than when it expires. Should the
+// holder only have lost its session, two workers each run a suspect alone
+// for a while, which costs capacity, not the count: a death is counted
+// per process.
+func (q *Queries) IsolationTurnTake(ctx context.Context, db DBTX, arg IsolationTurnTakeParams) (int64, error) {
+	result, err := db.Exec(ctx, isolationTurnTake, arg.Holder, arg.TtlMs)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const taskSuspectNext = `-- name: TaskSuspectNext :one
 SELECT p.id, p.queue, p.name
 FROM skiplock_tasks AS p

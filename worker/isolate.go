@@ -25,19 +25,19 @@ import (
 // suspects exist (a rescue that made some notifies every worker on the
 // control channel; a worker also looks once at start and whenever its
 // LISTEN connection is made again), it looks for one it can run (its
-// queues, its handlers: TaskSuspectNext) each RescueInterval until it
-// finds none. Each look takes the isolation turn first (a row of
-// skiplock_leaders that expires after isolateTurnTTL unless renewed, so a
-// process that dies holding it hands it over; a worker that cannot take
-// it looks again later), recounts the suspects' crashes
-// (TaskSuspectsRecount: a death whose process has been heard from since no
-// longer counts) and reads the next suspect. With one, it stops its claim loops by
-// taking every slot of the process, which also waits for its running
-// tasks to finish and their outcomes to be written (at most
-// isolateDrainWait; a worker whose tasks run longer gives up, its claims
-// going on, and leaves suspects to other workers for isolateBackoff), claims the
-// suspect by id, runs it, waits for its outcome to be written, and gives
-// the slots back. Between two suspects its claims resume.
+// queues, its handlers: TaskSuspectNext) each RescueInterval until it finds
+// none. Each look takes the isolation turn first (a row of skiplock_leaders
+// that expires after isolateTurnTTL unless renewed, so a process that dies
+// holding it hands it over; a worker that cannot take it looks again
+// later), recounts the suspects' crashes (TaskSuspectsRecount: a death
+// whose process has been heard from since no longer counts) and reads the
+// next suspect. With one, it stops its claim loops by taking every slot of
+// the process, which also waits for its running tasks to finish and their
+// outcomes to be written (at most isolateDrainWait; a worker whose tasks
+// run longer gives up, its claims going on, and leaves suspects to other
+// workers for isolateBackoff), claims the suspect by id, runs it, waits for
+// its outcome to be written, and gives the slots back. Between two suspects
+// its claims resume.
 //
 // The cost: the isolating process runs one task instead of Concurrency
 // while a suspect runs, plus the wait for its running tasks to end; one
@@ -52,6 +52,10 @@ const isolateDrainWait = 30 * time.Second
 // isolateDrainWait leaves suspects to other workers: each try stops its
 // claims for the whole wait.
 const isolateBackoff = 4 * isolateDrainWait
+
+// isolateRound bounds how long a worker runs suspects one after another
+// (each alone, without a drain between them) before its claims resume.
+const isolateRound = 5 * time.Second
 
 // isolateJob is the isolation turn's row in skiplock_leaders.
 const isolateJob = "isolation"
@@ -128,8 +132,9 @@ func (iso *isolator) run(ctx context.Context) {
 	}
 }
 
-// pass looks for one suspect and runs it alone; it reports whether it
-// ran one (and should look for the next at once).
+// pass takes the isolation turn and runs suspects alone, one after
+// another, for up to isolateRound; it reports whether it ran one (and
+// should look for more at once, its claims having resumed meanwhile).
 func (iso *isolator) pass(ctx context.Context) bool {
 	w := iso.w
 	told := iso.told.Load()
@@ -153,17 +158,24 @@ func (iso *isolator) pass(ctx context.Context) bool {
 	} else if cleared > 0 {
 		w.log.Info("skiplock: recounted suspect tasks whose worker came back", "count", cleared)
 	}
-	s, err := w.queries.TaskSuspectNext(lctx, w.pool, db.TaskSuspectNextParams{
-		Queues: queues, Names: handlerNames(w.handlers),
-	})
-	if errors.Is(err, pgx.ErrNoRows) {
-		iso.looked.Store(told)
-		return false
-	}
-	if err != nil {
-		if ctx.Err() == nil {
-			w.log.Warn("skiplock: looking for suspect tasks to run alone", "error", err)
+	next := func() (db.TaskSuspectNextRow, bool) {
+		s, err := w.queries.TaskSuspectNext(lctx, w.pool, db.TaskSuspectNextParams{
+			Queues: queues, Names: handlerNames(w.handlers),
+		})
+		if errors.Is(err, pgx.ErrNoRows) {
+			iso.looked.Store(told)
+			return s, false
 		}
+		if err != nil {
+			if ctx.Err() == nil {
+				w.log.Warn("skiplock: looking for suspect tasks to run alone", "error", err)
+			}
+			return s, false
+		}
+		return s, true
+	}
+	s, ok := next()
+	if !ok {
 		return false
 	}
 	turnCtx, stopRenew := context.WithCancel(ctx)
@@ -181,15 +193,17 @@ func (iso *isolator) pass(ctx context.Context) bool {
 		}
 	}()
 
-	// Every slot of the process: the claim loops stop, and the running
-	// tasks' slots come back once their outcomes are written.
+	// Hold the claim loops back, then take every slot of the process:
+	// the running tasks' slots come back once their outcomes are written.
 	sl := w.slots
+	sl.pause()
+	defer sl.resume()
 	n := sl.size - sl.held.Load() - sl.owed.Load()
 	if n <= 0 {
 		return false
 	}
 	dctx, cancelDrain := context.WithTimeout(ctx, isolateDrainWait)
-	err = sl.all.Acquire(dctx, n)
+	err := sl.all.Acquire(dctx, n)
 	cancelDrain()
 	if err != nil {
 		if ctx.Err() == nil {
@@ -199,9 +213,43 @@ func (iso *isolator) pass(ctx context.Context) bool {
 		}
 		return false
 	}
-	release := n
-	defer func() { sl.release(nil, int(release)) }()
+	held := n
+	defer func() { sl.release(nil, int(held)) }()
+	began := time.Now()
+	ran := false
+	for {
+		launched, written := iso.runAlone(ctx, s)
+		if launched {
+			held-- // its slot, which the completer gives back
+		}
+		if !written {
+			return ran || launched
+		}
+		ran = true
+		// Take that slot again, for the next suspect.
+		actx, cancelTake := context.WithTimeout(ctx, time.Second)
+		err := sl.all.Acquire(actx, 1)
+		cancelTake()
+		if err != nil {
+			return ran
+		}
+		held++
+		if time.Since(began) > isolateRound || ctx.Err() != nil {
+			return ran
+		}
+		if s, ok = next(); !ok {
+			return ran
+		}
+	}
+}
 
+// runAlone claims suspect s by id and runs it, in a process where nothing
+// else runs and no claim loop claims, and returns once its outcome is
+// written (or Run ends). launched says that it claimed and started the
+// suspect, whose slot the completer then gives back; written, that its
+// outcome is written.
+func (iso *isolator) runAlone(ctx context.Context, s db.TaskSuspectNextRow) (launched, written bool) {
+	w := iso.w
 	rows, gen, _, err := w.guard.claim(db.TaskClaimParams{
 		WorkerID:      w.cfg.WorkerID,
 		Queue:         s.Queue,
@@ -215,10 +263,10 @@ func (iso *isolator) pass(ctx context.Context) bool {
 	}, howLimited)
 	if err != nil {
 		w.claimFailed(s.Queue, err, &outage{log: w.log, what: "claiming a suspect task"})
-		return false
+		return false, false
 	}
 	if len(rows) == 0 {
-		return false // taken meanwhile, or held back by a limit: look again later
+		return false, false // taken meanwhile, or held back by a limit: look again later
 	}
 	r := rows[0]
 	w.log.Warn("skiplock: running a suspect task alone: it was running when a worker process died",
@@ -232,13 +280,13 @@ func (iso *isolator) pass(ctx context.Context) bool {
 	}
 	limited := w.limitsSeen.look(w.queries, w.pool, false).Present
 	w.launch(r, gen, nil, limited, false)
-	release-- // the task's slot, which the completer gives back
 	select {
 	case <-iso.written:
+		return true, true
 	case <-ctx.Done():
 		// Run ends: shutdown takes the suspect as any running task.
+		return true, false
 	}
-	return true
 }
 
 // isolateTurnTTL is how long the isolation turn outlives its last
@@ -248,8 +296,8 @@ func isolateTurnTTL(cfg Config) time.Duration { return max(3*cfg.RescueInterval,
 // takeTurn takes or renews the isolation turn.
 func (iso *isolator) takeTurn(ctx context.Context, ttl time.Duration) bool {
 	w := iso.w
-	n, err := w.queries.LeaderLeaseAcquire(ctx, w.pool, db.LeaderLeaseAcquireParams{
-		Job: isolateJob, Holder: w.cfg.WorkerID, TtlMs: ttl.Milliseconds(),
+	n, err := w.queries.IsolationTurnTake(ctx, w.pool, db.IsolationTurnTakeParams{
+		Holder: w.cfg.WorkerID, TtlMs: ttl.Milliseconds(),
 	})
 	return err == nil && n == 1
 }

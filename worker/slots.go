@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -28,6 +29,46 @@ type slots struct {
 	// back: free keeps them instead of giving them to the claim loops.
 	owed atomic.Int64
 	held atomic.Int64 // slots the window holds back
+	// paused, while set, holds the claim loops back before they take a
+	// slot: a suspect task runs alone (isolate.go). Closed on resume.
+	pausedMu sync.Mutex
+	paused   chan struct{}
+}
+
+// pause holds every claim loop back at its next acquire, until resume.
+func (s *slots) pause() {
+	s.pausedMu.Lock()
+	defer s.pausedMu.Unlock()
+	if s.paused == nil {
+		s.paused = make(chan struct{})
+	}
+}
+
+// resume lets the claim loops take slots again.
+func (s *slots) resume() {
+	s.pausedMu.Lock()
+	defer s.pausedMu.Unlock()
+	if s.paused != nil {
+		close(s.paused)
+		s.paused = nil
+	}
+}
+
+// waitResumed waits while the claim loops are held back.
+func (s *slots) waitResumed(ctx context.Context) error {
+	for {
+		s.pausedMu.Lock()
+		ch := s.paused
+		s.pausedMu.Unlock()
+		if ch == nil {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 func newSlots(concurrency, batch int) *slots {
@@ -51,6 +92,9 @@ func (s *slots) signalFreed() {
 // process, then takes as many more as are free, up to the batch. When
 // coalesce is set it waits up to coalesceWait for a full batch.
 func (s *slots) acquire(ctx context.Context, q *semaphore.Weighted, coalesce bool) (int, error) {
+	if err := s.waitResumed(ctx); err != nil {
+		return 0, err
+	}
 	if q != nil {
 		if err := q.Acquire(ctx, 1); err != nil {
 			return 0, err
