@@ -1693,8 +1693,7 @@ WITH held AS MATERIALIZED (
                                      AND (a.backend_start IS NULL OR a.backend_start <= w.heartbeat_at)), false) AS lives,
            coalesce(w.started_at <= v.started_at
                     AND w.heartbeat_at > now() - interval '1 millisecond' * $6::bigint, false)
-           OR pg_catalog.pg_postmaster_start_time() > now() - interval '1 millisecond' * $6::bigint
-           OR $7::bigint < $6::bigint AS recent
+           OR pg_catalog.pg_postmaster_start_time() > now() - interval '1 millisecond' * $6::bigint AS recent
     FROM skiplock_tasks AS v
     JOIN orphan_keys AS o ON v.id % 4294967296 = o.key
     LEFT JOIN skiplock_workers AS w ON w.id = v.worker_id
@@ -1777,7 +1776,6 @@ type TaskRescueOrphansParams struct {
 	ToID         int64
 	Self         string
 	SettleMs     int64
-	SessionAgeMs int64
 }
 
 type TaskRescueOrphansRow struct {
@@ -1829,9 +1827,10 @@ type TaskRescueOrphansRow struct {
 //     from within settle_ms is not rescued by this pass: a process that
 //     lost only its session re-registers within that time, and a later
 //     pass then knows which it was. So is every such task while the server
-//     or the rescuer's own lock session (session_age_ms) is younger than
-//     settle_ms: after a restart or a failover every worker dials again,
-//     and none has had the time to. Otherwise the process died: the
+//     is younger than settle_ms: after a restart every worker dials again,
+//     and none has had the time to. (After a failover the new primary's
+//     start tells nothing: the deaths it counts for workers still
+//     dialling stop counting once they are back, TaskSuspectsRecount.) Otherwise the process died: the
 //     rescue's history entry says so ("crash": true), with the process's
 //     worker_id, host, pid and worker_started_at.
 //   - crashes is recounted at each rescue: the entries of earlier rescues
@@ -1851,7 +1850,6 @@ func (q *Queries) TaskRescueOrphans(ctx context.Context, db DBTX, arg TaskRescue
 		arg.ToID,
 		arg.Self,
 		arg.SettleMs,
-		arg.SessionAgeMs,
 	)
 	if err != nil {
 		return nil, err

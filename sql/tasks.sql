@@ -931,9 +931,10 @@ SELECT kept.id FROM kept;
 --     from within settle_ms is not rescued by this pass: a process that
 --     lost only its session re-registers within that time, and a later
 --     pass then knows which it was. So is every such task while the server
---     or the rescuer's own lock session (session_age_ms) is younger than
---     settle_ms: after a restart or a failover every worker dials again,
---     and none has had the time to. Otherwise the process died: the
+--     is younger than settle_ms: after a restart every worker dials again,
+--     and none has had the time to. (After a failover the new primary's
+--     start tells nothing: the deaths it counts for workers still
+--     dialling stop counting once they are back, TaskSuspectsRecount.) Otherwise the process died: the
 --     rescue's history entry says so ("crash": true), with the process's
 --     worker_id, host, pid and worker_started_at.
 --   * crashes is recounted at each rescue: the entries of earlier rescues
@@ -970,8 +971,7 @@ WITH held AS MATERIALIZED (
                                      AND (a.backend_start IS NULL OR a.backend_start <= w.heartbeat_at)), false) AS lives,
            coalesce(w.started_at <= v.started_at
                     AND w.heartbeat_at > now() - interval '1 millisecond' * @settle_ms::bigint, false)
-           OR pg_catalog.pg_postmaster_start_time() > now() - interval '1 millisecond' * @settle_ms::bigint
-           OR @session_age_ms::bigint < @settle_ms::bigint AS recent
+           OR pg_catalog.pg_postmaster_start_time() > now() - interval '1 millisecond' * @settle_ms::bigint AS recent
     FROM skiplock_tasks AS v
     JOIN orphan_keys AS o ON v.id % 4294967296 = o.key
     LEFT JOIN skiplock_workers AS w ON w.id = v.worker_id

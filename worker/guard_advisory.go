@@ -25,9 +25,6 @@ type advisoryGuard struct {
 	// warnedNoSignal: said once that this role may not end a stale
 	// worker's lock session.
 	warnedNoSignal atomic.Bool
-	// upAt is when the lock session last came up (unix nanoseconds), for
-	// the rescue's wait after a reconnect (sessionAge).
-	upAt atomic.Int64
 	// staleDown logs a database that went away once for the look for
 	// stale sessions, not once per rescue pass; made on first use (passes
 	// follow each other, on the rescuer's goroutine).
@@ -79,20 +76,10 @@ func (g *advisoryGuard) close() { g.ls.close() }
 
 // sessionUp runs once a lock session is registered.
 func (g *advisoryGuard) sessionUp(gen uint64, _ uint32) {
-	g.upAt.Store(time.Now().UnixNano())
 	if gen > 1 {
 		g.cfg.Observer.LockSessionReconnected()
 		g.wakeAll()
 	}
-}
-
-// sessionAge is how long the lock session has been up; zero while it is
-// down.
-func (g *advisoryGuard) sessionAge() time.Duration {
-	if _, up := g.ls.generation(); !up {
-		return 0
-	}
-	return time.Since(time.Unix(0, g.upAt.Load()))
 }
 
 // sessionLost cancels the handlers whose locks died with the session:

@@ -31,13 +31,15 @@ import (
 // holding it hands it over; a worker that cannot take it looks again
 // later), recounts the suspects' crashes (TaskSuspectsRecount: a death
 // whose process has been heard from since no longer counts) and reads the
-// next suspect. With one, it stops its claim loops by taking every slot of
-// the process, which also waits for its running tasks to finish and their
-// outcomes to be written (at most isolateDrainWait; a worker whose tasks
-// run longer gives up, its claims going on, and leaves suspects to other
-// workers for isolateBackoff), claims the suspect by id, runs it, waits for
-// its outcome to be written, and gives the slots back. Between two suspects
-// its claims resume.
+// next suspect. With one, it holds its claim loops back (slots.pause) and
+// takes every slot of the process, which waits for its running tasks to
+// finish and their outcomes to be written (at most isolateDrainWait; a
+// worker whose tasks run longer gives up, its claims going on, and leaves
+// suspects to other workers for isolateBackoff), then claims suspects by
+// id and runs them one after another, each alone and to its written
+// outcome, for up to isolateRound, and gives the slots back: its claims
+// resume. A turn whose holder's lock session is gone is taken over at once
+// (IsolationTurnTake).
 //
 // The cost: the isolating process runs one task instead of Concurrency
 // while a suspect runs, plus the wait for its running tasks to end; one

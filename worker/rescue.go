@@ -35,9 +35,6 @@ type rescuer struct {
 	// suspects tells the workers that a rescue made suspects
 	// (worker/isolate.go).
 	suspects func(ctx context.Context)
-	// sessionAge is how long this worker's lock session has been up
-	// (advisory mode; nil: no session, as in lease mode).
-	sessionAge func() time.Duration
 	// beforeRescue runs before each pass (guard.beforeRescue).
 	beforeRescue func(ctx context.Context)
 	observer     Observer
@@ -261,7 +258,6 @@ func (r *rescuer) rescueOrphans(ctx context.Context, from, to int64) int {
 	rows, err := r.queries.TaskRescueOrphans(ctx, r.pool, db.TaskRescueOrphansParams{
 		LockClassOid: r.classOID, FromID: from, ToID: to,
 		MaxCrashes: int32(r.maxCrashes), SettleMs: r.settle.Milliseconds(), Self: r.self,
-		SessionAgeMs: r.sessionAgeMs(),
 	})
 	if err != nil {
 		r.failed(ctx, &r.orphansDown, "rescuing orphaned tasks", err)
@@ -327,15 +323,6 @@ func (r *rescuer) rescueOrphans(ctx context.Context, from, to int64) int {
 		r.suspects(ctx)
 	}
 	return len(rows)
-}
-
-// sessionAgeMs is how long the rescuer's lock session has been up, in
-// milliseconds: without one, forever.
-func (r *rescuer) sessionAgeMs() int64 {
-	if r.sessionAge == nil {
-		return math.MaxInt64
-	}
-	return r.sessionAge().Milliseconds()
 }
 
 // selfMessage is the line for this worker's own rescued tasks: it is not

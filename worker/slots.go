@@ -88,8 +88,9 @@ func (s *slots) signalFreed() {
 	}
 }
 
-// acquire waits for one free slot, of the queue's cap q (if any) and of the
-// process, then takes as many more as are free, up to the batch. When
+// acquire waits while the claim loops are held back (pause), then for one
+// free slot, of the queue's cap q (if any) and of the process, then takes
+// as many more as are free, up to the batch. When
 // coalesce is set it waits up to coalesceWait for a full batch.
 func (s *slots) acquire(ctx context.Context, q *semaphore.Weighted, coalesce bool) (int, error) {
 	if err := s.waitResumed(ctx); err != nil {

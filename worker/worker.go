@@ -254,9 +254,6 @@ func (w *Worker) backgroundJobs() []func(context.Context) {
 		passed: w.cfg.rescuePassed, self: w.cfg.WorkerID, mode: w.cfg.Mode,
 		maxCrashes: w.cfg.MaxCrashes, settle: crashSettle(w.cfg), suspects: w.notifySuspects,
 	}
-	if ag, ok := w.guard.(*advisoryGuard); ok {
-		r.sessionAge = ag.sessionAge
-	}
 	ret := newRetirer(w.cfg, rescuerElection.isLeader, w.queries, w.pool, w.log)
 	cp := &cancelPoller{
 		queries: w.queries, pool: w.pool, interval: w.cfg.HealthInterval,
