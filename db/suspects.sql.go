@@ -91,7 +91,8 @@ FROM (
         SELECT count(*)::integer
         FROM jsonb_array_elements(p.errors) AS e(entry)
         WHERE e.entry ->> 'outcome' = 'rescued'
-          AND e.entry ->> 'crash' = 'true'
+          AND e.entry ? 'crash'
+          AND e.entry -> 'crash' <> 'false'::jsonb
           AND NOT EXISTS (
               SELECT 1 FROM skiplock_workers AS h
               WHERE h.id = e.entry ->> 'worker_id'

@@ -1712,7 +1712,8 @@ WITH held AS MATERIALIZED (
 ), judged AS MATERIALIZED (
     -- The deaths of earlier rescues that still count, and this one's.
     SELECT v.id, v.attempt, v.worker_id, v.started_at, v.locked_until, v.host, v.pid, v.worker_started_at,
-           NOT v.lives AS died, d.n + CASE WHEN v.lives THEN 0 ELSE 1 END AS crashes,
+           NOT v.lives AS died, NOT v.lives AND v.recent AS unsure,
+           d.n + CASE WHEN v.lives THEN 0 ELSE 1 END AS crashes,
            concat_ws('; ', d.names, CASE WHEN NOT v.lives THEN
                format('worker %s on host %s, pid %s', coalesce(v.worker_id, '?'), coalesce(v.host, '?'), coalesce(v.pid::text, '?')) END) AS deaths
     FROM victims AS v
@@ -1722,14 +1723,16 @@ WITH held AS MATERIALIZED (
                                  coalesce(e.entry ->> 'host', '?'), coalesce(e.entry ->> 'pid', '?')), '; ' ORDER BY e.i) AS names
         FROM jsonb_array_elements(v.errors) WITH ORDINALITY AS e(entry, i)
         WHERE e.entry ->> 'outcome' = 'rescued'
-          AND e.entry ->> 'crash' = 'true'
+          AND e.entry ? 'crash'
+          AND e.entry -> 'crash' <> 'false'::jsonb
           AND NOT EXISTS (
               SELECT 1 FROM skiplock_workers AS h
               WHERE h.id = e.entry ->> 'worker_id'
                 AND h.started_at = (e.entry ->> 'worker_started_at')::timestamptz
                 AND h.heartbeat_at > (e.entry ->> 'finished_at')::timestamptz)
     ) AS d
-    WHERE v.lives OR NOT v.recent
+    -- A death not yet sure never fails a task: one that would waits.
+    WHERE v.lives OR NOT v.recent OR d.n + 1 < $1::integer
 )
 UPDATE skiplock_tasks AS t
 SET status = CASE WHEN judged.died AND judged.crashes >= $1::integer THEN 'failed' ELSE 'pending' END,
@@ -1744,6 +1747,9 @@ SET status = CASE WHEN judged.died AND judged.crashes >= $1::integer THEN 'faile
         'error', CASE WHEN judged.died AND judged.crashes >= $1::integer
                       THEN format('task was running during %s worker deaths (%s); failed as a poison task, not run again until requeued',
                                   judged.crashes, judged.deaths)
+                      WHEN judged.unsure
+                      THEN 'worker lost its database session (advisory lock released) and has not come back yet: '
+                           || 'a death unless it comes back; task rescued'
                       WHEN judged.died AND judged.locked_until IS NULL
                       THEN 'worker process died (its database session ended and it has not come back); task rescued'
                       WHEN judged.died
@@ -1755,7 +1761,7 @@ SET status = CASE WHEN judged.died AND judged.crashes >= $1::integer THEN 'faile
         'host', judged.host,
         'pid', judged.pid,
         'worker_started_at', judged.worker_started_at,
-        'crash', judged.died,
+        'crash', CASE WHEN NOT judged.unsure THEN judged.died END,
         'crashes', judged.crashes,
         'started_at', judged.started_at,
         'finished_at', now()
@@ -1823,22 +1829,23 @@ type TaskRescueOrphansRow struct {
 //     losing its session (a network cut, a server restart,
 //     pg_terminate_backend). In lease mode it lives if it was heard from
 //     (heartbeat_at) after its lease ran out.
-//   - An advisory task whose process shows no live session but was heard
-//     from within settle_ms is not rescued by this pass: a process that
-//     lost only its session re-registers within that time, and a later
-//     pass then knows which it was. So is every such task while the server
-//     is younger than settle_ms: after a restart every worker dials again,
-//     and none has had the time to. (After a failover the new primary's
-//     start tells nothing: the deaths it counts for workers still
-//     dialling stop counting once they are back, TaskSuspectsRecount.) Otherwise the process died: the
-//     rescue's history entry says so ("crash": true), with the process's
-//     worker_id, host, pid and worker_started_at.
+//   - Otherwise the process is counted dead: the rescue's history entry
+//     says so, with the process's worker_id, host, pid and
+//     worker_started_at. It is sure ("crash": true) unless the task is an
+//     advisory one whose process was heard from within settle_ms, or the
+//     server is younger than that: a process that lost only its session
+//     re-registers within that time (after a restart, every worker dials
+//     again). Then the entry says "crash": null, and the death counts
+//     until the process is heard from after it (below). A death not yet
+//     sure never fails a task: a task it would fail is left running for a
+//     later pass, which knows.
 //   - crashes is recounted at each rescue: the entries of earlier rescues
-//     marked as deaths, less those whose process was heard from after the
-//     entry was written (same worker_id and worker_started_at, heartbeat_at
-//     later than the entry's finished_at: it lived, it was cut off, as a
-//     silent network's session ended by WorkerTerminateStale is), plus
-//     this rescue's death if it is one. A task with crashes > 0 is a
+//     marked as deaths, sure or not, less those whose process was heard
+//     from after the entry was written (same worker_id and
+//     worker_started_at, heartbeat_at later than the entry's finished_at:
+//     it lived; it was cut off, as a silent network's session ended by
+//     WorkerTerminateStale is, or was still dialling), plus this rescue's
+//     death if it is one. A task with crashes > 0 is a
 //     suspect: no ordinary claim takes it, a worker runs it alone
 //     (worker/isolate.go); at max_crashes it is failed, its error naming
 //     each death's worker, host and pid.

@@ -107,9 +107,12 @@ type AttemptError struct {
 	// Permanent is set when the attempt failed the task for good, before
 	// its attempts ran out (a worker.Permanent error, no handler).
 	Permanent bool `json:"permanent,omitempty"`
-	// Crash is set on a rescue (outcome rescued) when the worker process
-	// that ran the attempt died; a rescue after a lost database session of
-	// a process that lives on leaves it unset.
+	// Crash is set on a rescue (outcome rescued) sure that the worker
+	// process that ran the attempt died. It is unset when the process
+	// lives on (it lost its database session and came back), and when the
+	// rescue could not tell yet (the process was heard from moments
+	// before): such a death counts in Crashes until the process is heard
+	// from again.
 	Crash      bool      `json:"crash,omitempty"`
 	WorkerID   string    `json:"worker_id,omitempty"`
 	Host       string    `json:"host,omitempty"`

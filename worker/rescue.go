@@ -307,7 +307,7 @@ func (r *rescuer) rescueOrphans(ctx context.Context, from, to int64) int {
 			r.log.Warn(msg, "worker_id", lost, "returned_to_queue", len(lw.ids), "task_ids", firstIDs(lw.ids))
 			continue
 		}
-		r.log.Warn("skiplock: rescued tasks whose worker is gone (its process died); each runs alone next, one at a time",
+		r.log.Warn("skiplock: rescued tasks whose worker is gone (its process died, or lost its session and is not back yet); each runs alone next, one at a time",
 			"lost_worker", lost, "count", len(lw.ids), "quarantined", len(lw.quarantined), "task_ids", firstIDs(lw.ids))
 	}
 	if len(queues) > 0 {
