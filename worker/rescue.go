@@ -28,8 +28,8 @@ type rescuer struct {
 	mode Mode
 	// maxCrashes fails a task that was running during that many worker
 	// deaths (Config.MaxCrashes); settle is how long after a worker's last
-	// heartbeat a task of its lost lock session waits to be rescued, so
-	// that a process that lives re-registers first (TaskRescueOrphans).
+	// heartbeat the death of a worker without a lock session is not sure
+	// yet: a process that lives dials again within it (TaskRescueOrphans).
 	maxCrashes int
 	settle     time.Duration
 	// suspects tells the workers that a rescue made suspects
@@ -88,12 +88,13 @@ const (
 )
 
 // crashSettle is how long after its last heartbeat a process that lost
-// its lock session has to come back before the rescue counts its death
-// (TaskRescueOrphans' settle_ms): a heartbeat period (the session may have
-// died just before the next beat) plus the two health checks in which a
-// live worker notices the loss and dials again. It delays the rescue of a
-// dead process's tasks, by that much after its last heartbeat at most (5 s
-// with the defaults; lease mode: no delay).
+// its lock session may still be dialling again (TaskRescueOrphans'
+// settle_ms): a heartbeat period (the session may have died just before
+// the next beat) plus the two health checks in which a live worker
+// notices the loss and dials again; 5 s with the defaults. A death within
+// it is counted but not sure: it stops counting once the process is heard
+// from, and it never fails a task (one it would fail waits for a pass
+// past it).
 func crashSettle(cfg Config) time.Duration {
 	return heartbeatEvery(cfg.StaleAfter) + 2*cfg.HealthInterval
 }
