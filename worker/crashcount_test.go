@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/skiplock/skiplock/db"
 	"github.com/skiplock/skiplock/internal/schema"
 	"github.com/skiplock/skiplock/queue"
 )
@@ -93,5 +94,47 @@ func TestRescueCountsDeaths(t *testing.T) {
 	if tk.Status != queue.StatusFailed || tk.Crashes != 3 || !last.Crash ||
 		!strings.Contains(last.Error, "running during 3 worker deaths (worker w-ghost1 on host h1, pid 1; worker w-ghost2 on host h2, pid 2; worker w-third on host test, pid 1)") {
 		t.Fatalf("poison task: %s, crashes %d, last entry %+v", tk.Status, tk.Crashes, last)
+	}
+}
+
+// TestClaimsPassSuspectsOver: a suspect (crashes > 0) is taken by no
+// ordinary claim, in either mode or statement, and by the claim that names
+// it by id (the isolator's).
+func TestClaimsPassSuspectsOver(t *testing.T) {
+	t.Parallel()
+	b := setupJobs(t)
+	ctx := context.Background()
+	suspect, err := b.client.Enqueue(ctx, "job", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.exec(t, "UPDATE skiplock_tasks SET crashes = 1 WHERE id = $1", suspect)
+	p := db.TaskClaimParams{
+		WorkerID: "w", Queue: queue.DefaultQueue, OnlyNames: []string{}, SkipNames: []string{}, OnlyIds: []int64{}, Max: 10,
+		ExclusiveSeed: b.schema.TableOID, CheckFull: true,
+	}
+	for _, mode := range []Mode{ModeAdvisory, ModeLease} {
+		g := newGuard(b.deps(t, "w", mode, nil, nil))
+		if err := g.open(ctx, b.schema.TableOID, &outage{log: b.log, what: "test"}); err != nil {
+			t.Fatal(err)
+		}
+		for _, how := range []claimHow{howPlain, howLimited, howQueue} {
+			if mode == ModeLease && how == howQueue {
+				continue
+			}
+			rows, _, _, err := g.claim(p, how)
+			if err != nil || len(rows) != 0 {
+				t.Fatalf("mode %d, claim %d took %d rows (%v), want none: a suspect runs alone", mode, how, len(rows), err)
+			}
+		}
+		byID := p
+		byID.OnlyIds = []int64{suspect}
+		rows, _, _, err := g.claim(byID, howLimited)
+		if err != nil || len(rows) != 1 || rows[0].ID != suspect {
+			t.Fatalf("mode %d: the claim by id took %v (%v), want the suspect", mode, rows, err)
+		}
+		b.exec(t, "UPDATE skiplock_tasks SET status = 'pending', attempt = 0, locked_until = NULL WHERE id = $1", suspect)
+		g.close()
+		b.waitTaskLocksGone(t)
 	}
 }
