@@ -50,7 +50,11 @@ func (w *Worker) start(ctx context.Context) (opened func() error, err error) {
 	} else {
 		w.slots = newSlots(w.cfg.Concurrency, w.cfg.ClaimBatch)
 	}
-	w.comp = newCompleter(w.writeFinishes, w.guard.release, w.slots.free, w.wake, w.log, 1)
+	free := func(batch []finish) {
+		w.slots.free(batch)
+		w.iso.freed(batch)
+	}
+	w.comp = newCompleter(w.writeFinishes, w.guard.release, free, w.wake, w.log, 1)
 	w.window = newWindowSizer(w, w.cfg.autoWindow, w.cfg.autoBatch)
 	return func() error { return w.guard.open(ctx, table.Oid, o) }, nil
 }
