@@ -114,6 +114,16 @@ func Steps(ctx context.Context, pool *pgxpool.Pool, n int) error {
 	})
 }
 
+// ErrNotMigrated is wrapped by the error of every call of skiplock's
+// packages (queue, worker, worker/lock) that finds skiplock's tables
+// missing from the search_path, or a schema older than this build: run
+// `skiplock migrate up`, or Up. When no schema of the search_path exists
+// at all the error is a *queue.NoSchemaError naming the schema to create;
+// it wraps ErrNotMigrated too.
+//
+//	if errors.Is(err, migrations.ErrNotMigrated) { ... }
+var ErrNotMigrated = pgerr.ErrNotMigrated
+
 // ErrOtherTool is returned by Up, Down and Steps for a schema whose own
 // version (skiplock_schema_version(), from migration 6 on) is not the one
 // recorded in skiplock_schema_migrations: another tool applied its

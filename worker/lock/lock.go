@@ -18,7 +18,9 @@ import (
 	"github.com/skiplock/skiplock/internal/pgerr"
 )
 
-// Errors. Every error of this package wraps one of them or a context's.
+// Errors. Every error of this package wraps one of them, a context's, or
+// migrations.ErrNotMigrated when the schema lacks skiplock_locks
+// (migration 16).
 var (
 	// ErrNotAcquired: someone else holds the lock (or a lock whose name
 	// shares its key, see Key), and the try ended, or the wait reached its
@@ -36,8 +38,6 @@ var (
 	// ErrInvalid is wrapped by the errors of bad arguments: an empty name,
 	// a lease TTL too short, a bad option.
 	ErrInvalid = errors.New("skiplock lock: invalid argument")
-	// ErrNotMigrated: the schema lacks skiplock_locks (migration 16).
-	ErrNotMigrated = pgerr.ErrNotMigrated
 )
 
 // Limits and defaults.

@@ -12,8 +12,20 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/skiplock/skiplock/internal/testinfra/pgtest"
+	"github.com/skiplock/skiplock/migrations"
 	"github.com/skiplock/skiplock/worker/lock"
 )
+
+// TestNotMigrated: a lease on a schema without skiplock_locks gets
+// migrations.ErrNotMigrated, whose message names the command to run.
+func TestNotMigrated(t *testing.T) {
+	t.Parallel()
+	c := newClient(t, pgtest.NewPool(t, pgtest.Schema(t, false)), lock.Options{})
+	_, err := c.TryLease(context.Background(), "a", time.Minute)
+	if !errors.Is(err, migrations.ErrNotMigrated) || !strings.Contains(err.Error(), "skiplock migrate up") {
+		t.Fatalf("TryLease on an unmigrated schema: %v, want migrations.ErrNotMigrated", err)
+	}
+}
 
 // TestBadInput: each bad argument gets one error wrapping ErrInvalid that
 // names it, and nothing is taken.
