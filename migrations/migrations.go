@@ -1,12 +1,3 @@
-// Package migrations holds skiplock's schema as golang-migrate files,
-// embedded in the binary, and runs them.
-//
-//	if err := migrations.Up(ctx, pool); err != nil { ... }
-//
-// The migrations run in the first schema of the pool's search_path and keep
-// their version in skiplock_schema_migrations, so they never collide with an
-// application's own golang-migrate table. The skiplock command runs the same
-// code: skiplock migrate up|down|status.
 package migrations
 
 import (
