@@ -22,6 +22,9 @@ const module = "github.com/skiplock/skiplock"
 // cmd/ and examples/.
 func publicPackages(t *testing.T, root string) []string {
 	t.Helper()
+	if work := strings.TrimSpace(goCmd(t, root, "env", "GOWORK")); work == "" || work == "off" {
+		t.Fatalf("the API check covers every module of go.work (worker/observe is one): run it in workspace mode, not with GOWORK=off")
+	}
 	mods := goCmd(t, root, "list", "-m", "-f", "{{.Dir}}")
 	var patterns []string
 	for _, dir := range strings.Fields(mods) {
