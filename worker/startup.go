@@ -96,7 +96,7 @@ func (w *Worker) checkDatabase(ctx context.Context) (table db.SchemaTaskTableRow
 		return table, 0, err
 	}
 	if schemaErr != nil {
-		if errors.Is(schemaErr, ErrNotMigrated) {
+		if errors.Is(schemaErr, pgerr.ErrNotMigrated) {
 			return table, 0, schemaErr
 		}
 		return table, 0, fmt.Errorf("skiplock: connecting to the database: %w", schemaErr)
@@ -155,7 +155,7 @@ func untilAvailable(ctx context.Context, o *outage, pool *pgxpool.Pool, step fun
 // or shutting down, too many connections, a read-only server) is an outage
 // and is retried.
 func isConfigError(err error) bool {
-	if errors.Is(err, ErrNotMigrated) || errors.Is(err, ErrTransactionPooling) || errors.Is(err, ErrStatementCache) ||
+	if errors.Is(err, pgerr.ErrNotMigrated) || errors.Is(err, ErrTransactionPooling) || errors.Is(err, ErrStatementCache) ||
 		errors.Is(pgerr.Interpret(err), ErrPermissionDenied) {
 		return true
 	}

@@ -28,9 +28,6 @@ var (
 	ErrNoHandlers = errors.New("skiplock: worker needs at least one handler")
 	// ErrAlreadyRunning is returned by a second call to Run on one Worker.
 	ErrAlreadyRunning = errors.New("skiplock: worker is already running")
-	// ErrNotMigrated is returned when the schema is missing or older than
-	// this build of skiplock: run `skiplock migrate up`.
-	ErrNotMigrated = pgerr.ErrNotMigrated
 	// ErrPermissionDenied is wrapped by Run's error when the database role
 	// lacks a privilege that workers need (migrations.Grants with
 	// migrations.Worker, or `skiplock migrate grants --kind worker`).
@@ -140,7 +137,7 @@ func (w *Worker) ID() string { return w.cfg.WorkerID }
 // without spending an attempt, records every outcome, releases every lock
 // and returns nil. It returns only then, or at once on a configuration
 // error: invalid cfg or handlers (ErrNoHandlers), a schema not migrated
-// (ErrNotMigrated), a transaction pooler in advisory mode
+// (migrations.ErrNotMigrated), a transaction pooler in advisory mode
 // (ErrTransactionPooling) or a statement cache behind one
 // (ErrStatementCache), a login the server refuses, or a database that does
 // not exist. A database that cannot be reached at start (or that is
