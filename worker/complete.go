@@ -240,7 +240,7 @@ func (c *completer) flush(batch []finish) {
 				discarded = append(discarded, f.id)
 			}
 		}
-		c.log.Warn("skiplock: outcomes discarded: their tasks were rescued from this worker after it lost its lock session",
+		c.log.Warn("skiplock: outcomes discarded: their tasks were rescued from this worker after it lost its lock session or its leases",
 			"count", len(discarded), "task_ids", firstIDs(discarded))
 	}
 
