@@ -210,7 +210,7 @@ func (s *ShardedClient) route(name string, payload any, opts []Option) (n int, r
 	for _, id := range o.dependsOn {
 		d := ShardOf(id)
 		if _, ok := s.clients[d]; !ok {
-			return 0, false, fmt.Errorf("%w: WithDependsOn: %v", ErrInvalidTask, s.unknown(d, fmt.Sprintf("task %d", id)))
+			return 0, false, fmt.Errorf("%w: WithDependsOn: %w", ErrInvalidTask, s.unknown(d, fmt.Sprintf("task %d", id)))
 		}
 		if dep >= 0 && d != dep {
 			return 0, false, fmt.Errorf("%w: WithDependsOn names tasks of shards %d and %d: a task and its dependencies must be on one shard",
@@ -403,7 +403,7 @@ func (s *ShardedClient) byShard(ids []int64) (map[int][]int64, []int, error) {
 	for _, id := range ids {
 		n := ShardOf(id)
 		if _, ok := s.clients[n]; !ok {
-			return nil, nil, fmt.Errorf("%w: %v", ErrInvalidRequest, s.unknown(n, fmt.Sprintf("task %d", id)))
+			return nil, nil, fmt.Errorf("%w: %w", ErrInvalidRequest, s.unknown(n, fmt.Sprintf("task %d", id)))
 		}
 		out[n] = append(out[n], id)
 	}
