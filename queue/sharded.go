@@ -105,7 +105,7 @@ func (s *ShardedClient) Shards() []int { return slices.Clone(s.shards) }
 
 // Shard returns the Client of shard n, for what ShardedClient does not
 // route: lists, statistics, limits, schedules, pauses. Each is that
-// shard's alone.
+// shard's alone. It does not check the shard's stamp.
 func (s *ShardedClient) Shard(n int) (*Client, error) {
 	c, ok := s.clients[n]
 	if !ok {
@@ -257,9 +257,11 @@ func (s *ShardedClient) on(ctx context.Context, n int, what string, fn func(c *C
 			if err = fn(c); err == nil {
 				return nil
 			}
-		}
-		if !unreached(err) || ctx.Err() != nil {
-			return err
+			if !unreached(err) || ctx.Err() != nil {
+				return err
+			}
+		} else if errors.Is(err, ErrShardMismatch) || ctx.Err() != nil {
+			return err // a stamp that could not be read changed nothing: next
 		}
 		errs = append(errs, fmt.Errorf("shard %d: %w", n, err))
 	}
