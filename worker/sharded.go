@@ -15,12 +15,13 @@ import (
 
 	"github.com/skiplock/skiplock/internal/connstr"
 	"github.com/skiplock/skiplock/internal/shard"
+	"github.com/skiplock/skiplock/queue"
 )
 
 // ErrShardMismatch is wrapped by ShardedWorker.Run's error when the
 // database of a shard is stamped with another shard number, or not
-// stamped (migrations.SetShard).
-var ErrShardMismatch = errors.New("skiplock: database is not the shard it is configured as")
+// stamped (migrations.SetShard). It is queue.ErrShardMismatch.
+var ErrShardMismatch = queue.ErrShardMismatch
 
 // ShardedWorker runs the tasks of a sharded queue (queue.ShardedClient):
 // one Worker per shard in one process, each with its own lock session,

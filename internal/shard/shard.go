@@ -69,7 +69,10 @@ func (s sequenceState) shard() int {
 	return Of(s.min)
 }
 
-func read(ctx context.Context, x pgerr.Executor, table string, withRows bool) (sequenceState, error) {
+// read reads the bounds of table's identity sequence from the catalog,
+// which every role may read; withState also reads where the sequence is
+// and the table's lowest id, which need the owner's privileges.
+func read(ctx context.Context, x pgerr.Executor, table string, withState bool) (sequenceState, error) {
 	s := sequenceState{table: table}
 	var name *string
 	err := x.QueryRow(ctx, `SELECT pg_catalog.pg_get_serial_sequence($1, 'id')`, table).Scan(&name)
@@ -80,26 +83,30 @@ func read(ctx context.Context, x pgerr.Executor, table string, withRows bool) (s
 		return s, fmt.Errorf("%w (%s has no identity sequence)", pgerr.ErrNotMigrated, table)
 	}
 	s.name = *name
-	var called bool
-	err = x.QueryRow(ctx, `SELECT q.seqmin, q.seqmax, s.last_value, s.is_called
-FROM pg_catalog.pg_sequence AS q, `+s.name+` AS s
-WHERE q.seqrelid = $1::regclass`, s.name).Scan(&s.min, &s.max, &s.last, &called)
+	err = x.QueryRow(ctx, `SELECT q.seqmin, q.seqmax FROM pg_catalog.pg_sequence AS q WHERE q.seqrelid = $1::regclass`,
+		s.name).Scan(&s.min, &s.max)
 	if err != nil {
+		return s, fmt.Errorf("reading the bounds of the sequence %s: %w", s.name, err)
+	}
+	if !withState {
+		return s, nil
+	}
+	var called bool
+	if err := x.QueryRow(ctx, `SELECT last_value, is_called FROM `+s.name).Scan(&s.last, &called); err != nil {
 		return s, fmt.Errorf("reading the sequence %s: %w", s.name, err)
 	}
 	if !called {
 		s.last-- // the next value is last_value itself
 	}
-	if withRows {
-		if err := x.QueryRow(ctx, `SELECT coalesce(min(id), 0) FROM `+table).Scan(&s.lowest); err != nil {
-			return s, fmt.Errorf("reading the lowest id of %s: %w", table, err)
-		}
+	if err := x.QueryRow(ctx, `SELECT coalesce(min(id), 0) FROM `+table).Scan(&s.lowest); err != nil {
+		return s, fmt.Errorf("reading the lowest id of %s: %w", table, err)
 	}
 	return s, nil
 }
 
 // Stamp returns the shard that x's database (the skiplock schema of its
-// search_path) is stamped with: 0 when it is not stamped.
+// search_path) is stamped with: 0 when it is not stamped. It reads the
+// catalog only, so any role may call it.
 func Stamp(ctx context.Context, x pgerr.Executor) (int, error) {
 	s, err := read(ctx, pgerr.Interpreting(x), Tables[0], false)
 	if err != nil {
