@@ -287,6 +287,16 @@ func (s *ShardedClient) Enqueue(ctx context.Context, name string, payload any, o
 	return id, err
 }
 
+// EnqueueArgs is Enqueue of a typed task: NewTaskFrom(args, opts...). The
+// type's TaskOptions route it as the task's own options do.
+func (s *ShardedClient) EnqueueArgs(ctx context.Context, args TaskArgs, opts ...Option) (int64, error) {
+	t, err := taskFrom(args, opts)
+	if err != nil {
+		return 0, err
+	}
+	return s.Enqueue(ctx, t.Name, t.Payload, t.Options...)
+}
+
 // EnqueueTx inserts a task within tx, a transaction on shard n's
 // database: the task exists if and only if tx commits. A task whose
 // routing key or dependencies belong to another shard is refused with an

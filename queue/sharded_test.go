@@ -392,3 +392,32 @@ func TestShardedPassesOverUnreachable(t *testing.T) {
 		t.Fatalf("shard 1 holds %d tasks, %v; want 6", n, err)
 	}
 }
+
+type shardedInvoice struct{ Customer int }
+
+func (shardedInvoice) TaskName() string { return "invoice" }
+func (i shardedInvoice) TaskOptions() []queue.Option {
+	return []queue.Option{queue.WithShardKey(fmt.Sprintf("customer:%d", i.Customer))}
+}
+
+func TestShardedEnqueueArgs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := newSharded(t, shardPools(t, 1, 2, 3))
+	for i := range 20 {
+		id, err := c.EnqueueArgs(ctx, shardedInvoice{Customer: i})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := c.ShardFor(fmt.Sprintf("customer:%d", i)); queue.ShardOf(id) != want {
+			t.Fatalf("invoice of customer %d on shard %d, want %d", i, queue.ShardOf(id), want)
+		}
+		task, err := c.Get(ctx, id)
+		if err != nil || task.Name != "invoice" {
+			t.Fatalf("Get(%d): %v, %v", id, task, err)
+		}
+	}
+	if _, err := c.EnqueueArgs(ctx, nil); !errors.Is(err, queue.ErrInvalidTask) {
+		t.Fatalf("EnqueueArgs(nil): %v, want ErrInvalidTask", err)
+	}
+}
