@@ -769,7 +769,7 @@ func (q *Queries) TaskDeleteMany(ctx context.Context, db DBTX, ids []int64) ([]i
 }
 
 const taskList = `-- name: TaskList :many
-SELECT t.id, t.queue, t.name, t.payload, t.metadata, t.status, t.priority, t.run_at, t.attempt, t.max_attempts, t.timeout_ms, t.errors, t.worker_id, t.created_at, t.started_at, t.finished_at, t.unique_key, t.unique_window_key, t.exclusive_key, t.cancel_requested_at, t.locked_until, t.output, t.workflow_id, t.depends_on, t.dependents, t.deps_pending, t.dependency_failure, t.limit_key, t.sequence_key, t.sequence_hold, t.progress, t.checkpoint, t.batch_id, t.replace_key
+SELECT t.id, t.queue, t.name, t.payload, t.metadata, t.status, t.priority, t.run_at, t.attempt, t.max_attempts, t.timeout_ms, t.errors, t.worker_id, t.created_at, t.started_at, t.finished_at, t.unique_key, t.unique_window_key, t.exclusive_key, t.cancel_requested_at, t.locked_until, t.output, t.workflow_id, t.depends_on, t.dependents, t.deps_pending, t.dependency_failure, t.limit_key, t.sequence_key, t.sequence_hold, t.progress, t.checkpoint, t.batch_id, t.replace_key, t.crashes
 FROM skiplock_tasks AS t
 WHERE t.status = ANY($1::text[])
   AND (cardinality($2::bigint[]) = 0 OR t.id = ANY($2::bigint[]))
@@ -864,6 +864,7 @@ func (q *Queries) TaskList(ctx context.Context, db DBTX, arg TaskListParams) ([]
 			&i.Checkpoint,
 			&i.BatchID,
 			&i.ReplaceKey,
+			&i.Crashes,
 		); err != nil {
 			return nil, err
 		}
@@ -985,6 +986,7 @@ WITH picked AS MATERIALIZED (
         finished_at = NULL,
         worker_id = NULL,
         attempt = CASE WHEN $9::boolean THEN 0 ELSE t.attempt END,
+        crashes = 0,
         max_attempts = CASE WHEN $9::boolean THEN t.max_attempts ELSE greatest(t.max_attempts, t.attempt + 1) END,
         errors = t.errors || jsonb_build_array(jsonb_build_object(
             'attempt', t.attempt,
@@ -1090,6 +1092,7 @@ WITH picked AS MATERIALIZED (
         finished_at = NULL,
         worker_id = NULL,
         attempt = CASE WHEN $3::boolean THEN 0 ELSE t.attempt END,
+        crashes = 0,
         max_attempts = CASE WHEN $3::boolean THEN t.max_attempts ELSE greatest(t.max_attempts, t.attempt + 1) END,
         errors = t.errors || jsonb_build_array(jsonb_build_object(
             'attempt', t.attempt,

@@ -18,6 +18,7 @@ WHERE p.status = 'pending'
   AND p.run_at <= now()
   AND (cardinality($2::text[]) = 0 OR p.name = ANY($2::text[]))
   AND NOT (p.name = ANY($3::text[]))
+  AND p.crashes = 0
   AND (p.priority, p.run_at, p.id) < ($4::smallint, $5::timestamptz, $6::bigint)
 ORDER BY p.priority, p.run_at, p.id
 LIMIT 1

@@ -139,6 +139,7 @@ type SkiplockTask struct {
 	Checkpoint        json.RawMessage
 	BatchID           *int64
 	ReplaceKey        *string
+	Crashes           int16
 }
 
 type SkiplockWorker struct {

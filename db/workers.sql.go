@@ -154,7 +154,10 @@ const workerRegister = `-- name: WorkerRegister :exec
 INSERT INTO skiplock_workers (id, host, pid, queues, lock_backend_pid, names)
 VALUES ($1::text, $2::text, $3::integer, $4::text[], $5::integer, $6::text[])
 ON CONFLICT (id) DO UPDATE
-SET lock_backend_pid = excluded.lock_backend_pid, heartbeat_at = now(), names = excluded.names
+SET lock_backend_pid = excluded.lock_backend_pid, heartbeat_at = now(), names = excluded.names,
+    started_at = CASE WHEN $7::boolean THEN now() ELSE skiplock_workers.started_at END,
+    host = CASE WHEN $7::boolean THEN excluded.host ELSE skiplock_workers.host END,
+    pid = CASE WHEN $7::boolean THEN excluded.pid ELSE skiplock_workers.pid END
 `
 
 type WorkerRegisterParams struct {
@@ -164,12 +167,18 @@ type WorkerRegisterParams struct {
 	Queues         []string
 	LockBackendPid int32
 	Names          []string
+	NewProcess     bool
 }
 
 // In advisory mode it runs on the lock session itself, so that heartbeat_at
 // is a moment when lock_backend_pid was that session (see
 // WorkerTerminateStale). names are the task names the worker has handlers
 // for (NULL: unknown, as a worker built before the column records it).
+// A process's first registration (new_process) sets started_at, host and
+// pid, also over the row of an earlier process that had the same worker
+// id: started_at then tells the processes apart, and the rescue counts a
+// death only for a process gone (TaskRescueOrphans); a re-registration
+// after a lost lock session keeps them.
 func (q *Queries) WorkerRegister(ctx context.Context, db DBTX, arg WorkerRegisterParams) error {
 	_, err := db.Exec(ctx, workerRegister,
 		arg.ID,
@@ -178,6 +187,7 @@ func (q *Queries) WorkerRegister(ctx context.Context, db DBTX, arg WorkerRegiste
 		arg.Queues,
 		arg.LockBackendPid,
 		arg.Names,
+		arg.NewProcess,
 	)
 	return err
 }

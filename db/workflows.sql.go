@@ -326,7 +326,7 @@ func (q *Queries) WorkflowGet(ctx context.Context, db DBTX, id int64) (SkiplockW
 }
 
 const workflowTasks = `-- name: WorkflowTasks :many
-SELECT t.id, t.queue, t.name, t.payload, t.metadata, t.status, t.priority, t.run_at, t.attempt, t.max_attempts, t.timeout_ms, t.errors, t.worker_id, t.created_at, t.started_at, t.finished_at, t.unique_key, t.unique_window_key, t.exclusive_key, t.cancel_requested_at, t.locked_until, t.output, t.workflow_id, t.depends_on, t.dependents, t.deps_pending, t.dependency_failure, t.limit_key, t.sequence_key, t.sequence_hold, t.progress, t.checkpoint, t.batch_id, t.replace_key
+SELECT t.id, t.queue, t.name, t.payload, t.metadata, t.status, t.priority, t.run_at, t.attempt, t.max_attempts, t.timeout_ms, t.errors, t.worker_id, t.created_at, t.started_at, t.finished_at, t.unique_key, t.unique_window_key, t.exclusive_key, t.cancel_requested_at, t.locked_until, t.output, t.workflow_id, t.depends_on, t.dependents, t.deps_pending, t.dependency_failure, t.limit_key, t.sequence_key, t.sequence_hold, t.progress, t.checkpoint, t.batch_id, t.replace_key, t.crashes
 FROM skiplock_tasks AS t
 WHERE t.workflow_id = $1::bigint
 ORDER BY t.id
@@ -377,6 +377,7 @@ func (q *Queries) WorkflowTasks(ctx context.Context, db DBTX, workflowID int64) 
 			&i.Checkpoint,
 			&i.BatchID,
 			&i.ReplaceKey,
+			&i.Crashes,
 		); err != nil {
 			return nil, err
 		}

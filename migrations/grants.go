@@ -131,7 +131,7 @@ var tableGrants = []struct {
 		Operator: "SELECT, INSERT, UPDATE, DELETE",
 	}},
 	{table: "skiplock_leaders", kinds: map[RoleKind]string{
-		Worker:   "SELECT, INSERT, UPDATE, DELETE", // lease mode's elections
+		Worker:   "SELECT, INSERT, UPDATE, DELETE", // lease mode's elections; the isolation turn (both modes)
 		Observer: "SELECT",
 		Operator: "SELECT",
 	}},

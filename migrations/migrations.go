@@ -1,12 +1,3 @@
-// Package migrations holds skiplock's schema as golang-migrate files,
-// embedded in the binary, and runs them.
-//
-//	if err := migrations.Up(ctx, pool); err != nil { ... }
-//
-// The migrations run in the first schema of the pool's search_path and keep
-// their version in skiplock_schema_migrations, so they never collide with an
-// application's own golang-migrate table. The skiplock command runs the same
-// code: skiplock migrate up|down|status.
 package migrations
 
 import (
@@ -113,6 +104,16 @@ func Steps(ctx context.Context, pool *pgxpool.Pool, n int) error {
 		return m.Steps(n)
 	})
 }
+
+// ErrNotMigrated is wrapped by the error of every call of skiplock's
+// packages (queue, worker, worker/lock) that finds skiplock's tables
+// missing from the search_path, or a schema older than this build: run
+// `skiplock migrate up`, or Up. When no schema of the search_path exists
+// at all the error is a *queue.NoSchemaError naming the schema to create;
+// it wraps ErrNotMigrated too.
+//
+//	if errors.Is(err, migrations.ErrNotMigrated) { ... }
+var ErrNotMigrated = pgerr.ErrNotMigrated
 
 // ErrOtherTool is returned by Up, Down and Steps for a schema whose own
 // version (skiplock_schema_version(), from migration 6 on) is not the one

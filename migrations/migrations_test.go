@@ -121,7 +121,7 @@ func TestReadyWhicheverToolApplied(t *testing.T) {
 	old := pgtest.NewPool(t, pgtest.Schema(t, false))
 	apply(t, old, 4)
 	info, _ = schema.Read(ctx, old)
-	if err := schema.Check(info); !errors.Is(err, queue.ErrNotMigrated) || !strings.Contains(err.Error(), "skiplock_schema_version()") {
+	if err := schema.Check(info); !errors.Is(err, migrations.ErrNotMigrated) || !strings.Contains(err.Error(), "skiplock_schema_version()") {
 		t.Fatalf("schema before 6 by another tool: %v", err)
 	}
 
@@ -131,7 +131,7 @@ func TestReadyWhicheverToolApplied(t *testing.T) {
 	}
 	info, _ = schema.Read(ctx, byRunner)
 	want := fmt.Sprintf("at version 4; this build needs %d", migrations.Latest)
-	if err := schema.Check(info); !errors.Is(err, queue.ErrNotMigrated) || !strings.Contains(err.Error(), want) {
+	if err := schema.Check(info); !errors.Is(err, migrations.ErrNotMigrated) || !strings.Contains(err.Error(), want) {
 		t.Fatalf("schema at 4: %v, want %q", err, want)
 	}
 }
@@ -173,7 +173,7 @@ func TestStepsKeepStamp(t *testing.T) {
 
 		info, err := schema.Read(ctx, pool)
 		if recorded == 0 {
-			if !errors.Is(err, queue.ErrNotMigrated) {
+			if !errors.Is(err, migrations.ErrNotMigrated) {
 				t.Fatalf("%s: at version 0 schema.Read = %+v, %v", step, info, err)
 			}
 			return 0
@@ -234,7 +234,7 @@ func TestNoSuchSchema(t *testing.T) {
 	want := func(what string, err error) {
 		t.Helper()
 		var noSchema *queue.NoSchemaError
-		if !errors.As(err, &noSchema) || !errors.Is(err, queue.ErrNotMigrated) || noSchema.Schema != name ||
+		if !errors.As(err, &noSchema) || !errors.Is(err, migrations.ErrNotMigrated) || noSchema.Schema != name ||
 			!strings.Contains(err.Error(), fmt.Sprintf(`schema %q does not exist`, name)) || !strings.Contains(err.Error(), create) {
 			t.Fatalf("%s on a missing schema: %v", what, err)
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/skiplock/skiplock/internal/schema"
 	"github.com/skiplock/skiplock/internal/testinfra/pgtest"
+	"github.com/skiplock/skiplock/migrations"
 	"github.com/skiplock/skiplock/queue"
 )
 
@@ -662,7 +663,7 @@ func TestAdminNotMigrated(t *testing.T) {
 	_, err5 := c.Purge(ctx, queue.PurgeRequest{FinishedBefore: time.Now()})
 	_, err6 := c.Schema(ctx)
 	for i, err := range []error{err1, err2, err3, err4, err5, err6} {
-		if !errors.Is(err, queue.ErrNotMigrated) {
+		if !errors.Is(err, migrations.ErrNotMigrated) {
 			t.Errorf("call %d: err = %v, want ErrNotMigrated", i+1, err)
 		}
 	}

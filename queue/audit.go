@@ -148,7 +148,7 @@ type AuditEntry struct {
 	Source Source
 	Action AuditAction
 	// Request is what was asked, as JSON: the task IDs ("ids", the first
-	// MaxAuditIDs of them, and "more_ids", how many more) or the "filter",
+	// 1,000 of them, and "more_ids", how many more) or the "filter",
 	// and the options ("queue", "limit", "reason", ...).
 	Request json.RawMessage
 	// Affected is how many tasks the change changed; for a queue paused or
@@ -162,9 +162,9 @@ type AuditEntry struct {
 	Error string
 }
 
-// MaxAuditIDs bounds the task IDs an audit record lists; "more_ids" counts
+// maxAuditIDs bounds the task IDs an audit record lists; "more_ids" counts
 // the rest.
-const MaxAuditIDs = 1000
+const maxAuditIDs = 1000
 
 // Defaults and bounds of AuditLog.
 const (
@@ -462,9 +462,9 @@ func tasksRows(tasks []NewTask) []row {
 
 // idsRequest is the request of a change of named tasks.
 func idsRequest(ids []int64) map[string]any {
-	r := map[string]any{"ids": ids[:min(len(ids), MaxAuditIDs)]}
-	if len(ids) > MaxAuditIDs {
-		r["more_ids"] = len(ids) - MaxAuditIDs
+	r := map[string]any{"ids": ids[:min(len(ids), maxAuditIDs)]}
+	if len(ids) > maxAuditIDs {
+		r["more_ids"] = len(ids) - maxAuditIDs
 	}
 	return r
 }

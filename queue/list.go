@@ -174,14 +174,14 @@ func (c *Client) Count(ctx context.Context, f ListFilter) (int64, error) {
 	return n, nil
 }
 
-// RecentNamesScan is how many of the newest tasks TaskNames reads.
-const RecentNamesScan = 10000
+// recentNamesScan is how many of the newest tasks TaskNames reads.
+const recentNamesScan = 10000
 
 // TaskNames lists the distinct task names among the newest
-// RecentNamesScan tasks, sorted: the names a filter is likely to want,
+// recentNamesScan tasks, sorted: the names a filter is likely to want,
 // at a cost that does not grow with the table.
 func (c *Client) TaskNames(ctx context.Context) ([]string, error) {
-	names, err := c.queries.TaskNamesRecent(ctx, c.exec, RecentNamesScan)
+	names, err := c.queries.TaskNamesRecent(ctx, c.exec, recentNamesScan)
 	if err != nil {
 		return nil, fmt.Errorf("listing task names: %w", err)
 	}

@@ -28,9 +28,6 @@ var (
 	ErrInvalidTask = pgerr.ErrInvalidTask
 	// ErrNotFound is returned for a task ID that does not exist.
 	ErrNotFound = errors.New("skiplock: task not found")
-	// ErrNotMigrated is returned when skiplock's tables are missing: run
-	// `skiplock migrate up` or migrations.Up.
-	ErrNotMigrated = pgerr.ErrNotMigrated
 	// ErrPermissionDenied is wrapped by the error of a call that the
 	// database role may not make: it lacks a grant (see
 	// migrations.Grants, or `skiplock migrate grants`). Nothing was changed.
@@ -40,7 +37,7 @@ var (
 	ErrDuplicate = errors.New("skiplock: duplicate task")
 )
 
-// NoSchemaError is returned (wrapping ErrNotMigrated) by Client.Schema,
+// NoSchemaError is returned (wrapping migrations.ErrNotMigrated) by Client.Schema,
 // migrations.Up and a starting worker when no schema of the search_path
 // exists: it names the schema to create.
 type NoSchemaError = pgerr.NoSchemaError
@@ -351,14 +348,14 @@ func (c *Client) insert(ctx context.Context, tx Executor, tasks []NewTask) ([]in
 	return ids, errors.Join(errs...)
 }
 
-// explain replaces ErrNotMigrated, which is what a table out of reach
+// explain replaces migrations.ErrNotMigrated, which is what a table out of reach
 // gives, with the reason schema.Read finds when it finds one: no schema
 // of the search_path exists, or the role has no USAGE on it (PostgreSQL
 // then leaves it out of the search_path). It asks on the client's pool:
 // err's transaction, if any, is aborted.
 func (c *Client) explain(ctx context.Context, err error) error {
 	var noSchema *NoSchemaError
-	if !errors.Is(err, ErrNotMigrated) || errors.As(err, &noSchema) || ctx.Err() != nil || c.pool == nil {
+	if !errors.Is(err, pgerr.ErrNotMigrated) || errors.As(err, &noSchema) || ctx.Err() != nil || c.pool == nil {
 		return err
 	}
 	if _, rerr := schema.Read(ctx, c.pool); errors.Is(rerr, ErrPermissionDenied) || errors.As(rerr, &noSchema) {

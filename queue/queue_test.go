@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/skiplock/skiplock/internal/testinfra/pgtest"
+	"github.com/skiplock/skiplock/migrations"
 	"github.com/skiplock/skiplock/queue"
 )
 
@@ -273,7 +274,7 @@ func TestNotMigrated(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t, pgtest.Schema(t, false))
 	_, err := queue.New(pool).Enqueue(context.Background(), "x", nil)
-	if !errors.Is(err, queue.ErrNotMigrated) || !strings.Contains(err.Error(), "skiplock migrate up") {
+	if !errors.Is(err, migrations.ErrNotMigrated) || !strings.Contains(err.Error(), "skiplock migrate up") {
 		t.Fatalf("err = %v, want ErrNotMigrated naming the command", err)
 	}
 }

@@ -26,8 +26,8 @@ type SchemaInfo struct {
 }
 
 // Schema finds skiplock's tables through the search_path and reads the
-// schema's version. It returns ErrNotMigrated when they are missing, as a
-// *NoSchemaError when no schema of the search_path exists.
+// schema's version. It returns migrations.ErrNotMigrated when they are
+// missing, as a *NoSchemaError when no schema of the search_path exists.
 func (c *Client) Schema(ctx context.Context) (SchemaInfo, error) {
 	info, err := schema.Read(ctx, c.pool)
 	if err != nil {
@@ -48,7 +48,7 @@ func (c *Client) channels(ctx context.Context) (work, control string, err error)
 	if c.schema.schema == "" {
 		row, err := c.queries.SchemaTaskTable(ctx, c.exec)
 		if errors.Is(err, pgerr.ErrNotFound) {
-			return "", "", ErrNotMigrated
+			return "", "", pgerr.ErrNotMigrated
 		}
 		if err != nil {
 			return "", "", err

@@ -56,9 +56,9 @@ func WithSequenceHold() Option { return func(o *options) { o.sequenceHold = true
 type SequenceInfo struct {
 	Key string
 	// Tasks in sequence order: the unfinished ones (pending, running,
-	// waiting, failed) from the first, at most MaxSequenceLive of them, and
+	// waiting, failed) from the first, at most 1,000 of them, and
 	// the latest finished ones (completed, cancelled), at most
-	// MaxSequenceDone. Counts has the whole sequence.
+	// 100. Counts has the whole sequence.
 	Tasks []*Task
 	// Head is the ID of the task that runs now or next: the one pending,
 	// running, or failed and holding the rest, else the first waiting (a
@@ -84,8 +84,8 @@ func (s *SequenceInfo) Summary() (total int64, words string) {
 
 // Bounds of the tasks GetSequence returns.
 const (
-	MaxSequenceLive = 1000
-	MaxSequenceDone = 100
+	maxSequenceLive = 1000
+	maxSequenceDone = 100
 )
 
 // GetSequence returns the tasks of the sequence key (WithSequence), or an
@@ -104,7 +104,7 @@ func (c *Client) GetSequence(ctx context.Context, key string) (*SequenceInfo, er
 		return nil, fmt.Errorf("%w: %q", ErrSequenceNotFound, key)
 	}
 	rows, err := c.queries.SequenceTasks(ctx, c.exec, db.SequenceTasksParams{
-		SequenceKey: key, MaxLive: MaxSequenceLive, MaxDone: MaxSequenceDone,
+		SequenceKey: key, MaxLive: maxSequenceLive, MaxDone: maxSequenceDone,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("getting sequence %q: %w", key, err)

@@ -43,6 +43,11 @@ type Task struct {
 	RunAt       time.Time
 	Attempt     int
 	MaxAttempts int
+	// Crashes counts the worker processes that died while the task ran in
+	// them (docs/RELIABILITY.md, "Poison tasks"). Above zero the task is a
+	// suspect, which a worker runs alone; at the worker's MaxCrashes it is
+	// failed. Requeue sets it back to zero.
+	Crashes int
 	// Timeout is the task's own handler timeout; zero means the worker's.
 	Timeout time.Duration
 	// Errors holds one entry for each attempt that did not succeed, oldest
@@ -102,7 +107,14 @@ type AttemptError struct {
 	Error   string `json:"error"`
 	// Permanent is set when the attempt failed the task for good, before
 	// its attempts ran out (a worker.Permanent error).
-	Permanent  bool      `json:"permanent,omitempty"`
+	Permanent bool `json:"permanent,omitempty"`
+	// Crash is set on a rescue (outcome rescued) sure that the worker
+	// process that ran the attempt died. It is unset when the process
+	// lives on (it lost its database session and came back), and when the
+	// rescue could not tell yet (the process was heard from moments
+	// before): such a death counts in Crashes until the process is heard
+	// from again.
+	Crash      bool      `json:"crash,omitempty"`
 	WorkerID   string    `json:"worker_id,omitempty"`
 	Host       string    `json:"host,omitempty"`
 	PID        int       `json:"pid,omitempty"`
@@ -123,6 +135,7 @@ func taskFromRow(r db.SkiplockTask) (*Task, error) {
 		RunAt:       r.RunAt,
 		Attempt:     int(r.Attempt),
 		MaxAttempts: int(r.MaxAttempts),
+		Crashes:     int(r.Crashes),
 		CreatedAt:   r.CreatedAt,
 		StartedAt:   r.StartedAt,
 		FinishedAt:  r.FinishedAt,

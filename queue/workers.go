@@ -145,7 +145,7 @@ type RateKeyUsage struct {
 	// period live in the workers' configuration.
 	WindowStart time.Time
 	// Busiest are the keys whose windows have taken the most, most first,
-	// at most MaxBusiestKeys.
+	// at most 10.
 	Busiest []KeyUsage
 }
 
@@ -156,14 +156,14 @@ type KeyUsage struct {
 	Used int
 }
 
-// MaxBusiestKeys is how many keys RateKeyUsage.Busiest lists.
-const MaxBusiestKeys = 10
+// maxBusiestKeys is how many keys RateKeyUsage.Busiest lists.
+const maxBusiestKeys = 10
 
 // RateKeys lists the per-key rate limits with a window open now, by limit.
 // A limit whose keys' windows have all ended is not listed: nothing holds
 // its tasks back.
 func (c *Client) RateKeys(ctx context.Context) ([]RateKeyUsage, error) {
-	rows, err := c.queries.RateKeyList(ctx, c.exec, MaxBusiestKeys)
+	rows, err := c.queries.RateKeyList(ctx, c.exec, maxBusiestKeys)
 	if err != nil {
 		return nil, fmt.Errorf("listing per-key rate limits: %w", err)
 	}

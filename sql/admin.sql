@@ -108,6 +108,7 @@ WITH picked AS MATERIALIZED (
         finished_at = NULL,
         worker_id = NULL,
         attempt = CASE WHEN @reset_attempts::boolean THEN 0 ELSE t.attempt END,
+        crashes = 0,
         max_attempts = CASE WHEN @reset_attempts::boolean THEN t.max_attempts ELSE greatest(t.max_attempts, t.attempt + 1) END,
         errors = t.errors || jsonb_build_array(jsonb_build_object(
             'attempt', t.attempt,
@@ -150,6 +151,7 @@ WITH picked AS MATERIALIZED (
         finished_at = NULL,
         worker_id = NULL,
         attempt = CASE WHEN @reset_attempts::boolean THEN 0 ELSE t.attempt END,
+        crashes = 0,
         max_attempts = CASE WHEN @reset_attempts::boolean THEN t.max_attempts ELSE greatest(t.max_attempts, t.attempt + 1) END,
         errors = t.errors || jsonb_build_array(jsonb_build_object(
             'attempt', t.attempt,

@@ -15,6 +15,7 @@ WHERE p.status = 'pending'
   AND p.run_at <= now()
   AND (cardinality(@only_names::text[]) = 0 OR p.name = ANY(@only_names::text[]))
   AND NOT (p.name = ANY(@skip_names::text[]))
+  AND p.crashes = 0
   AND (p.priority, p.run_at, p.id) < (@before_priority::smallint, @before_run_at::timestamptz, @before_id::bigint)
 ORDER BY p.priority, p.run_at, p.id
 LIMIT 1;

@@ -74,6 +74,7 @@ WITH cw AS MATERIALIZED (
       AND p.queue = @queue::text
       AND p.run_at <= now()
       AND p.name = @name::text
+      AND p.crashes = 0 -- suspects run alone (TaskClaim)
       AND coalesce(p.limit_key, '') NOT IN (SELECT s.key FROM seen AS s WHERE s.used >= (SELECT cw.lim FROM cw))
     ORDER BY p.priority, p.run_at, p.id
     LIMIT @scan::integer

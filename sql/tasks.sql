@@ -142,6 +142,9 @@ WITH released AS MATERIALIZED (
       AND (cardinality(@only_names::text[]) = 0 OR p.name = ANY(@only_names::text[]))
       AND NOT (p.name = ANY(@skip_names::text[]))
       AND (coalesce(cardinality(@only_ids::bigint[]), 0) = 0 OR p.id = ANY(@only_ids::bigint[]))
+      -- A suspect (crashes > 0: it was running when a worker process
+      -- died) is taken only by id, by the worker that runs it alone.
+      AND (p.crashes = 0 OR p.id = ANY(@only_ids::bigint[]))
       AND (p.exclusive_key IS NULL OR NOT EXISTS (
           SELECT 1 FROM skiplock_tasks AS r WHERE r.exclusive_key = p.exclusive_key AND r.status = 'running'))
       AND NOT EXISTS (SELECT 1 FROM full_scopes AS f WHERE f.kind = 'queue')
@@ -326,6 +329,9 @@ WITH open AS MATERIALIZED (
       AND (cardinality(@only_names::text[]) = 0 OR p.name = ANY(@only_names::text[]))
       AND NOT (p.name = ANY(@skip_names::text[]))
       AND (coalesce(cardinality(@only_ids::bigint[]), 0) = 0 OR p.id = ANY(@only_ids::bigint[]))
+      -- A suspect (crashes > 0: it was running when a worker process
+      -- died) is taken only by id, by the worker that runs it alone.
+      AND (p.crashes = 0 OR p.id = ANY(@only_ids::bigint[]))
       AND (p.exclusive_key IS NULL OR NOT EXISTS (
           SELECT 1 FROM skiplock_tasks AS r WHERE r.exclusive_key = p.exclusive_key AND r.status = 'running'))
       AND NOT EXISTS (SELECT 1 FROM full_scopes AS f WHERE f.kind = 'queue')
@@ -483,6 +489,7 @@ WITH released AS MATERIALIZED (
           CASE WHEN @use_after::boolean THEN @after_id::bigint ELSE -9223372036854775808 END)
       AND (cardinality(@only_names::text[]) = 0 OR p.name = ANY(@only_names::text[]))
       AND NOT (p.name = ANY(@skip_names::text[]))
+      AND p.crashes = 0 -- suspects run alone (TaskClaim)
       AND (p.exclusive_key IS NULL OR NOT EXISTS (
           SELECT 1 FROM skiplock_tasks AS r WHERE r.exclusive_key = p.exclusive_key AND r.status = 'running'))
     ORDER BY p.priority, p.run_at, p.id
@@ -572,6 +579,7 @@ WITH released AS MATERIALIZED (
            OR (p.priority, p.run_at, p.id) > (@after_priority::smallint, @after_run_at::timestamptz, @after_id::bigint))
       AND (cardinality(@only_names::text[]) = 0 OR p.name = ANY(@only_names::text[]))
       AND NOT (p.name = ANY(@skip_names::text[]))
+      AND p.crashes = 0 -- suspects run alone (TaskClaim)
       AND (p.exclusive_key IS NULL OR NOT EXISTS (
           SELECT 1 FROM skiplock_tasks AS r WHERE r.exclusive_key = p.exclusive_key AND r.status = 'running'))
     ORDER BY p.priority, p.run_at, p.id
@@ -697,6 +705,7 @@ WITH released AS MATERIALIZED (
           CASE WHEN @use_after::boolean THEN @after_id::bigint ELSE -9223372036854775808 END)
       AND (cardinality(@only_names::text[]) = 0 OR p.name = ANY(@only_names::text[]))
       AND NOT (p.name = ANY(@skip_names::text[]))
+      AND p.crashes = 0 -- suspects run alone (TaskClaim)
       AND (p.exclusive_key IS NULL OR NOT EXISTS (
           SELECT 1 FROM skiplock_tasks AS r WHERE r.exclusive_key = p.exclusive_key AND r.status = 'running'))
     ORDER BY p.priority, p.run_at, p.id
@@ -888,21 +897,60 @@ UNION ALL
 SELECT kept.id FROM kept;
 
 -- name: TaskRescueOrphans :many
--- Returns running tasks whose worker is gone to pending, or to failed when
--- out of attempts. A task guarded by an advisory lock (locked_until NULL) is
--- orphaned when nobody holds its lock: its worker's session ended. A task
--- guarded by a lease is orphaned when the lease expired: its worker stopped
--- renewing it. The set difference (EXCEPT) keeps the pg_locks side a hash
--- operation: pg_locks has no statistics, and an anti-join against it can be
--- planned as a nested loop that takes seconds with thousands of running
--- tasks. A rescued task keeps its run_at, so it goes back to the front of its
--- queue, not the end. The UPDATE re-checks status and attempt on the latest
--- row version: a task that finished, or was claimed again, between the
--- snapshot and the read of pg_locks is left alone. The claim is known by
--- its started_at too (see TaskFinishMany): a task handed back with its
--- attempt refunded and claimed again in between has the attempt it had.
--- It looks at the tasks whose id is in [from_id, to_id): all of them in one
--- pass, or a part at a time while a pass of all is slow (worker/rescue.go).
+-- Returns running tasks whose worker is gone to pending. A task guarded by
+-- an advisory lock (locked_until NULL) is orphaned when nobody holds its
+-- lock: its worker's session ended. A task guarded by a lease is orphaned
+-- when the lease expired: its worker stopped renewing it. The set
+-- difference (EXCEPT) keeps the pg_locks side a hash operation: pg_locks
+-- has no statistics, and an anti-join against it can be planned as a
+-- nested loop that takes seconds with thousands of running tasks. A rescued
+-- task keeps its run_at, so it goes back to the front of its queue, not the
+-- end. The UPDATE re-checks status and attempt on the latest row version: a
+-- task that finished, or was claimed again, between the snapshot and the
+-- read of pg_locks is left alone. The claim is known by its started_at too
+-- (see TaskFinishMany): a task handed back with its attempt refunded and
+-- claimed again in between has the attempt it had. It looks at the tasks
+-- whose id is in [from_id, to_id): all of them in one pass, or a part at a
+-- time while a pass of all is slow (worker/rescue.go).
+--
+-- A rescue charges no attempt: the attempt never reached an outcome, and is
+-- given back (attempt - 1). What ends a task that keeps killing its worker
+-- is its crash count instead (docs/RELIABILITY.md, "Poison tasks"):
+--
+--   * The worker process that claimed the task is the one registered under
+--     its worker_id (skiplock_workers) if that row's started_at, which a
+--     process's first registration sets, is no later than the claim's
+--     started_at; otherwise that process is gone (another one registered
+--     under the id since) or unknown (its row was pruned).
+--   * That process lives, and the rescue counts no death, if it is the
+--     rescuer's own (self), or if it has a lock session now: its row's
+--     lock_backend_pid is a backend in pg_stat_activity that started no
+--     later than the row's last heartbeat (the lock session writes both,
+--     so a reused pid does not count). The session that held the task's
+--     lock has ended, so this is a new one: the process re-dialled after
+--     losing its session (a network cut, a server restart,
+--     pg_terminate_backend). In lease mode it lives if it was heard from
+--     (heartbeat_at) after its lease ran out.
+--   * Otherwise the process is counted dead: the rescue's history entry
+--     says so, with the process's worker_id, host, pid and
+--     worker_started_at. It is sure ("crash": true) unless the task is an
+--     advisory one whose process was heard from within settle_ms, or the
+--     server is younger than that: a process that lost only its session
+--     re-registers within that time (after a restart, every worker dials
+--     again). Then the entry says "crash": null, and the death counts
+--     until the process is heard from after it (below). A death not yet
+--     sure never fails a task: a task it would fail is left running for a
+--     later pass, which knows.
+--   * crashes is recounted at each rescue: the entries of earlier rescues
+--     marked as deaths, sure or not, less those whose process was heard
+--     from after the entry was written (same worker_id and
+--     worker_started_at, heartbeat_at later than the entry's finished_at:
+--     it lived; it was cut off, as a silent network's session ended by
+--     WorkerTerminateStale is, or was still dialling), plus this rescue's
+--     death if it is one. A task with crashes > 0 is a
+--     suspect: no ordinary claim takes it, a worker runs it alone
+--     (worker/isolate.go); at max_crashes it is failed, its error naming
+--     each death's worker, host and pid.
 WITH held AS MATERIALIZED (
     SELECT l.objid::bigint AS key
     FROM pg_catalog.pg_locks AS l
@@ -918,43 +966,96 @@ WITH held AS MATERIALIZED (
     EXCEPT
     SELECT held.key FROM held
 ), victims AS MATERIALIZED (
-    SELECT v.id, v.attempt, v.worker_id, v.started_at, v.locked_until, w.host, w.pid
+    SELECT v.id, v.attempt, v.worker_id, v.started_at, v.locked_until, w.host, w.pid, v.errors,
+           CASE WHEN w.started_at <= v.started_at THEN w.started_at END AS worker_started_at,
+           coalesce(v.worker_id = @self::text AND coalesce(w.started_at <= v.started_at, true), false)
+           OR coalesce(w.started_at <= v.started_at
+                       AND w.lock_backend_pid IS NOT NULL AND w.lock_backend_pid <> 0
+                       AND EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity AS a
+                                   WHERE a.pid = w.lock_backend_pid
+                                     AND (a.backend_start IS NULL OR a.backend_start <= w.heartbeat_at)), false) AS lives,
+           coalesce(w.started_at <= v.started_at
+                    AND w.heartbeat_at > now() - interval '1 millisecond' * @settle_ms::bigint, false)
+           OR pg_catalog.pg_postmaster_start_time() > now() - interval '1 millisecond' * @settle_ms::bigint AS recent
     FROM skiplock_tasks AS v
     JOIN orphan_keys AS o ON v.id % 4294967296 = o.key
     LEFT JOIN skiplock_workers AS w ON w.id = v.worker_id
     WHERE v.status = 'running' AND v.locked_until IS NULL
       AND v.id >= @from_id::bigint AND v.id < @to_id::bigint
     UNION ALL
-    SELECT v.id, v.attempt, v.worker_id, v.started_at, v.locked_until, w.host, w.pid
+    SELECT v.id, v.attempt, v.worker_id, v.started_at, v.locked_until, w.host, w.pid, v.errors,
+           CASE WHEN w.started_at <= v.started_at THEN w.started_at END,
+           coalesce(v.worker_id = @self::text AND coalesce(w.started_at <= v.started_at, true), false)
+           OR coalesce(w.started_at <= v.started_at AND w.heartbeat_at > v.locked_until, false),
+           false
     FROM skiplock_tasks AS v
     LEFT JOIN skiplock_workers AS w ON w.id = v.worker_id
     WHERE v.status = 'running' AND v.locked_until < now()
       AND v.id >= @from_id::bigint AND v.id < @to_id::bigint
+), judged AS MATERIALIZED (
+    -- The deaths of earlier rescues that still count, and this one's.
+    SELECT v.id, v.attempt, v.worker_id, v.started_at, v.locked_until, v.host, v.pid, v.worker_started_at,
+           NOT v.lives AS died, NOT v.lives AND v.recent AS unsure,
+           d.n + CASE WHEN v.lives THEN 0 ELSE 1 END AS crashes,
+           concat_ws('; ', d.names, CASE WHEN NOT v.lives THEN
+               format('worker %s on host %s, pid %s', coalesce(v.worker_id, '?'), coalesce(v.host, '?'), coalesce(v.pid::text, '?')) END) AS deaths
+    FROM victims AS v
+    CROSS JOIN LATERAL (
+        SELECT count(*)::integer AS n,
+               string_agg(format('worker %s on host %s, pid %s', coalesce(e.entry ->> 'worker_id', '?'),
+                                 coalesce(e.entry ->> 'host', '?'), coalesce(e.entry ->> 'pid', '?')), '; ' ORDER BY e.i) AS names
+        FROM jsonb_array_elements(v.errors) WITH ORDINALITY AS e(entry, i)
+        WHERE e.entry ->> 'outcome' = 'rescued'
+          AND e.entry ? 'crash'
+          AND e.entry -> 'crash' <> 'false'::jsonb
+          AND NOT EXISTS (
+              SELECT 1 FROM skiplock_workers AS h
+              WHERE h.id = e.entry ->> 'worker_id'
+                AND h.started_at = (e.entry ->> 'worker_started_at')::timestamptz
+                AND h.heartbeat_at > (e.entry ->> 'finished_at')::timestamptz)
+    ) AS d
+    -- A death not yet sure never fails a task: one that would waits.
+    WHERE v.lives OR NOT v.recent OR d.n + 1 < @max_crashes::integer
 )
 UPDATE skiplock_tasks AS t
-SET status = CASE WHEN t.attempt >= t.max_attempts THEN 'failed' ELSE 'pending' END,
-    finished_at = CASE WHEN t.attempt >= t.max_attempts THEN now() END,
-    worker_id = CASE WHEN t.attempt >= t.max_attempts THEN t.worker_id END,
+SET status = CASE WHEN judged.died AND judged.crashes >= @max_crashes::integer THEN 'failed' ELSE 'pending' END,
+    finished_at = CASE WHEN judged.died AND judged.crashes >= @max_crashes::integer THEN now() END,
+    worker_id = CASE WHEN judged.died AND judged.crashes >= @max_crashes::integer THEN t.worker_id END,
+    attempt = CASE WHEN judged.died AND judged.crashes >= @max_crashes::integer THEN t.attempt ELSE t.attempt - 1 END,
+    crashes = least(judged.crashes, 32767),
     locked_until = NULL,
     errors = t.errors || jsonb_build_array(jsonb_build_object(
         'attempt', t.attempt,
         'outcome', 'rescued',
-        'error', CASE WHEN victims.locked_until IS NULL
-                      THEN 'worker lost its database session (advisory lock released); task rescued'
-                      ELSE 'worker stopped renewing its lease (process died or lost the database); task rescued' END,
-        'worker_id', victims.worker_id,
-        'host', victims.host,
-        'pid', victims.pid,
-        'started_at', victims.started_at,
+        'error', CASE WHEN judged.died AND judged.crashes >= @max_crashes::integer
+                      THEN format('task was running during %s worker deaths (%s); failed as a poison task, not run again until requeued',
+                                  judged.crashes, judged.deaths)
+                      WHEN judged.unsure
+                      THEN 'worker lost its database session (advisory lock released) and has not come back yet: '
+                           || 'a death unless it comes back; task rescued'
+                      WHEN judged.died AND judged.locked_until IS NULL
+                      THEN 'worker process died (its database session ended and it has not come back); task rescued'
+                      WHEN judged.died
+                      THEN 'worker stopped renewing its lease and has not been heard from since (process died or lost the database); task rescued'
+                      WHEN judged.locked_until IS NULL
+                      THEN 'worker lost its database session (advisory lock released) and came back; task rescued'
+                      ELSE 'worker let its lease expire and was heard from since; task rescued' END,
+        'worker_id', judged.worker_id,
+        'host', judged.host,
+        'pid', judged.pid,
+        'worker_started_at', judged.worker_started_at,
+        'crash', CASE WHEN NOT judged.unsure THEN judged.died END,
+        'crashes', judged.crashes,
+        'started_at', judged.started_at,
         'finished_at', now()
     ))
-FROM victims
-WHERE t.id = victims.id
+FROM judged
+WHERE t.id = judged.id
   AND t.status = 'running'
-  AND t.attempt = victims.attempt
-  AND t.started_at IS NOT DISTINCT FROM victims.started_at
-  AND t.locked_until IS NOT DISTINCT FROM victims.locked_until
-RETURNING t.id, t.queue, t.name, t.status, t.attempt, victims.worker_id AS lost_worker_id;
+  AND t.attempt = judged.attempt
+  AND t.started_at IS NOT DISTINCT FROM judged.started_at
+  AND t.locked_until IS NOT DISTINCT FROM judged.locked_until
+RETURNING t.id, t.queue, t.name, t.status, t.attempt, t.crashes, judged.died, judged.worker_id AS lost_worker_id;
 
 -- name: TaskMaxID :one
 -- The highest task id there is (0 for none): where a rescuer's sweep of

@@ -3,10 +3,18 @@
 -- is a moment when lock_backend_pid was that session (see
 -- WorkerTerminateStale). names are the task names the worker has handlers
 -- for (NULL: unknown, as a worker built before the column records it).
+-- A process's first registration (new_process) sets started_at, host and
+-- pid, also over the row of an earlier process that had the same worker
+-- id: started_at then tells the processes apart, and the rescue counts a
+-- death only for a process gone (TaskRescueOrphans); a re-registration
+-- after a lost lock session keeps them.
 INSERT INTO skiplock_workers (id, host, pid, queues, lock_backend_pid, names)
 VALUES (@id::text, @host::text, @pid::integer, @queues::text[], @lock_backend_pid::integer, sqlc.narg(names)::text[])
 ON CONFLICT (id) DO UPDATE
-SET lock_backend_pid = excluded.lock_backend_pid, heartbeat_at = now(), names = excluded.names;
+SET lock_backend_pid = excluded.lock_backend_pid, heartbeat_at = now(), names = excluded.names,
+    started_at = CASE WHEN @new_process::boolean THEN now() ELSE skiplock_workers.started_at END,
+    host = CASE WHEN @new_process::boolean THEN excluded.host ELSE skiplock_workers.host END,
+    pid = CASE WHEN @new_process::boolean THEN excluded.pid ELSE skiplock_workers.pid END;
 
 -- name: WorkerHeartbeat :exec
 UPDATE skiplock_workers SET heartbeat_at = now() WHERE id = @id::text;

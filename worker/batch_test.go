@@ -384,10 +384,13 @@ func TestBatchLockLoss(t *testing.T) {
 	b := setup(t)
 	ids := b.enqueueMany(t, "bulk", 3, queue.WithMaxAttempts(3))
 	causes := make(chan error, 1)
+	var ran atomic.Bool
 	w, _ := start(t, b.pool, worker.Config{Mode: worker.ModeAdvisory}, worker.Handlers{"bulk": worker.BatchHandler{
 		MaxSize: 3, MaxWait: time.Hour,
 		Handle: func(ctx context.Context, tasks []*worker.Task) []error {
-			if tasks[0].Attempt > 1 {
+			// A rescue gives the attempt back: the second run may be
+			// attempt 1 again.
+			if ran.Swap(true) {
 				return nil
 			}
 			<-ctx.Done()
@@ -410,8 +413,10 @@ func TestBatchLockLoss(t *testing.T) {
 		t.Fatal("the batch's context did not end within 30s of the lock session's end")
 	}
 	waitFor(t, 15*time.Second, "3 tasks completed", func() bool { return b.count(t, "status = 'completed'") == 3 })
-	if n := b.count(t, "attempt = 2 AND errors->0->>'outcome' IN ('lock_lost', 'rescued')"); n != 3 {
-		t.Errorf("%d tasks completed on attempt 2 after the lock's loss, want 3", n)
+	// A lock_lost outcome spent the attempt; a rescue (the outcome lost
+	// the race) gave it back.
+	if n := b.count(t, "attempt = 2 AND errors->0->>'outcome' = 'lock_lost' OR attempt = 1 AND errors->0->>'outcome' = 'rescued'"); n != 3 {
+		t.Errorf("%d tasks completed on attempt 2 after a lock_lost outcome or attempt 1 after a rescue, want 3", n)
 		for _, id := range ids {
 			task := b.get(t, id)
 			t.Logf("task %d: %s attempt %d errors %+v", id, task.Status, task.Attempt, task.Errors)

@@ -19,6 +19,9 @@ func (w *Worker) handleControl(msg string) {
 	if id, ok := control.ParseCancel(msg); ok {
 		w.cancelTasks([]int64{id})
 	}
+	if msg == control.Suspects {
+		w.iso.tell()
+	}
 	if msg == control.Schedules {
 		select {
 		case w.schedulesChanged <- struct{}{}:

@@ -36,6 +36,8 @@ const (
 	DefaultTCPUserTimeout       = 10 * time.Second
 	DefaultPingTimeout          = 5 * time.Second
 	DefaultStaleAfter           = 15 * time.Second
+	// DefaultMaxCrashes is Config.MaxCrashes' default.
+	DefaultMaxCrashes = 3
 	// MaxRetryBackoff caps DefaultRetryBackoff.
 	MaxRetryBackoff = time.Hour
 )
@@ -198,6 +200,19 @@ type Config struct {
 	// back), the rescuer looks at a span of task ids at a time, less often
 	// (docs/OPERATIONS.md, "What the rescuer needs").
 	RescueInterval time.Duration
+
+	// MaxCrashes fails a task that was running in MaxCrashes worker
+	// processes when they died (killed for memory, a segfault in cgo,
+	// os.Exit in a library), with an error that names each death's worker,
+	// host and pid; it runs again only when requeued. A rescue charges no
+	// attempt, so the tasks that ran beside it lose none. After a first
+	// death each of that process's tasks is a suspect, which a worker runs
+	// alone, so that a later death counts against that task only
+	// (docs/RELIABILITY.md, "Poison tasks"). The elected rescuer's value
+	// applies. A lock session lost by a process that lives on is not a
+	// death. Defaults to DefaultMaxCrashes (3); at most 1000. With 1, every
+	// task running in a process that dies is failed.
+	MaxCrashes int
 
 	// HealthInterval is how often an idle lock session is pinged, so that a
 	// session the server ended, or a network that went silent, is noticed
@@ -428,6 +443,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.RescueInterval == 0 {
 		c.RescueInterval = DefaultRescueInterval
 	}
+	if c.MaxCrashes == 0 {
+		c.MaxCrashes = DefaultMaxCrashes
+	}
 	if c.HealthInterval == 0 {
 		c.HealthInterval = DefaultHealthInterval
 	}
@@ -494,6 +512,7 @@ func (c Config) withDefaults() (Config, error) {
 	check(c.ShutdownGrace > 0, "ShutdownGrace must be positive, got %s", c.ShutdownGrace)
 	check(c.RescueInterval > 0, "RescueInterval must be positive, got %s", c.RescueInterval)
 	check(c.HealthInterval > 0, "HealthInterval must be positive, got %s", c.HealthInterval)
+	check(c.MaxCrashes > 0 && c.MaxCrashes <= 1000, "MaxCrashes must be 1 to 1000, got %d", c.MaxCrashes)
 	check(c.Mode == ModeAdvisory || c.Mode == ModeLease, "Mode %d is not ModeAdvisory or ModeLease", c.Mode)
 	check(c.LeaseDuration >= time.Second, "LeaseDuration must be at least 1s, got %s", c.LeaseDuration)
 	check(c.PingTimeout > 0, "PingTimeout must be positive, got %s", c.PingTimeout)

@@ -81,11 +81,13 @@ func TestRescueAndFencing(t *testing.T) {
 	release()
 	stopA()
 	task := b.get(t, id)
-	if task.Status != queue.StatusCompleted || task.WorkerID != bw.ID() || task.Attempt != 2 {
+	// The rescue gave the attempt back: B's run was attempt 1 again.
+	if task.Status != queue.StatusCompleted || task.WorkerID != bw.ID() || task.Attempt != 1 || task.Crashes != 0 {
 		t.Fatalf("fenced worker overwrote the task: %+v", task)
 	}
-	if len(task.Errors) != 1 || task.Errors[0].Outcome != "rescued" || task.Errors[0].WorkerID != a.ID() || task.Errors[0].Attempt != 1 {
-		t.Fatalf("error history = %+v, want one rescue of A's attempt 1", task.Errors)
+	if len(task.Errors) != 1 || task.Errors[0].Outcome != "rescued" || task.Errors[0].WorkerID != a.ID() || task.Errors[0].Attempt != 1 ||
+		task.Errors[0].Crash {
+		t.Fatalf("error history = %+v, want one rescue of A's attempt 1, not counted as a crash: A lives", task.Errors)
 	}
 	waitFor(t, 5*time.Second, "no locks left", func() bool { return b.taskLocks(t) == 0 })
 }

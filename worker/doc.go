@@ -1,6 +1,11 @@
 // Package worker is skiplock's consumer side: a pool of goroutines that
-// claims tasks from PostgreSQL, runs their handlers, and records the
-// outcome.
+// claims tasks from PostgreSQL (enqueued with package queue), runs their
+// handlers, and records each outcome.
+//
+// Start with [Handlers], a map from task name to [Handler]. [Run] is the
+// whole main of a consumer binary (DATABASE_URL, stops gracefully on
+// SIGINT or SIGTERM); [New] with a pgxpool.Pool and a [Config] gives a
+// [Worker] whose Run takes a context:
 //
 //	handlers := worker.Handlers{
 //		"email.send": func(ctx context.Context, t *worker.Task) error {
@@ -8,32 +13,47 @@
 //			if err != nil {
 //				return err
 //			}
-//			return send(ctx, e)
+//			return send(ctx, e) // ctx ends on shutdown, timeout or cancel
 //		},
 //	}
-//	if err := worker.Run(handlers); err != nil { // DATABASE_URL, SIGTERM-aware
+//	w := worker.New(pool, worker.Config{Concurrency: 20, Queues: []string{"mail"}})
+//	if err := w.Run(ctx, handlers); err != nil { // until ctx ends
 //		log.Fatal(err)
 //	}
 //
-// A payload type that names its task (queue.TaskArgs) has a typed handler:
+// A payload type that names its task (queue.TaskArgs) has a typed
+// handler, [Handle], with a [TaskOf]; [HandleBatch] and [BatchHandler] run
+// many tasks of one name in one call, each task keeping its own outcome.
 //
-//	worker.Handle(handlers, func(ctx context.Context, t *worker.TaskOf[Email]) error {
-//		return send(ctx, t.Args)
-//	})
+// A handler's error is retried with exponential backoff (Config.Retry,
+// RetryBackoff); [Permanent], [Cancel], [Snooze] and [RetryAfter] say
+// otherwise, and a panic is an error with its stack; Config.OnError and
+// OnPanic decide what a failed attempt leads to. Worker.Stop finishes running tasks,
+// Worker.StopAndCancel cancels them; both return unfinished tasks to the
+// queue without spending an attempt.
 //
-// A batch handler (BatchHandler, HandleBatch) runs many tasks of one name
-// in one call, each task keeping its own outcome, attempts and history.
+// Each running task is guarded by a session-level advisory lock on the
+// worker's lock session, one connection per process (or by a lease row:
+// ModeLease, behind PgBouncer in transaction mode). When a worker process
+// dies, PostgreSQL drops its locks and the elected rescuer returns its
+// tasks to the queue within seconds; a worker that merely lost its session
+// has its handlers' contexts cancelled and cannot overwrite a task that
+// was rescued. A schema not migrated stops Run with
+// migrations.ErrNotMigrated.
 //
-// Config.Retry, OnError and OnPanic decide what a failed attempt leads to;
-// Worker.Stop and StopAndCancel end Run gently or at once. Package
-// worker/skiplocktest tests code that uses skiplock.
+// Runnable examples, against a real database: ExampleWorker_Run,
+// ExampleHandle, ExampleHandleBatch, ExampleConfig_onError,
+// ExampleWorker_StopAndCancel, ExampleRateLimit, ExampleRateLimit_perKey,
+// ExamplePeriodicTask, ExampleWorker_AddQueue, ExampleModeLease,
+// ExampleSetOutput, ExampleSaveCheckpoint, ExampleDependencyOutputs,
+// ExampleBatchInfo. Package worker/skiplocktest tests code that uses
+// skiplock; package worker/lock gives application code the same locks;
+// module worker/observe adds Prometheus and OpenTelemetry.
 //
-// Each running task is guarded by a session-level advisory lock held on the
-// worker's lock session, one connection per process. When a worker process
-// dies, PostgreSQL drops its locks and the elected rescuer returns its tasks
-// to the queue within seconds; a worker that merely lost its session has its
-// handlers' contexts cancelled and cannot overwrite a task that was rescued.
-// Failed attempts are retried with exponential backoff; a panic is an error
-// with its stack; a shutdown, graceful or not, returns unfinished tasks to
-// the queue without spending an attempt.
+// The guides, in the repository's docs/: TASKS.md (consuming, batch
+// handlers, retries, configuration, output, checkpoints), SCHEDULING.md
+// (rate limits, periodic tasks, queues at run time), RELIABILITY.md (what
+// happens when a process, the network or the database fails),
+// OPERATIONS.md (connections, poolers, roles), OBSERVABILITY.md,
+// TESTING.md.
 package worker

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -38,14 +39,23 @@ type workerRow struct {
 	pid     int32
 	queues  []string
 	names   *[]string // the names of the worker's handlers, set by Run before the row is written
+	// registered is set once this process has registered: later
+	// registrations (a new lock session) keep the row's started_at, which
+	// tells this process from another that had its worker id.
+	registered *atomic.Bool
 }
 
 // register records the worker, and its lock session's backend pid (0 for
 // none).
 func (r workerRow) register(ctx context.Context, conn db.DBTX, lockBackendPID int32) error {
-	return r.queries.WorkerRegister(ctx, conn, db.WorkerRegisterParams{
+	err := r.queries.WorkerRegister(ctx, conn, db.WorkerRegisterParams{
 		ID: r.id, Host: r.host, Pid: r.pid, Queues: r.queues, LockBackendPid: lockBackendPID, Names: r.handledNames(),
+		NewProcess: r.registered == nil || !r.registered.Load(),
 	})
+	if err == nil && r.registered != nil {
+		r.registered.Store(true)
+	}
+	return err
 }
 
 // handledNames are the names the row records: nil, NULL in the table, for

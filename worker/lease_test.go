@@ -150,7 +150,8 @@ func TestLeaseExpiryRescueAndFencing(t *testing.T) {
 	release()
 	stopA()
 	task := b.get(t, id)
-	if task.WorkerID != bw.ID() || task.Attempt != 2 || len(task.Errors) != 1 || task.Errors[0].Outcome != "rescued" {
+	// The rescue gave A's attempt back: B ran attempt 1 again.
+	if task.WorkerID != bw.ID() || task.Attempt != 1 || len(task.Errors) != 1 || task.Errors[0].Outcome != "rescued" {
 		t.Fatalf("task = %+v", task)
 	}
 }

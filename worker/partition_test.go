@@ -145,12 +145,12 @@ func TestSilentNetwork(t *testing.T) {
 		return task.Status == queue.StatusCompleted && task.WorkerID == a.ID()
 	})
 	// A's late outcomes (lock_lost) were fenced off: each task is B's
-	// completion of attempt 2, after the rescue of A's attempt 1.
+	// completion of attempt 1, given back by the rescue of A's attempt 1.
 	for _, id := range ids {
 		task := b.get(t, id)
-		if task.Status != queue.StatusCompleted || task.WorkerID != bw.ID() || task.Attempt != 2 ||
+		if task.Status != queue.StatusCompleted || task.WorkerID != bw.ID() || task.Attempt != 1 ||
 			len(task.Errors) != 1 || task.Errors[0].Outcome != "rescued" || task.Errors[0].WorkerID != a.ID() {
-			t.Fatalf("task %d = %s by %s attempt %d, history %+v; want B's completion of attempt 2 after A's rescued attempt 1",
+			t.Fatalf("task %d = %s by %s attempt %d, history %+v; want B's completion of attempt 1 after A's rescued attempt 1",
 				id, task.Status, task.WorkerID, task.Attempt, task.Errors)
 		}
 	}

@@ -182,6 +182,9 @@ func (w *Worker) startClaiming(ctx context.Context) {
 	for _, q := range qs.names {
 		w.startLoop(q)
 	}
+	// Suspect tasks run alone (isolate.go) while claims run, and stop
+	// with them.
+	qs.wg.Go(func() { w.iso.run(ctx) })
 	names := slices.Clone(qs.names)
 	qs.mu.Unlock()
 	if !slices.Equal(names, w.cfg.Queues) {

@@ -26,6 +26,15 @@ type rescuer struct {
 	// session (or its leases expired) and came back, and says so.
 	self string
 	mode Mode
+	// maxCrashes fails a task that was running during that many worker
+	// deaths (Config.MaxCrashes); settle is how long after a worker's last
+	// heartbeat the death of a worker without a lock session is not sure
+	// yet: a process that lives dials again within it (TaskRescueOrphans).
+	maxCrashes int
+	settle     time.Duration
+	// suspects tells the workers that a rescue made suspects
+	// (worker/isolate.go).
+	suspects func(ctx context.Context)
 	// beforeRescue runs before each pass (guard.beforeRescue).
 	beforeRescue func(ctx context.Context)
 	observer     Observer
@@ -77,6 +86,18 @@ const (
 	sweepTarget  = 100 * time.Millisecond
 	sweepMinSpan = 1000
 )
+
+// crashSettle is how long after its last heartbeat a process that lost
+// its lock session may still be dialling again (TaskRescueOrphans'
+// settle_ms): a heartbeat period (the session may have died just before
+// the next beat) plus the two health checks in which a live worker
+// notices the loss and dials again; 5 s with the defaults. A death within
+// it is counted but not sure: it stops counting once the process is heard
+// from, and it never fails a task (one it would fail waits for a pass
+// past it).
+func crashSettle(cfg Config) time.Duration {
+	return heartbeatEvery(cfg.StaleAfter) + 2*cfg.HealthInterval
+}
 
 // rescuePacer says when the rescuer's next pass is due.
 type rescuePacer struct {
@@ -255,7 +276,13 @@ func (r *rescuer) releaseSequences(ctx context.Context) {
 }
 
 func (r *rescuer) rescueOrphans(ctx context.Context, from, to int64) int {
-	rows, err := r.queries.TaskRescueOrphans(ctx, r.pool, db.TaskRescueOrphansParams{LockClassOid: r.classOID, FromID: from, ToID: to})
+	if r.maxCrashes <= 0 {
+		r.maxCrashes = DefaultMaxCrashes
+	}
+	rows, err := r.queries.TaskRescueOrphans(ctx, r.pool, db.TaskRescueOrphansParams{
+		LockClassOid: r.classOID, FromID: from, ToID: to,
+		MaxCrashes: int32(r.maxCrashes), SettleMs: r.settle.Milliseconds(), Self: r.self,
+	})
 	if err != nil {
 		r.failed(ctx, &r.orphansDown, "rescuing orphaned tasks", err)
 		return 0
@@ -267,27 +294,45 @@ func (r *rescuer) rescueOrphans(ctx context.Context, from, to int64) int {
 	// One line per lost worker and pass, not per task: a storm of lost
 	// sessions rescues thousands.
 	queues := map[string]bool{}
-	byWorker := map[string][]int64{}
-	failed := map[string]int{}
+	type lostWorker struct {
+		ids, quarantined []int64
+		died             bool
+	}
+	byWorker := map[string]*lostWorker{}
+	suspects := false
 	for _, row := range rows {
 		r.observer.Rescued(row.Queue, row.Name)
 		lost := deref(row.LostWorkerID)
-		byWorker[lost] = append(byWorker[lost], row.ID)
+		lw := byWorker[lost]
+		if lw == nil {
+			lw = &lostWorker{}
+			byWorker[lost] = lw
+		}
+		lw.ids = append(lw.ids, row.ID)
+		lw.died = lw.died || row.Died != nil && *row.Died
 		if row.Status == "pending" {
 			queues[row.Queue] = true
+			suspects = suspects || row.Crashes > 0
 		} else {
-			failed[lost]++
+			lw.quarantined = append(lw.quarantined, row.ID)
 		}
 	}
-	for lost, ids := range byWorker {
-		if lost == r.self && lost != "" {
-			// This worker lives: what it lost is what guarded its tasks.
-			r.log.Warn(r.selfMessage(), "worker_id", lost, "returned_to_queue", len(ids)-failed[lost],
-				"failed_out_of_attempts", failed[lost], "task_ids", firstIDs(ids))
+	for lost, lw := range byWorker {
+		if len(lw.quarantined) > 0 {
+			r.log.Error("skiplock: failed tasks that were running during MaxCrashes worker deaths (poison tasks); "+
+				"requeue them once fixed", "max_crashes", r.maxCrashes, "last_lost_worker", lost, "task_ids", firstIDs(lw.quarantined))
+		}
+		if !lw.died {
+			// The process lives: what it lost is what guarded its tasks.
+			msg := r.selfMessage()
+			if lost != r.self {
+				msg = "skiplock: rescued tasks of a worker that lost its lock session or its leases and came back"
+			}
+			r.log.Warn(msg, "worker_id", lost, "returned_to_queue", len(lw.ids), "task_ids", firstIDs(lw.ids))
 			continue
 		}
-		r.log.Warn("skiplock: rescued tasks whose worker is gone", "lost_worker", lost, "count", len(ids),
-			"failed_out_of_attempts", failed[lost], "task_ids", firstIDs(ids))
+		r.log.Warn("skiplock: rescued tasks whose worker is gone (its process died, or lost its session and is not back yet); each runs alone next, one at a time",
+			"lost_worker", lost, "count", len(lw.ids), "quarantined", len(lw.quarantined), "task_ids", firstIDs(lw.ids))
 	}
 	if len(queues) > 0 {
 		names := make([]string, 0, len(queues))
@@ -298,11 +343,15 @@ func (r *rescuer) rescueOrphans(ctx context.Context, from, to int64) int {
 			r.log.Warn("skiplock: notifying rescued tasks", "error", err)
 		}
 	}
+	if suspects && r.suspects != nil {
+		r.suspects(ctx)
+	}
 	return len(rows)
 }
 
 // selfMessage is the line for this worker's own rescued tasks: it is not
-// gone, it lost its guard of them and has since come back.
+// gone, it lost its guard of them and has since come back. The rescue
+// charged them no attempt and counted no death.
 func (r *rescuer) selfMessage() string {
 	if r.mode == ModeLease {
 		return "skiplock: this worker's leases expired before it could renew them (the database was out of reach); " +

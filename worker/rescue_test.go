@@ -91,8 +91,8 @@ func TestRescuerNamesWhatWasLost(t *testing.T) {
 		t.Fatalf("want two lines, one per worker:\n%s", logs.String())
 	}
 	for _, want := range []string{
-		`msg="skiplock: this worker's lock session was lost (a server restart, a failover or a network cut); its running tasks were returned to the queue" worker_id=w-self returned_to_queue=2 failed_out_of_attempts=0`,
-		`msg="skiplock: rescued tasks whose worker is gone" lost_worker=w-other count=1 failed_out_of_attempts=0`,
+		`msg="skiplock: this worker's lock session was lost (a server restart, a failover or a network cut); its running tasks were returned to the queue" worker_id=w-self returned_to_queue=2`,
+		`msg="skiplock: rescued tasks whose worker is gone (its process died, or lost its session and is not back yet); each runs alone next, one at a time" lost_worker=w-other count=1 quarantined=0`,
 	} {
 		if !strings.Contains(logs.String(), want) {
 			t.Errorf("no line with %s in:\n%s", want, logs.String())

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -21,16 +22,57 @@ const coalesceWait = time.Millisecond
 // piling up unwritten outcomes that each hold a task.
 type slots struct {
 	all      *semaphore.Weighted
+	size     int64         // all's weight
 	freed    chan struct{} // a slot was given back; for coalescing claims
 	batchMax atomic.Int64  // ClaimBatch: the most one claim takes (the window sizer may change it)
 	// owed is how many slots a shrinking window (window.go) still takes
 	// back: free keeps them instead of giving them to the claim loops.
 	owed atomic.Int64
 	held atomic.Int64 // slots the window holds back
+	// paused, while set, holds the claim loops back before they take a
+	// slot: a suspect task runs alone (isolate.go). Closed on resume.
+	pausedMu sync.Mutex
+	paused   chan struct{}
+}
+
+// pause holds every claim loop back at its next acquire, until resume.
+func (s *slots) pause() {
+	s.pausedMu.Lock()
+	defer s.pausedMu.Unlock()
+	if s.paused == nil {
+		s.paused = make(chan struct{})
+	}
+}
+
+// resume lets the claim loops take slots again.
+func (s *slots) resume() {
+	s.pausedMu.Lock()
+	defer s.pausedMu.Unlock()
+	if s.paused != nil {
+		close(s.paused)
+		s.paused = nil
+	}
+}
+
+// waitResumed waits while the claim loops are held back.
+func (s *slots) waitResumed(ctx context.Context) error {
+	for {
+		s.pausedMu.Lock()
+		ch := s.paused
+		s.pausedMu.Unlock()
+		if ch == nil {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 func newSlots(concurrency, batch int) *slots {
-	s := &slots{all: semaphore.NewWeighted(int64(concurrency)), freed: make(chan struct{}, 1)}
+	s := &slots{all: semaphore.NewWeighted(int64(concurrency)), size: int64(concurrency), freed: make(chan struct{}, 1)}
 	s.batchMax.Store(int64(batch))
 	return s
 }
@@ -46,10 +88,14 @@ func (s *slots) signalFreed() {
 	}
 }
 
-// acquire waits for one free slot, of the queue's cap q (if any) and of the
-// process, then takes as many more as are free, up to the batch. When
+// acquire waits while the claim loops are held back (pause), then for one
+// free slot, of the queue's cap q (if any) and of the process, then takes
+// as many more as are free, up to the batch. When
 // coalesce is set it waits up to coalesceWait for a full batch.
 func (s *slots) acquire(ctx context.Context, q *semaphore.Weighted, coalesce bool) (int, error) {
+	if err := s.waitResumed(ctx); err != nil {
+		return 0, err
+	}
 	if q != nil {
 		if err := q.Acquire(ctx, 1); err != nil {
 			return 0, err

@@ -50,7 +50,11 @@ func (w *Worker) start(ctx context.Context) (opened func() error, err error) {
 	} else {
 		w.slots = newSlots(w.cfg.Concurrency, w.cfg.ClaimBatch)
 	}
-	w.comp = newCompleter(w.writeFinishes, w.guard.release, w.slots.free, w.wake, w.log, 1)
+	free := func(batch []finish) {
+		w.slots.free(batch)
+		w.iso.freed(batch)
+	}
+	w.comp = newCompleter(w.writeFinishes, w.guard.release, free, w.wake, w.log, 1)
 	w.window = newWindowSizer(w, w.cfg.autoWindow, w.cfg.autoBatch)
 	return func() error { return w.guard.open(ctx, table.Oid, o) }, nil
 }
@@ -92,7 +96,7 @@ func (w *Worker) checkDatabase(ctx context.Context) (table db.SchemaTaskTableRow
 		return table, 0, err
 	}
 	if schemaErr != nil {
-		if errors.Is(schemaErr, ErrNotMigrated) {
+		if errors.Is(schemaErr, pgerr.ErrNotMigrated) {
 			return table, 0, schemaErr
 		}
 		return table, 0, fmt.Errorf("skiplock: connecting to the database: %w", schemaErr)
@@ -151,7 +155,7 @@ func untilAvailable(ctx context.Context, o *outage, pool *pgxpool.Pool, step fun
 // or shutting down, too many connections, a read-only server) is an outage
 // and is retried.
 func isConfigError(err error) bool {
-	if errors.Is(err, ErrNotMigrated) || errors.Is(err, ErrTransactionPooling) || errors.Is(err, ErrStatementCache) ||
+	if errors.Is(err, pgerr.ErrNotMigrated) || errors.Is(err, ErrTransactionPooling) || errors.Is(err, ErrStatementCache) ||
 		errors.Is(pgerr.Interpret(err), ErrPermissionDenied) {
 		return true
 	}

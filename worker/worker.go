@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -27,9 +28,6 @@ var (
 	ErrNoHandlers = errors.New("skiplock: worker needs at least one handler")
 	// ErrAlreadyRunning is returned by a second call to Run on one Worker.
 	ErrAlreadyRunning = errors.New("skiplock: worker is already running")
-	// ErrNotMigrated is returned when the schema is missing or older than
-	// this build of skiplock: run `skiplock migrate up`.
-	ErrNotMigrated = pgerr.ErrNotMigrated
 	// ErrPermissionDenied is wrapped by Run's error when the database role
 	// lacks a privilege that workers need (migrations.Grants with
 	// migrations.Worker, or `skiplock migrate grants --kind worker`).
@@ -59,7 +57,8 @@ type Worker struct {
 	// schedulesChanged: the stored schedules changed (control.Schedules).
 	schedulesChanged chan struct{}
 
-	guard guard // advisory locks or leases, as Config.Mode says
+	guard guard     // advisory locks or leases, as Config.Mode says
+	iso   *isolator // runs suspect tasks alone (isolate.go)
 
 	// Set by Run.
 	handlers Handlers
@@ -117,9 +116,10 @@ func New(pool *pgxpool.Pool, cfg Config) *Worker {
 		schedulesChanged: make(chan struct{}, 1),
 	}
 	w.freed.send = w.sendFreed
+	w.iso = newIsolator(w)
 	w.guard = newGuard(guardDeps{
 		pool: pool, queries: w.queries, cfg: cfg, log: w.log,
-		row:     workerRow{queries: w.queries, id: cfg.WorkerID, host: host, pid: int32(w.pid), queues: cfg.Queues, names: &w.handled},
+		row:     workerRow{queries: w.queries, id: cfg.WorkerID, host: host, pid: int32(w.pid), queues: cfg.Queues, names: &w.handled, registered: new(atomic.Bool)},
 		running: w.inflightSnapshot, cancel: w.cancelExecution, wakeAll: w.wakeAll,
 		announce: w.freed.announce,
 	})
@@ -137,7 +137,7 @@ func (w *Worker) ID() string { return w.cfg.WorkerID }
 // without spending an attempt, records every outcome, releases every lock
 // and returns nil. It returns only then, or at once on a configuration
 // error: invalid cfg or handlers (ErrNoHandlers), a schema not migrated
-// (ErrNotMigrated), a transaction pooler in advisory mode
+// (migrations.ErrNotMigrated), a transaction pooler in advisory mode
 // (ErrTransactionPooling) or a statement cache behind one
 // (ErrStatementCache), a login the server refuses, or a database that does
 // not exist. A database that cannot be reached at start (or that is
@@ -240,7 +240,7 @@ func (w *Worker) Run(ctx context.Context, handlers Handlers) error {
 func (w *Worker) newListener(listening chan struct{}) *listener {
 	return &listener{
 		config: w.guard.listenConfig(), work: w.channel, control: w.control,
-		onWork: w.wake, onControl: w.handleControl, onListen: w.wakeAll,
+		onWork: w.wake, onControl: w.handleControl, onListen: func() { w.wakeAll(); w.iso.tell() },
 		log: w.log, listening: listening,
 	}
 }
@@ -254,6 +254,7 @@ func (w *Worker) backgroundJobs() []func(context.Context) {
 		elector: rescuerElection, queries: w.queries, pool: w.pool, classOID: w.classOID, channel: w.channel,
 		interval: w.cfg.RescueInterval, beforeRescue: w.guard.beforeRescue, observer: w.cfg.Observer, log: w.log,
 		passed: w.cfg.rescuePassed, self: w.cfg.WorkerID, mode: w.cfg.Mode,
+		maxCrashes: w.cfg.MaxCrashes, settle: crashSettle(w.cfg), suspects: w.notifySuspects,
 	}
 	ret := newRetirer(w.cfg, rescuerElection.isLeader, w.queries, w.pool, w.log)
 	cp := &cancelPoller{

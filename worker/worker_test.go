@@ -16,6 +16,7 @@ import (
 
 	"github.com/skiplock/skiplock/db"
 	"github.com/skiplock/skiplock/internal/testinfra/pgtest"
+	"github.com/skiplock/skiplock/migrations"
 	"github.com/skiplock/skiplock/worker"
 )
 
@@ -30,7 +31,7 @@ func TestRunErrors(t *testing.T) {
 		t.Parallel()
 		pool := pgtest.NewPool(t, pgtest.Schema(t, false))
 		err := worker.New(pool, worker.Config{Logger: quiet}).Run(context.Background(), ok)
-		if !errors.Is(err, worker.ErrNotMigrated) || !strings.Contains(err.Error(), "skiplock migrate up") {
+		if !errors.Is(err, migrations.ErrNotMigrated) || !strings.Contains(err.Error(), "skiplock migrate up") {
 			t.Fatalf("err = %v", err)
 		}
 	})

@@ -14,6 +14,11 @@ const cancelPrefix = "cancel:"
 // schedules changed: the elected scheduler reloads them.
 const Schedules = "schedules"
 
+// Suspects is the notice, sent by a rescue that returned suspects to the
+// queue (tasks that were running when a worker process died), that wakes
+// the workers' look for a suspect to run alone.
+const Suspects = "suspects"
+
 // Cancel is the command asking the worker running task id to cancel it.
 func Cancel(id int64) string { return cancelPrefix + strconv.FormatInt(id, 10) }
 

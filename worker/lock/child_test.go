@@ -72,7 +72,7 @@ func childMain() int {
 	commands := bufio.NewScanner(os.Stdin)
 	switch os.Getenv("SKIPLOCK_LOCK_CHILD") {
 	case "hold":
-		l, err := client.Acquire(ctx, name, lock.Exclusive, 0)
+		l, err := client.Acquire(ctx, name, lock.Exclusive)
 		if err != nil {
 			say("error %v", err)
 			return 1
@@ -90,7 +90,7 @@ func childMain() int {
 		}
 	case "lease":
 		ttl, _ := time.ParseDuration(os.Getenv("SKIPLOCK_LOCK_TTL"))
-		l, err := client.AcquireLease(ctx, name, ttl, 0)
+		l, err := client.AcquireLease(ctx, name, ttl)
 		if err != nil {
 			say("error %v", err)
 			return 1
@@ -117,7 +117,7 @@ func childMain() int {
 		n, _ := strconv.Atoi(os.Getenv("SKIPLOCK_LOCK_N"))
 		file := os.Getenv("SKIPLOCK_LOCK_FILE")
 		for range n {
-			l, err := client.Acquire(ctx, name, lock.Exclusive, 0)
+			l, err := client.Acquire(ctx, name, lock.Exclusive)
 			if err != nil {
 				say("error %v", err)
 				return 1

@@ -22,7 +22,10 @@ func Example() {
 	defer node2.Close()
 
 	// A session lock: held until released, or until node-1's connection dies.
-	l, err := node1.Acquire(ctx, "billing:rebuild", lock.Exclusive, 10*time.Second)
+	// Wait at most 10s for it: the context bounds the wait.
+	wait, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	l, err := node1.Acquire(wait, "billing:rebuild", lock.Exclusive)
 	if err != nil {
 		panic(err)
 	}

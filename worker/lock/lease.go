@@ -79,18 +79,16 @@ func (c *Client) TryLease(ctx context.Context, name string, ttl time.Duration) (
 	return c.tryLease(ctx, name, ttl)
 }
 
-// AcquireLease is TryLease waiting while another holds the lease: until
-// timeout has passed (0: no limit but ctx's), then an error wrapping
-// ErrNotAcquired, or until ctx ends.
-func (c *Client) AcquireLease(ctx context.Context, name string, ttl, timeout time.Duration) (*Lease, error) {
+// AcquireLease is TryLease waiting while another holds the lease, until
+// ctx ends: bound the wait with context.WithTimeout. At ctx's deadline
+// the error wraps both ErrNotAcquired and context.DeadlineExceeded;
+// cancelled, it wraps ctx's cause.
+func (c *Client) AcquireLease(ctx context.Context, name string, ttl time.Duration) (*Lease, error) {
 	if err := checkLease(name, ttl); err != nil {
 		return nil, err
 	}
-	if err := checkTimeout(timeout); err != nil {
-		return nil, err
-	}
 	var l *Lease
-	err := c.poll(ctx, timeout, fmt.Sprintf("lease %q", name), func() (err error) {
+	err := c.poll(ctx, fmt.Sprintf("lease %q", name), func() (err error) {
 		l, err = c.tryLease(ctx, name, ttl)
 		return err
 	})

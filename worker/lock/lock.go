@@ -18,10 +18,13 @@ import (
 	"github.com/skiplock/skiplock/internal/pgerr"
 )
 
-// Errors. Every error of this package wraps one of them or a context's.
+// Errors. Every error of this package wraps one of them, a context's, or
+// migrations.ErrNotMigrated when the schema lacks skiplock_locks
+// (migration 16).
 var (
 	// ErrNotAcquired: someone else holds the lock (or a lock whose name
-	// shares its key, see Key), and the try or the wait ended.
+	// shares its key, see Key), and the try ended, or the wait reached its
+	// context's deadline.
 	ErrNotAcquired = errors.New("skiplock lock: not acquired")
 	// ErrLockLost is the cause of a held lock's Context when the lock was
 	// lost: its session died or went silent, or a lease expired or was
@@ -33,10 +36,8 @@ var (
 	// the Context of the session locks it held.
 	ErrClosed = errors.New("skiplock lock: client closed")
 	// ErrInvalid is wrapped by the errors of bad arguments: an empty name,
-	// a negative timeout, a lease TTL too short, a bad option.
+	// a lease TTL too short, a bad option.
 	ErrInvalid = errors.New("skiplock lock: invalid argument")
-	// ErrNotMigrated: the schema lacks skiplock_locks (migration 16).
-	ErrNotMigrated = pgerr.ErrNotMigrated
 )
 
 // Limits and defaults.
@@ -206,13 +207,6 @@ func checkMode(m Mode) error {
 	return nil
 }
 
-func checkTimeout(d time.Duration) error {
-	if d < 0 {
-		return fmt.Errorf("%w: timeout is negative (%s); 0 waits as long as the context allows", ErrInvalid, d)
-	}
-	return nil
-}
-
 // register records name in skiplock_locks through the pool, once per
 // client, so that `skiplock locks` can name its key. It runs in the
 // background, never delaying a lock: the insert waits while a transaction
@@ -244,34 +238,51 @@ func (c *Client) register(ctx context.Context, name string, key int32) {
 }
 
 // poll calls try until it acquires, fails with an error other than
-// ErrNotAcquired, timeout passes (0: no limit) or ctx ends, pausing 10ms
-// and then longer, up to PollInterval.
-func (c *Client) poll(ctx context.Context, timeout time.Duration, what string, try func() error) error {
-	var deadline time.Time
-	if timeout > 0 {
-		deadline = time.Now().Add(timeout)
-	}
+// ErrNotAcquired, or ctx ends, pausing 10ms and then longer, up to
+// PollInterval. what names the lock in errors: `lock "x"`.
+func (c *Client) poll(ctx context.Context, what string, try func() error) error {
 	pause := 10 * time.Millisecond
 	for {
 		err := try()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return waitEnded(ctx, what)
+		}
 		if !errors.Is(err, ErrNotAcquired) {
 			return err
 		}
-		wait := pause
-		if !deadline.IsZero() {
-			left := time.Until(deadline)
-			if left <= 0 {
-				return fmt.Errorf("%w (waited %s)", err, timeout)
-			}
-			wait = min(wait, left)
-		}
-		t := time.NewTimer(wait)
+		t := time.NewTimer(pause)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return fmt.Errorf("%s: waiting: %w", what, context.Cause(ctx))
+			return waitEnded(ctx, what)
 		case <-t.C:
 		}
 		pause = min(pause*2, c.opts.PollInterval)
 	}
 }
+
+// waitEnded is the error of a wait whose context ended first. At the
+// context's deadline it wraps ErrNotAcquired and ctx.Err() (and the
+// context's cause), as a timeout would; cancelled, it wraps the cause.
+func waitEnded(ctx context.Context, what string) error {
+	cause := context.Cause(ctx)
+	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("%s: waiting: %w", what, cause)
+	}
+	errs := []error{ErrNotAcquired, ctx.Err()}
+	if cause != ctx.Err() {
+		errs = append(errs, cause)
+	}
+	return &waitError{msg: fmt.Sprintf("%s: not acquired before the context's deadline: %v", what, cause), errs: errs}
+}
+
+type waitError struct {
+	msg  string
+	errs []error
+}
+
+func (e *waitError) Error() string   { return e.msg }
+func (e *waitError) Unwrap() []error { return e.errs }

@@ -12,8 +12,20 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/skiplock/skiplock/internal/testinfra/pgtest"
+	"github.com/skiplock/skiplock/migrations"
 	"github.com/skiplock/skiplock/worker/lock"
 )
+
+// TestNotMigrated: a lease on a schema without skiplock_locks gets
+// migrations.ErrNotMigrated, whose message names the command to run.
+func TestNotMigrated(t *testing.T) {
+	t.Parallel()
+	c := newClient(t, pgtest.NewPool(t, pgtest.Schema(t, false)), lock.Options{})
+	_, err := c.TryLease(context.Background(), "a", time.Minute)
+	if !errors.Is(err, migrations.ErrNotMigrated) || !strings.Contains(err.Error(), "skiplock migrate up") {
+		t.Fatalf("TryLease on an unmigrated schema: %v, want migrations.ErrNotMigrated", err)
+	}
+}
 
 // TestBadInput: each bad argument gets one error wrapping ErrInvalid that
 // names it, and nothing is taken.
@@ -37,11 +49,8 @@ func TestBadInput(t *testing.T) {
 		{"bad UTF-8", func() error { _, err := c.TryAcquire(ctx, "a\xff", lock.Exclusive); return err }(), "not valid UTF-8"},
 		{"NUL", func() error { _, err := c.TryAcquire(ctx, "a\x00b", lock.Exclusive); return err }(), "NUL byte"},
 		{"bad mode", func() error { _, err := c.TryAcquire(ctx, "a", lock.Mode(7)); return err }(), "mode 7 is neither"},
-		{"negative timeout", func() error { _, err := c.Acquire(ctx, "a", lock.Exclusive, -time.Second); return err }(), "timeout is negative (-1s)"},
 		{"short TTL", func() error { _, err := c.TryLease(ctx, "a", 500*time.Millisecond); return err }(), "lease TTL 500ms is shorter than the minimum 1s"},
-		{"lease negative timeout", func() error { _, err := c.AcquireLease(ctx, "a", time.Second, -1); return err }(), "timeout is negative"},
 		{"tx empty name", lock.TryInTx(ctx, tx, "", lock.Shared), "lock name is empty"},
-		{"tx negative timeout", lock.InTx(ctx, tx, "a", lock.Shared, -time.Second), "timeout is negative"},
 		{"nil tx", lock.TryInTx(ctx, nil, "a", lock.Shared), "needs a transaction"},
 		{"RunOnce nil", func() error { _, err := lock.RunOnce(ctx, c, "a", nil); return err }(), "needs a client and a function"},
 		{"negative option", func() error { _, err := lock.New(b.pool, lock.Options{PingTimeout: -1}); return err }(), "Options.PingTimeout is negative"},
@@ -103,7 +112,7 @@ func TestModes(t *testing.T) {
 	// A waiter gets it once released.
 	got := make(chan error, 1)
 	go func() {
-		l, err := c2.Acquire(ctx, "m", lock.Exclusive, 0)
+		l, err := c2.Acquire(ctx, "m", lock.Exclusive)
 		if err == nil {
 			err = l.Release(ctx)
 		}
@@ -118,16 +127,38 @@ func TestModes(t *testing.T) {
 	if err := x.Release(ctx); err != nil {
 		t.Fatalf("a second Release: %v", err)
 	}
-	// A wait with a timeout ends with ErrNotAcquired, one with a context with its cause.
+	// A wait that reaches its context's deadline ends with ErrNotAcquired
+	// and DeadlineExceeded, naming the lock; a cancelled one with the cause.
 	x = must(c1.TryAcquire(ctx, "m", lock.Exclusive))
-	l, err = c2.Acquire(ctx, "m", lock.Exclusive, 50*time.Millisecond)
-	refused("a wait that timed out", l, err)
-	cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	dctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancel()
-	if _, err := c2.Acquire(cctx, "m", lock.Exclusive, 0); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("a wait whose context ended: %v", err)
+	l, err = c2.Acquire(dctx, "m", lock.Exclusive)
+	refused("a wait that reached its deadline", l, err)
+	if want := `lock "m": not acquired before the context's deadline: context deadline exceeded`; !errors.Is(err, context.DeadlineExceeded) || err.Error() != want {
+		t.Fatalf("a wait that reached its deadline: %v, want %q wrapping context.DeadlineExceeded", err, want)
+	}
+	cctx, cancelWait := context.WithCancelCause(ctx)
+	stop := errors.New("shutting down")
+	time.AfterFunc(20*time.Millisecond, func() { cancelWait(stop) })
+	if _, err := c2.Acquire(cctx, "m", lock.Exclusive); !errors.Is(err, stop) || errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("a wait whose context was cancelled: %v, want its cause and not ErrNotAcquired", err)
 	}
 	x.Release(ctx)
+	// So does a lease's.
+	lease, err := c1.TryLease(ctx, "m", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dctx, cancel = context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	_, err = c2.AcquireLease(dctx, "m", time.Minute)
+	if want := `lease "m": not acquired before the context's deadline: context deadline exceeded`; !errors.Is(err, lock.ErrNotAcquired) ||
+		!errors.Is(err, context.DeadlineExceeded) || err.Error() != want {
+		t.Fatalf("a lease wait that reached its deadline: %v, want %q wrapping ErrNotAcquired and context.DeadlineExceeded", err, want)
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestSessionEnded: a session the server ends loses its locks; their
@@ -198,7 +229,7 @@ func TestInTx(t *testing.T) {
 	}
 
 	tx = begin()
-	if err := lock.InTx(ctx, tx, "tx", lock.Exclusive, time.Second); err != nil {
+	if err := lock.InTx(ctx, tx, "tx", lock.Exclusive); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.TryAcquire(ctx, "tx", lock.Shared); !errors.Is(err, lock.ErrNotAcquired) {
@@ -207,6 +238,11 @@ func TestInTx(t *testing.T) {
 	tx2 := begin()
 	if err := lock.TryInTx(ctx, tx2, "tx", lock.Shared); !errors.Is(err, lock.ErrNotAcquired) {
 		t.Fatalf("TryInTx while another transaction holds it: %v", err)
+	}
+	dctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if err := lock.InTx(dctx, begin(), "tx", lock.Shared); !errors.Is(err, lock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("InTx that reached its context's deadline: %v, want ErrNotAcquired and context.DeadlineExceeded", err)
 	}
 	locks, _, err := c.List(ctx)
 	if err != nil || len(locks) != 1 || len(locks[0].Names) != 1 || locks[0].Names[0] != "tx" {

@@ -89,7 +89,9 @@ func TestKilledHolderReleased(t *testing.T) {
 		t.Fatal(err)
 	}
 	killed := time.Now()
-	l, err := c.Acquire(ctx, "report", lock.Exclusive, pgtest.Patient(time.Second))
+	actx, cancel := context.WithTimeout(ctx, pgtest.Patient(time.Second))
+	defer cancel()
+	l, err := c.Acquire(actx, "report", lock.Exclusive)
 	if err != nil {
 		t.Fatalf("Acquire after the holder was killed: %v", err)
 	}
@@ -158,7 +160,9 @@ func TestLeaseExpires(t *testing.T) {
 		t.Fatalf("the holder's Context ended with %q, want an expiry", cause)
 	}
 	c := newClient(t, b.pool, lock.Options{ID: "successor"})
-	l, err := c.AcquireLease(context.Background(), "nightly", ttl, pgtest.Patient(time.Second))
+	actx, cancel := context.WithTimeout(context.Background(), pgtest.Patient(time.Second))
+	defer cancel()
+	l, err := c.AcquireLease(actx, "nightly", ttl)
 	if err != nil {
 		t.Fatalf("AcquireLease of an expired lease: %v", err)
 	}
@@ -199,7 +203,9 @@ func TestPartitionedHolder(t *testing.T) {
 		t.Fatalf("the lease holder's Context ended with %q, want lock lost", cause)
 	}
 	t.Logf("a partitioned lease holder's Context ended %s after the network went silent (TTL 2s)", time.Since(frozen).Round(time.Millisecond))
-	l, err := c.AcquireLease(ctx, "partition", 2*time.Second, pgtest.Patient(2*time.Second))
+	actx, cancel := context.WithTimeout(ctx, pgtest.Patient(2*time.Second))
+	defer cancel()
+	l, err := c.AcquireLease(actx, "partition", 2*time.Second)
 	if err != nil {
 		t.Fatalf("AcquireLease while its holder is cut off: %v", err)
 	}
@@ -209,7 +215,9 @@ func TestPartitionedHolder(t *testing.T) {
 
 	link.Unfreeze()
 	healed := time.Now()
-	s, err := c.Acquire(ctx, "partition", lock.Exclusive, pgtest.Patient(time.Second))
+	actx, cancel = context.WithTimeout(ctx, pgtest.Patient(time.Second))
+	defer cancel()
+	s, err := c.Acquire(actx, "partition", lock.Exclusive)
 	if err != nil {
 		t.Fatalf("Acquire once the network is back: %v", err)
 	}

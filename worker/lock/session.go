@@ -87,19 +87,17 @@ func (c *Client) TryAcquire(ctx context.Context, name string, mode Mode) (*Lock,
 	return c.sess.try(ctx, name, mode)
 }
 
-// Acquire takes the named lock in mode, waiting while others hold it:
-// until timeout has passed (0: no limit but ctx's), then an error wrapping
-// ErrNotAcquired, or until ctx ends, then an error wrapping its cause.
-// See TryAcquire.
-func (c *Client) Acquire(ctx context.Context, name string, mode Mode, timeout time.Duration) (*Lock, error) {
+// Acquire takes the named lock in mode, waiting while others hold it
+// until ctx ends: bound the wait with context.WithTimeout. At ctx's
+// deadline the error wraps both ErrNotAcquired and
+// context.DeadlineExceeded; cancelled, it wraps ctx's cause. See
+// TryAcquire.
+func (c *Client) Acquire(ctx context.Context, name string, mode Mode) (*Lock, error) {
 	if err := check(name, mode); err != nil {
 		return nil, err
 	}
-	if err := checkTimeout(timeout); err != nil {
-		return nil, err
-	}
 	var l *Lock
-	err := c.poll(ctx, timeout, fmt.Sprintf("lock %q", name), func() (err error) {
+	err := c.poll(ctx, fmt.Sprintf("lock %q", name), func() (err error) {
 		l, err = c.sess.try(ctx, name, mode)
 		return err
 	})

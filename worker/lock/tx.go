@@ -3,7 +3,6 @@ package lock
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -26,22 +25,20 @@ func TryInTx(ctx context.Context, tx pgx.Tx, name string, mode Mode) error {
 	return tryInTx(ctx, tx, name, mode)
 }
 
-// InTx is TryInTx waiting while others hold the lock: until timeout has
-// passed (0: no limit but ctx's), then an error wrapping ErrNotAcquired,
-// or until ctx ends. It tries again and again rather than block in the
+// InTx is TryInTx waiting while others hold the lock, until ctx ends:
+// bound the wait with context.WithTimeout. At ctx's deadline the error
+// wraps both ErrNotAcquired and context.DeadlineExceeded; cancelled, it
+// wraps ctx's cause. It tries again and again rather than block in the
 // server, pausing up to DefaultPollInterval between tries.
-func InTx(ctx context.Context, tx pgx.Tx, name string, mode Mode, timeout time.Duration) error {
+func InTx(ctx context.Context, tx pgx.Tx, name string, mode Mode) error {
 	if err := check(name, mode); err != nil {
-		return err
-	}
-	if err := checkTimeout(timeout); err != nil {
 		return err
 	}
 	if tx == nil {
 		return fmt.Errorf("%w: lock.InTx needs a transaction", ErrInvalid)
 	}
 	poller := &Client{opts: Options{PollInterval: DefaultPollInterval}}
-	return poller.poll(ctx, timeout, fmt.Sprintf("lock %q", name), func() error {
+	return poller.poll(ctx, fmt.Sprintf("lock %q", name), func() error {
 		return tryInTx(ctx, tx, name, mode)
 	})
 }

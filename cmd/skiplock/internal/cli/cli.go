@@ -171,7 +171,7 @@ func message(err error) string {
 	case errors.As(err, &noSchema):
 		// migrate up cannot help until the schema exists.
 		return strings.ReplaceAll(noSchema.Error(), "skiplock: ", "")
-	case errors.Is(err, queue.ErrNotMigrated):
+	case errors.Is(err, migrations.ErrNotMigrated):
 		msg := "schema not migrated: run `skiplock migrate up` with the same --database-url"
 		if _, detail, _ := strings.Cut(err.Error(), "(or migrations.Up from Go)"); strings.TrimSpace(detail) != "" {
 			msg += " " + strings.TrimSpace(detail)

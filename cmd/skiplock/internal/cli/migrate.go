@@ -34,7 +34,7 @@ type schemaJSON struct {
 func schemaState(ctx context.Context, pool *pgxpool.Pool) (queue.SchemaInfo, error) {
 	info, err := queue.New(pool).Schema(ctx)
 	var noSchema *queue.NoSchemaError
-	if errors.Is(err, queue.ErrNotMigrated) && !errors.As(err, &noSchema) {
+	if errors.Is(err, migrations.ErrNotMigrated) && !errors.As(err, &noSchema) {
 		return queue.SchemaInfo{}, nil
 	}
 	return info, err

@@ -1,0 +1,4 @@
+ALTER TABLE skiplock_tasks DROP COLUMN IF EXISTS crashes;
+
+CREATE OR REPLACE FUNCTION skiplock_schema_version() RETURNS integer
+LANGUAGE sql IMMUTABLE AS 'SELECT 21';
