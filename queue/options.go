@@ -52,6 +52,7 @@ type options struct {
 	debounce     time.Duration
 	debounceSet  bool
 	replaced     *bool
+	shardKey     string // WithShardKey: read by ShardedClient only
 }
 
 // WithQueue puts the task in the named queue. Defaults to "default".
@@ -129,6 +130,7 @@ func buildOptions(opts []Option) (options, error) {
 		{"limit key", o.limitKey, false, MaxKeyLength, "queue.MaxKeyLength"},
 		{"sequence key", o.sequenceKey, o.sequenceSet, MaxKeyLength, "queue.MaxKeyLength"},
 		{"replace key", o.replaceKey, false, MaxKeyLength, "queue.MaxKeyLength"},
+		{"shard key", o.shardKey, false, MaxKeyLength, "queue.MaxKeyLength"},
 	} {
 		if err := checkLength(c.what, c.s, c.required, c.max, c.constant); err != nil {
 			return o, err

@@ -154,8 +154,9 @@ func (s *rescueSweep) passed(from, to int64, took time.Duration, top func() (int
 			return false
 		}
 		// A span in proportion: the ids of the pass over sweepTarget.
-		span := int64(float64(high+1) * float64(sweepTarget) / float64(took))
-		*s = rescueSweep{on: true, from: 0, to: high + 1, span: max(span, sweepMinSpan), above: s.above}
+		low := sweepStart(high)
+		span := int64(float64(high+1-low) * float64(sweepTarget) / float64(took))
+		*s = rescueSweep{on: true, from: low, to: high + 1, span: max(span, sweepMinSpan), above: s.above}
 		return true
 	}
 	s.cost += took
@@ -177,7 +178,7 @@ func (s *rescueSweep) passed(from, to int64, took time.Duration, top func() (int
 		*s = rescueSweep{above: s.above}
 		return false
 	}
-	s.from, s.to, s.cost = 0, high+1, 0
+	s.from, s.to, s.cost = sweepStart(high), high+1, 0
 	return false
 }
 
