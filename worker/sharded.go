@@ -258,17 +258,6 @@ func RunSharded(urls map[int]string, handlers Handlers) error {
 	if err != nil {
 		return err
 	}
-	done := make(chan struct{})
-	defer close(done)
-	go func() {
-		for _, stop := range []func(context.Context) error{s.Stop, s.StopAndCancel} {
-			select {
-			case <-signals:
-				go stop(context.Background()) //nolint:errcheck // Run's return reports the end
-			case <-done:
-				return
-			}
-		}
-	}()
+	defer stopOnSignals(signals, s.Stop, s.StopAndCancel)()
 	return s.Run(context.Background(), handlers)
 }

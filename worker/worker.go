@@ -322,19 +322,25 @@ func Run(handlers Handlers) error {
 	}
 	defer pool.Close()
 	w := New(pool, Config{})
-	done := make(chan struct{})
-	defer close(done)
+	defer stopOnSignals(signals, w.Stop, w.StopAndCancel)()
+	return w.Run(context.Background(), handlers)
+}
+
+// stopOnSignals calls stop at the first of signals and stopAndCancel at
+// the second, until the function it returns is called.
+func stopOnSignals(signals <-chan os.Signal, stop, stopAndCancel func(context.Context) error) (done func()) {
+	quit := make(chan struct{})
 	go func() {
-		for _, stop := range []func(context.Context) error{w.Stop, w.StopAndCancel} {
+		for _, f := range []func(context.Context) error{stop, stopAndCancel} {
 			select {
 			case <-signals:
-				go stop(context.Background()) //nolint:errcheck // Run's return reports the end
-			case <-done:
+				go f(context.Background()) //nolint:errcheck // Run's return reports the end
+			case <-quit:
 				return
 			}
 		}
 	}()
-	return w.Run(context.Background(), handlers)
+	return func() { close(quit) }
 }
 
 func handlerNames(h Handlers) []string {
