@@ -477,12 +477,15 @@ func runChaos(t *testing.T, mode string) {
 		last = append(last, p)
 	}
 	stopGracefully(t, last...)
-	// The README's promise: advisory mode rescues within RescueInterval (1s)
-	// of a SIGKILL; lease mode within the lease plus RescueInterval. Reported
-	// against the measured latency, not asserted (see the package comment).
-	promise := time.Second
+	// The README's figure: advisory mode rescues within RescueInterval (1s)
+	// of a SIGKILL, and each rescued task of a dead process then runs
+	// alone once, one after another (worker/isolate.go), which with a kill
+	// every 2 s measured a max of 5.4 s; lease mode within the lease plus
+	// RescueInterval, before the same. Reported against the measured
+	// latency, not asserted (see the package comment).
+	promise := 6 * time.Second
 	if mode == "lease" {
-		promise = chaosLease + time.Second
+		promise = chaosLease + 6*time.Second
 	}
 	logOf := func(id string) string {
 		if out := outputs[id]; out != nil {
