@@ -433,68 +433,65 @@ func (s *ShardedClient) byShard(ids []int64) (map[int][]int64, []int, error) {
 // order. A shard that fails does not stop the others: the result counts
 // what was requeued, and the error joins each shard's, named.
 func (s *ShardedClient) Requeue(ctx context.Context, req RequeueRequest) (RequeueResult, error) {
-	var res RequeueResult
 	if err := req.Validate(); err != nil {
-		return res, err
+		return RequeueResult{}, err
 	}
-	ids, order, err := s.byShard(req.IDs)
-	if err != nil {
-		return res, err
-	}
-	var errs []error
-	for _, n := range order {
+	return eachShard(ctx, s, req.IDs, func(c *Client, ids []int64, res *RequeueResult) error {
 		sub := req
-		if ids != nil {
-			sub.IDs = ids[n]
-		}
-		done := res.Requeued
+		sub.IDs = ids
 		if req.Progress != nil {
+			done := res.Requeued
 			sub.Progress = func(k int64) { req.Progress(done + k) }
 		}
-		c, err := s.client(ctx, n, "")
-		var r RequeueResult
-		if err == nil {
-			r, err = c.Requeue(ctx, sub)
-		}
+		r, err := c.Requeue(ctx, sub)
 		res.Requeued += r.Requeued
 		res.IDs = append(res.IDs, r.IDs...)
 		res.Skipped = append(res.Skipped, r.Skipped...)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("shard %d: %w", n, err))
-		}
-	}
-	return res, errors.Join(errs...)
+		return err
+	})
 }
 
 // Cancel is Client.Cancel on every shard concerned, as Requeue is.
 func (s *ShardedClient) Cancel(ctx context.Context, req CancelRequest) (CancelResult, error) {
-	var res CancelResult
 	if err := req.Validate(); err != nil {
-		return res, err
+		return CancelResult{}, err
 	}
-	ids, order, err := s.byShard(req.IDs)
+	return eachShard(ctx, s, req.IDs, func(c *Client, ids []int64, res *CancelResult) error {
+		sub := req
+		sub.IDs = ids
+		if req.Progress != nil {
+			done := res.Cancelled
+			sub.Progress = func(k int64) { req.Progress(done + k) }
+		}
+		r, err := c.Cancel(ctx, sub)
+		res.Cancelled += r.Cancelled
+		res.IDs = append(res.IDs, r.IDs...)
+		res.Skipped = append(res.Skipped, r.Skipped...)
+		res.Requested = append(res.Requested, r.Requested...)
+		return err
+	})
+}
+
+// eachShard runs one change on each shard concerned, in shard order: the
+// shards of ids, with each shard's own ids, or every shard (ids nil) for a
+// filter. run adds its shard's result to res; a shard that fails does not
+// stop the others, and the error joins each shard's, named.
+func eachShard[R any](ctx context.Context, s *ShardedClient, ids []int64, run func(c *Client, ids []int64, res *R) error) (R, error) {
+	var res R
+	byShard, order, err := s.byShard(ids)
 	if err != nil {
 		return res, err
 	}
 	var errs []error
 	for _, n := range order {
-		sub := req
-		if ids != nil {
-			sub.IDs = ids[n]
-		}
-		done := res.Cancelled
-		if req.Progress != nil {
-			sub.Progress = func(k int64) { req.Progress(done + k) }
-		}
 		c, err := s.client(ctx, n, "")
-		var r CancelResult
 		if err == nil {
-			r, err = c.Cancel(ctx, sub)
+			var sub []int64
+			if byShard != nil {
+				sub = byShard[n]
+			}
+			err = run(c, sub, &res)
 		}
-		res.Cancelled += r.Cancelled
-		res.IDs = append(res.IDs, r.IDs...)
-		res.Skipped = append(res.Skipped, r.Skipped...)
-		res.Requested = append(res.Requested, r.Requested...)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("shard %d: %w", n, err))
 		}
