@@ -238,8 +238,8 @@ func TestShardedMigrate(t *testing.T) {
 	}
 
 	out = runShards(t, bs, "migrate", "up").ok(t).stdout
-	if !regexp.MustCompile(`(?m)^0\s+` + bare.schema + `\s+0\s+` + latest + `\s+up to date`).MatchString(out) ||
-		!regexp.MustCompile(`(?m)^2\s+` + stamped.schema + `\s+` + latest + `\s+` + latest + `\s+up to date`).MatchString(out) ||
+	if !regexp.MustCompile(`(?m)^0\s+`+bare.schema+`\s+0\s+`+latest+`\s+up to date`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^2\s+`+stamped.schema+`\s+`+latest+`\s+`+latest+`\s+up to date`).MatchString(out) ||
 		!strings.Contains(out, "Every shard is at version "+latest+": up to date.") {
 		t.Fatalf("migrate up:\n%s", out)
 	}
