@@ -169,7 +169,10 @@ func Run(ctx context.Context, args []string, env Env) int {
 // prefixes that wrapped errors repeat.
 func message(err error) string {
 	var noSchema *queue.NoSchemaError
+	var ue *urlError
 	switch {
+	case errors.As(err, &ue):
+		return "--database-url " + ue.url + ": " + message(ue.err)
 	case errors.As(err, &noSchema):
 		// migrate up cannot help until the schema exists.
 		return strings.ReplaceAll(noSchema.Error(), "skiplock: ", "")
@@ -199,7 +202,9 @@ tasks, inspect them, see who holds which task, migrate the schema.
 
 The database comes from --database-url, else the DATABASE_URL environment
 variable. Point at a schema with the standard search_path parameter:
-postgres://user@host/db?search_path=myschema.
+postgres://user@host/db?search_path=myschema. Repeat --database-url for
+each database of a sharded queue: show, list, stats, requeue, cancel and
+migrate up/status then work on every shard.
 
 Exit codes: 0 ok; 1 the operation failed or was not confirmed; 2 bad flags,
 arguments or input (nothing was done); 3 some of the named tasks could not

@@ -3,6 +3,7 @@ package cli_test
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"regexp"
 	"strings"
 	"testing"
@@ -197,11 +198,23 @@ func TestShardedSetup(t *testing.T) {
 	t.Parallel()
 	// Two unstamped databases are both shard 0: refused, naming both.
 	bs := shardBundles(t, 0, 0)
+	u, err := url.Parse(bs[1].url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword(u.User.Username(), "s3cretpw") // the test server trusts
+	bs[1].url = u.String()
 	r := runShards(t, bs, "list")
 	line := r.oneLine(t)
 	if r.code != cli.ExitUsage || !strings.Contains(line, "both shard 0") ||
-		!strings.Contains(line, bs[0].schema) || !strings.Contains(line, bs[1].schema) {
+		!strings.Contains(line, bs[0].schema) || !strings.Contains(line, bs[1].schema) || strings.Contains(line, "s3cretpw") {
 		t.Fatalf("two shards 0: exit %d, %s", r.code, line)
+	}
+	// A database without skiplock's tables: the schema is what is wrong.
+	bare := setupSchema(t, pgtest.Schema(t, false))
+	r = runShards(t, []*bundle{shardBundles(t, 1)[0], bare}, "stats")
+	if line := r.oneLine(t); r.code != cli.ExitError || !strings.Contains(line, "migrate up") || !strings.Contains(line, bare.schema) {
+		t.Fatalf("stats with an unmigrated shard: exit %d, %s", r.code, line)
 	}
 	// A command that works on one database refuses several.
 	r = runShards(t, bs, "locks")

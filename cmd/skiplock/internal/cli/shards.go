@@ -98,21 +98,28 @@ func joinInts(ns []int) string {
 }
 
 // connectShards connects to every configured database and reads its shard
-// number (migrations.Shard): two databases stamped alike are an error
-// naming both. It does not check the schemas' versions.
+// number (migrations.Shard), once its schema is checked (checkSchema): two
+// databases stamped alike are an error naming both.
 func (a *app) connectShards(ctx context.Context) (shardSet, error) {
 	var set shardSet
 	for _, url := range a.databaseURLs {
 		pool, err := a.connectURL(ctx, url)
 		if err != nil {
 			set.close()
-			return nil, fmt.Errorf("--database-url %s: %w", url, err)
+			return nil, &urlError{url: url, err: err}
+		}
+		client := queue.New(pool)
+		// The stamp lives in skiplock's tables: check them first.
+		if err := checkSchema(ctx, client); err != nil {
+			pool.Close()
+			set.close()
+			return nil, &urlError{url: url, err: err}
 		}
 		n, err := migrations.Shard(ctx, pool)
 		if err != nil {
 			pool.Close()
 			set.close()
-			return nil, fmt.Errorf("--database-url %s: %w", url, err)
+			return nil, &urlError{url: url, err: err}
 		}
 		if i := slices.IndexFunc(set, func(c shardConn) bool { return c.n == n }); i >= 0 {
 			pool.Close()
@@ -120,7 +127,7 @@ func (a *app) connectShards(ctx context.Context) (shardSet, error) {
 			return nil, usageErrorf("--database-url %s and --database-url %s are both shard %d: each database of a sharded queue has its own shard number (migrations.SetShard)",
 				set[i].url, url, n)
 		}
-		set = append(set, shardConn{n: n, url: url, pool: pool, client: queue.New(pool)})
+		set = append(set, shardConn{n: n, url: url, pool: pool, client: client})
 	}
 	slices.SortFunc(set, func(x, y shardConn) int { return x.n - y.n })
 	return set, nil
@@ -140,12 +147,6 @@ func (a *app) openShards(ctx context.Context) (shardSet, func(), error) {
 	set, err := a.connectShards(ctx)
 	if err != nil {
 		return nil, nil, err
-	}
-	for _, c := range set {
-		if err := checkSchema(ctx, c.client); err != nil {
-			set.close()
-			return nil, nil, fmt.Errorf("shard %d: %w", c.n, err)
-		}
 	}
 	return set, set.close, nil
 }
@@ -306,7 +307,7 @@ func (a *app) migrateShards(ctx context.Context, up bool) error {
 		}
 		n, err := migrations.Shard(ctx, d.pool)
 		if err != nil {
-			return fmt.Errorf("--database-url %s: %w", d.url, err)
+			return &urlError{url: d.url, err: err}
 		}
 		for _, o := range dbs {
 			if o != d && o.n == n {
@@ -320,12 +321,12 @@ func (a *app) migrateShards(ctx context.Context, up bool) error {
 	for _, url := range a.databaseURLs {
 		pool, err := a.connectURL(ctx, url)
 		if err != nil {
-			return fmt.Errorf("--database-url %s: %w", url, err)
+			return &urlError{url: url, err: err}
 		}
 		d := &schemaShard{url: url, pool: pool}
 		dbs = append(dbs, d)
 		if d.before, err = schemaState(ctx, pool); err != nil {
-			return fmt.Errorf("--database-url %s: %w", url, err)
+			return &urlError{url: url, err: err}
 		}
 		d.after = d.before
 		if err := readShard(d); err != nil {
@@ -511,7 +512,7 @@ func (a *app) changeBulkShards(ctx context.Context, set shardSet, b bulk) error 
 			if counts[i] == 0 {
 				continue
 			}
-			p := a.progress(fmt.Sprintf("%s on shard %d", b.past, c.n), counts[i])
+			p := a.progress(fmt.Sprintf("shard %d: %s", c.n, b.past), counts[i])
 			k, err := b.run(ctx, c.client, p.update)
 			p.done()
 			done[i], total = k, total+k
@@ -550,3 +551,13 @@ func (a *app) changeBulkShards(ctx context.Context, set shardSet, b bulk) error 
 	}
 	return errors.Join(errs...)
 }
+
+// urlError is an error of the database of one of several --database-url:
+// the message names it.
+type urlError struct {
+	url string
+	err error
+}
+
+func (e *urlError) Error() string { return "--database-url " + e.url + ": " + e.err.Error() }
+func (e *urlError) Unwrap() error { return e.err }
