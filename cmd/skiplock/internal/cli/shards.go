@@ -311,8 +311,12 @@ func (a *app) migrateShards(ctx context.Context, up bool) error {
 		}
 		for _, o := range dbs {
 			if o != d && o.n == n {
-				return usageErrorf("--database-url %s and --database-url %s are both shard %d: each database of a sharded queue has its own shard number (migrations.SetShard)",
-					o.url, d.url, n)
+				done := ""
+				if up {
+					done = fmt.Sprintf(" (migrated to version %d)", d.after.Version)
+				}
+				return usageErrorf("--database-url %s and --database-url %s are both shard %d%s: each database of a sharded queue has its own shard number (migrations.SetShard)",
+					o.url, d.url, n, done)
 			}
 		}
 		d.n = n
