@@ -687,12 +687,16 @@ code is 3; one already due is fine.`,
   skiplock list --status retrying --queue mail --json | jq -r '.[].id' | xargs skiplock run-now`,
 		Args: atLeastOneID,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ids, client, done, err := a.openWithIDs(cmd.Context(), args)
+			ids, err := parseIDs(args)
+			if err != nil {
+				return err
+			}
+			set, done, err := a.openShards(cmd.Context())
 			if err != nil {
 				return err
 			}
 			defer done()
-			return a.changeByIDs(cmd.Context(), shardSet{{client: client, pool: a.pool}}, byIDs{
+			return a.changeByIDs(cmd.Context(), set, byIDs{
 				action: "run now", past: "made due now", ids: ids, target: queue.StatusPending,
 				why: func(s queue.Status) string {
 					if s == queue.StatusPending {
@@ -725,7 +729,11 @@ is 3.`,
   skiplock delete 42 43 --yes`,
 		Args: atLeastOneID,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ids, client, done, err := a.openWithIDs(cmd.Context(), args)
+			ids, err := parseIDs(args)
+			if err != nil {
+				return err
+			}
+			set, done, err := a.openShards(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -736,7 +744,7 @@ is 3.`,
 					return err
 				}
 			}
-			return a.changeByIDs(cmd.Context(), shardSet{{client: client, pool: a.pool}}, byIDs{
+			return a.changeByIDs(cmd.Context(), set, byIDs{
 				action: "delete", past: "deleted", ids: ids, dryRun: dryRun,
 				why: func(s queue.Status) string {
 					if s == queue.StatusRunning {
@@ -766,14 +774,4 @@ func atLeastOneID(cmd *cobra.Command, args []string) error {
 		return usageErrorf("name at least one task ID (see `%s --help`)", cmd.CommandPath())
 	}
 	return nil
-}
-
-// openWithIDs reads the task IDs of args, then connects.
-func (a *app) openWithIDs(ctx context.Context, args []string) ([]int64, *queue.Client, func(), error) {
-	ids, err := parseIDs(args)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	client, done, err := a.open(ctx)
-	return ids, client, done, err
 }

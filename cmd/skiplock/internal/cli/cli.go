@@ -203,8 +203,9 @@ tasks, inspect them, see who holds which task, migrate the schema.
 The database comes from --database-url, else the DATABASE_URL environment
 variable. Point at a schema with the standard search_path parameter:
 postgres://user@host/db?search_path=myschema. Repeat --database-url for
-each database of a sharded queue: show, list, stats, requeue, cancel and
-migrate up/status then work on every shard.
+each database of a sharded queue: show, list, stats, requeue, cancel,
+run-now, delete, workflow show, batch show and migrate up/status then work
+across the shards.
 
 Exit codes: 0 ok; 1 the operation failed or was not confirmed; 2 bad flags,
 arguments or input (nothing was done); 3 some of the named tasks could not
@@ -288,7 +289,7 @@ func newCommand(c *cobra.Command) *cobra.Command {
 // It fails fast, in ConnectTimeout, when the server cannot be reached.
 func (a *app) connect(ctx context.Context) (*pgxpool.Pool, error) {
 	if len(a.databaseURLs) > 1 {
-		return nil, usageErrorf("this command works on one database, and %d --database-url are given: pass one (list, show, stats, requeue, cancel and migrate up/status work on several shards)", len(a.databaseURLs))
+		return nil, usageErrorf("this command works on one database, and %d --database-url are given: pass one (show, list, stats, requeue, cancel, run-now, delete, workflow show, batch show and migrate up/status work on several shards)", len(a.databaseURLs))
 	}
 	url := ""
 	if len(a.databaseURLs) == 1 {

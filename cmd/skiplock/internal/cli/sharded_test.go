@@ -257,3 +257,33 @@ func TestShardedMigrate(t *testing.T) {
 		t.Fatalf("migrate up:\n%s", out)
 	}
 }
+
+func TestShardedByID(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	bs := shardBundles(t, 1, 2)
+	wf, err := bs[1].client.EnqueueWorkflow(ctx, queue.Workflow{Name: "thumbnails", Steps: []queue.Step{{Name: "fetch"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := runShards(t, bs, "workflow", "show", fmt.Sprint(wf.ID)).ok(t).stdout
+	if !strings.Contains(out, fmt.Sprintf("Workflow %d thumbnails", wf.ID)) {
+		t.Fatalf("workflow show on shard 2:\n%s", out)
+	}
+	r := runShards(t, bs, "workflow", "show", fmt.Sprint(int64(5)<<48|1))
+	if line := r.oneLine(t); r.code != cli.ExitUsage || !strings.Contains(line, "workflow 1407374883553281 is of shard 5") {
+		t.Fatalf("workflow show of shard 5: exit %d, %s", r.code, line)
+	}
+
+	// delete over two shards, a dry run first.
+	a := bs[0].insert(t, "mail", "send", queue.StatusFailed, 1, 1, "boom")
+	b := bs[1].insert(t, "mail", "send", queue.StatusCompleted, 1, 1, "")
+	runShards(t, bs, "delete", "--dry-run", fmt.Sprint(a), fmt.Sprint(b)).ok(t)
+	if bs[0].count(t, "id = $1", a) != 1 || bs[1].count(t, "id = $1", b) != 1 {
+		t.Fatal("delete --dry-run deleted")
+	}
+	out = runShards(t, bs, "delete", "--yes", fmt.Sprint(a), fmt.Sprint(b)).ok(t).stdout
+	if bs[0].count(t, "id = $1", a) != 0 || bs[1].count(t, "id = $1", b) != 0 || !strings.Contains(out, "Deleted 2 tasks.") {
+		t.Fatalf("delete over two shards:\n%s", out)
+	}
+}

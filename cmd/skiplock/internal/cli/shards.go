@@ -151,9 +151,10 @@ func (a *app) openShards(ctx context.Context) (shardSet, func(), error) {
 	return set, set.close, nil
 }
 
-// openFor connects and returns the client of the shard of id: the one
-// database when a single one is configured.
-func (a *app) openFor(ctx context.Context, id int64) (*queue.Client, func(), error) {
+// openFor connects and returns the client of the shard of id, the ID of
+// what (task, workflow, batch): the one database when a single one is
+// configured.
+func (a *app) openFor(ctx context.Context, what string, id int64) (*queue.Client, func(), error) {
 	set, done, err := a.openShards(ctx)
 	if err != nil {
 		return nil, nil, err
@@ -161,7 +162,7 @@ func (a *app) openFor(ctx context.Context, id int64) (*queue.Client, func(), err
 	if !a.sharded() {
 		return set[0].client, done, nil
 	}
-	c, err := set.of(queue.ShardOf(id), fmt.Sprintf("task %d", id))
+	c, err := set.of(queue.ShardOf(id), fmt.Sprintf("%s %d", what, id))
 	if err != nil {
 		done()
 		return nil, nil, usageErrorf("%v", err)

@@ -361,7 +361,7 @@ error, worker, host and pid, and, while it runs, who holds its advisory lock
 			if err != nil {
 				return err
 			}
-			client, done, err := a.openFor(cmd.Context(), ids[0])
+			client, done, err := a.openFor(cmd.Context(), "task", ids[0])
 			if err != nil {
 				return err
 			}
