@@ -144,7 +144,11 @@ still counted).`,
   skiplock batch show 12 --json | jq '.tasks[] | select(.state == "failed")'`,
 		Args: exactArgs(1, "batch show needs one batch ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ids, client, done, err := a.openWithIDs(cmd.Context(), args)
+			ids, err := parseIDs(args)
+			if err != nil {
+				return err
+			}
+			client, done, err := a.openFor(cmd.Context(), "batch", ids[0])
 			if err != nil {
 				return err
 			}

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -55,31 +56,42 @@ type byIDs struct {
 	alsoOK queue.Status // a task skipped in this status is fine too
 	dryRun bool
 	why    func(queue.Status) string
-	run    func(ctx context.Context) (changed []int64, skipped []queue.SkippedTask, err error)
+	// run changes ids, tasks of client's database.
+	run func(ctx context.Context, client *queue.Client, ids []int64) (changed []int64, skipped []queue.SkippedTask, err error)
 	// runTx, for --dry-run, makes the same change within tx, which is
 	// rolled back: the statements that would change the tasks say which.
-	runTx func(ctx context.Context, tx queue.Executor) (changed []int64, skipped []queue.SkippedTask, err error)
+	runTx func(ctx context.Context, client *queue.Client, tx queue.Executor, ids []int64) (changed []int64, skipped []queue.SkippedTask, err error)
 	// requested, if set, lists the skipped tasks that got a request
 	// instead (cancel: running tasks), once run has run.
 	requested func() []int64
 }
 
-func (a *app) changeByIDs(ctx context.Context, c byIDs) error {
+func (a *app) changeByIDs(ctx context.Context, set shardSet, c byIDs) error {
 	var (
-		changed []int64
-		skipped []queue.SkippedTask
-		err     error
+		changed  []int64
+		skipped  []queue.SkippedTask
+		err      error
+		shardErr error
 	)
-	if c.dryRun {
-		err = a.rolledBack(ctx, func(tx queue.Executor) error {
-			changed, skipped, err = c.runTx(ctx, tx)
+	if !a.sharded() {
+		client := set[0].client
+		if c.dryRun {
+			err = a.rolledBack(ctx, func(tx queue.Executor) error {
+				changed, skipped, err = c.runTx(ctx, client, tx, c.ids)
+				return err
+			})
+		} else {
+			changed, skipped, err = c.run(ctx, client, c.ids)
+		}
+		if err != nil {
 			return err
-		})
+		}
 	} else {
-		changed, skipped, err = c.run(ctx)
-	}
-	if err != nil {
-		return err
+		// Each ID on its shard; a shard that fails does not stop the
+		// others, and the report says what the others did.
+		if changed, skipped, shardErr = a.changeOnShards(ctx, set, c); shardErr != nil && len(changed)+len(skipped) == 0 {
+			return shardErr
+		}
 	}
 
 	out := changeJSON{Action: c.action, DryRun: c.dryRun, Count: int64(len(changed)), IDs: changed}
@@ -151,9 +163,42 @@ func (a *app) changeByIDs(ctx context.Context, c byIDs) error {
 		if n > 3 {
 			failed = append(failed[:3], "…")
 		}
+		if shardErr != nil {
+			return fmt.Errorf("%w; and %d of %d tasks not %s: %s", shardErr, n, len(out.IDs)+len(out.Skipped), c.past, strings.Join(failed, "; "))
+		}
 		return partialErrorf("%d of %d tasks not %s: %s", n, len(out.IDs)+len(out.Skipped), c.past, strings.Join(failed, "; "))
 	}
-	return nil
+	return shardErr
+}
+
+// changeOnShards makes c's change on the shard of each of its IDs, one
+// shard after another; the error joins each failed shard's, named.
+func (a *app) changeOnShards(ctx context.Context, set shardSet, c byIDs) (changed []int64, skipped []queue.SkippedTask, err error) {
+	order, groups, err := set.byShard(c.ids)
+	if err != nil {
+		return nil, nil, err
+	}
+	var errs []error
+	for _, sc := range order {
+		var (
+			ch []int64
+			sk []queue.SkippedTask
+			e  error
+		)
+		if c.dryRun {
+			e = rolledBack(ctx, sc.pool, func(tx queue.Executor) error {
+				ch, sk, e = c.runTx(ctx, sc.client, tx, groups[sc.n])
+				return e
+			})
+		} else {
+			ch, sk, e = c.run(ctx, sc.client, groups[sc.n])
+		}
+		changed, skipped = append(changed, ch...), append(skipped, sk...)
+		if e != nil {
+			errs = append(errs, fmt.Errorf("shard %d: %w", sc.n, e))
+		}
+	}
+	return changed, skipped, errors.Join(errs...)
 }
 
 // bulk is a change of the tasks a filter selects.
@@ -164,12 +209,18 @@ type bulk struct {
 	dryRun bool
 	yes    bool
 	limit  int // dry run sample
-	run    func(ctx context.Context, progress func(int64)) (int64, error)
-	// after, if set, adds a note once the change is done.
-	after func(ctx context.Context) (string, error)
+	// run makes the change on client's database.
+	run func(ctx context.Context, client *queue.Client, progress func(int64)) (int64, error)
+	// after, if set, adds a note once the change is done on the databases
+	// of clients.
+	after func(ctx context.Context, clients []*queue.Client) (string, error)
 }
 
-func (a *app) changeBulk(ctx context.Context, client *queue.Client, b bulk) error {
+func (a *app) changeBulk(ctx context.Context, set shardSet, b bulk) error {
+	if a.sharded() {
+		return a.changeBulkShards(ctx, set, b)
+	}
+	client := set[0].client
 	n, err := client.Count(ctx, queue.ListFilter{Filter: b.filter})
 	if err != nil {
 		return err
@@ -206,7 +257,7 @@ func (a *app) changeBulk(ctx context.Context, client *queue.Client, b bulk) erro
 			return err
 		}
 		p := a.progress(b.past, n)
-		done, err := b.run(ctx, p.update)
+		done, err := b.run(ctx, client, p.update)
 		p.done()
 		if err != nil {
 			if done > 0 {
@@ -220,7 +271,7 @@ func (a *app) changeBulk(ctx context.Context, client *queue.Client, b bulk) erro
 		}
 	}
 	if b.after != nil {
-		if note, err = b.after(ctx); err != nil {
+		if note, err = b.after(ctx, []*queue.Client{client}); err != nil {
 			return err
 		}
 		if note != "" && !a.json {
@@ -253,6 +304,14 @@ func (f *bulkFlags) open(ctx context.Context, a *app, request error) (*queue.Cli
 		return nil, nil, err
 	}
 	return a.open(ctx)
+}
+
+// openShards is open on every configured shard.
+func (f *bulkFlags) openShards(ctx context.Context, a *app, request error) (shardSet, func(), error) {
+	if err := invalidInput(request, queue.ListFilter{Limit: int(f.limit)}.Validate()); err != nil {
+		return nil, nil, err
+	}
+	return a.openShards(ctx)
 }
 
 func capitalize(s string) string {
@@ -328,14 +387,14 @@ not found); a task already pending is fine.`,
 				req.IDs = ids
 				req.Filter = queue.Filter{Statuses: statuses}
 			}
-			client, done, err := bf.open(cmd.Context(), a, req.Validate())
+			set, done, err := bf.openShards(cmd.Context(), a, req.Validate())
 			if err != nil {
 				return err
 			}
 			defer done()
 
 			if len(ids) > 0 {
-				return a.changeByIDs(cmd.Context(), byIDs{
+				return a.changeByIDs(cmd.Context(), set, byIDs{
 					action: "requeue", past: "requeued", ids: ids, target: queue.StatusPending, dryRun: bf.dryRun,
 					why: func(s queue.Status) string {
 						switch s {
@@ -348,19 +407,23 @@ not found); a task already pending is fine.`,
 						}
 						return string(s) + ", not requeued (only failed and cancelled tasks are)"
 					},
-					run: func(ctx context.Context) ([]int64, []queue.SkippedTask, error) {
+					run: func(ctx context.Context, client *queue.Client, ids []int64) ([]int64, []queue.SkippedTask, error) {
+						req := req
+						req.IDs = ids
 						res, err := client.Requeue(ctx, req)
 						return res.IDs, res.Skipped, err
 					},
-					runTx: func(ctx context.Context, tx queue.Executor) ([]int64, []queue.SkippedTask, error) {
+					runTx: func(ctx context.Context, client *queue.Client, tx queue.Executor, ids []int64) ([]int64, []queue.SkippedTask, error) {
+						req := req
+						req.IDs = ids
 						res, err := client.RequeueTx(ctx, tx, req)
 						return res.IDs, res.Skipped, err
 					},
 				})
 			}
-			return a.changeBulk(cmd.Context(), client, bulk{
+			return a.changeBulk(cmd.Context(), set, bulk{
 				action: "requeue", past: "requeued", filter: f, dryRun: bf.dryRun, yes: bf.yes, limit: int(bf.limit),
-				run: func(ctx context.Context, progress func(int64)) (int64, error) {
+				run: func(ctx context.Context, client *queue.Client, progress func(int64)) (int64, error) {
 					req.Progress = progress
 					res, err := client.Requeue(ctx, req)
 					return res.Requeued, err
@@ -444,14 +507,14 @@ is 3; a task already cancelled is fine.`,
 				req.IDs = ids
 				req.Filter = queue.Filter{}
 			}
-			client, done, err := bf.open(cmd.Context(), a, req.Validate())
+			set, done, err := bf.openShards(cmd.Context(), a, req.Validate())
 			if err != nil {
 				return err
 			}
 			defer done()
 
 			if len(ids) > 0 {
-				return a.changeByIDs(cmd.Context(), byIDs{
+				return a.changeByIDs(cmd.Context(), set, byIDs{
 					action: "cancel", past: "cancelled", ids: ids, target: queue.StatusCancelled,
 					alsoOK: queue.StatusRunning, dryRun: bf.dryRun,
 					why: func(s queue.Status) string {
@@ -466,28 +529,32 @@ is 3; a task already cancelled is fine.`,
 						}
 						return string(s) + ", not cancelled"
 					},
-					run: func(ctx context.Context) ([]int64, []queue.SkippedTask, error) {
-						// One operator change, one audit record: the
-						// running tasks named get their request in the
-						// same call.
+					run: func(ctx context.Context, client *queue.Client, ids []int64) ([]int64, []queue.SkippedTask, error) {
+						// One operator change, one audit record (per
+						// shard): the running tasks named get their
+						// request in the same call.
+						req := req
+						req.IDs = ids
 						req.Running = true
 						res, err := client.Cancel(ctx, req)
 						if err != nil {
 							return nil, nil, err
 						}
-						requestedIDs = res.Requested
+						requestedIDs = append(requestedIDs, res.Requested...)
 						return res.IDs, res.Skipped, nil
 					},
-					runTx: func(ctx context.Context, tx queue.Executor) ([]int64, []queue.SkippedTask, error) {
+					runTx: func(ctx context.Context, client *queue.Client, tx queue.Executor, ids []int64) ([]int64, []queue.SkippedTask, error) {
+						req := req
+						req.IDs = ids
 						res, err := client.CancelTx(ctx, tx, req)
 						return res.IDs, res.Skipped, err
 					},
 					requested: func() []int64 { return requestedIDs },
 				})
 			}
-			return a.changeBulk(cmd.Context(), client, bulk{
+			return a.changeBulk(cmd.Context(), set, bulk{
 				action: "cancel", past: "cancelled", filter: f, dryRun: bf.dryRun, yes: bf.yes, limit: int(bf.limit),
-				run: func(ctx context.Context, progress func(int64)) (int64, error) {
+				run: func(ctx context.Context, client *queue.Client, progress func(int64)) (int64, error) {
 					var cancelled int64
 					if len(sts) > 0 {
 						req.Progress = progress
@@ -501,12 +568,12 @@ is 3; a task already cancelled is fine.`,
 						running := f
 						running.Statuses = nil
 						n, err := client.CancelRunningMatching(ctx, running)
-						requested = n
+						requested += n
 						return cancelled + n, err
 					}
 					return cancelled, nil
 				},
-				after: func(ctx context.Context) (string, error) {
+				after: func(ctx context.Context, clients []*queue.Client) (string, error) {
 					if withRunning {
 						if requested == 0 {
 							return "", nil
@@ -516,9 +583,16 @@ is 3; a task already cancelled is fine.`,
 					}
 					running := f
 					running.Statuses = []queue.Status{queue.StatusRunning}
-					n, err := client.Count(ctx, queue.ListFilter{Filter: running})
-					if err != nil || n == 0 {
-						return "", err
+					var n int64
+					for _, client := range clients {
+						k, err := client.Count(ctx, queue.ListFilter{Filter: running})
+						if err != nil {
+							return "", err
+						}
+						n += k
+					}
+					if n == 0 {
+						return "", nil
 					}
 					return fmt.Sprintf("%s matching the other filters: %s.", plural(n, "task is", "tasks are"), runningNotCancelled), nil
 				},
@@ -579,10 +653,10 @@ Asks for confirmation (--yes skips it; without a terminal it is required).`,
 				fmt.Fprintf(a.env.Stderr, "skiplock: purge: note: this deletes tasks that finished in the last %s; "+
 					"stats' rates and the dashboard's charts count stored tasks, so they will read low\n", short(window))
 			}
-			return a.changeBulk(cmd.Context(), client, bulk{
+			return a.changeBulk(cmd.Context(), shardSet{{client: client, pool: a.pool}}, bulk{
 				action: "purge", past: "purged", dryRun: bf.dryRun, yes: bf.yes, limit: int(bf.limit),
 				filter: queue.Filter{Statuses: sts, Queues: queues, Names: names, FinishedBefore: before},
-				run: func(ctx context.Context, progress func(int64)) (int64, error) {
+				run: func(ctx context.Context, client *queue.Client, progress func(int64)) (int64, error) {
 					req.Progress = progress
 					return client.Purge(ctx, req)
 				},
@@ -613,12 +687,16 @@ code is 3; one already due is fine.`,
   skiplock list --status retrying --queue mail --json | jq -r '.[].id' | xargs skiplock run-now`,
 		Args: atLeastOneID,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ids, client, done, err := a.openWithIDs(cmd.Context(), args)
+			ids, err := parseIDs(args)
+			if err != nil {
+				return err
+			}
+			set, done, err := a.openShards(cmd.Context())
 			if err != nil {
 				return err
 			}
 			defer done()
-			return a.changeByIDs(cmd.Context(), byIDs{
+			return a.changeByIDs(cmd.Context(), set, byIDs{
 				action: "run now", past: "made due now", ids: ids, target: queue.StatusPending,
 				why: func(s queue.Status) string {
 					if s == queue.StatusPending {
@@ -626,7 +704,7 @@ code is 3; one already due is fine.`,
 					}
 					return string(s) + ", not waiting"
 				},
-				run: func(ctx context.Context) ([]int64, []queue.SkippedTask, error) {
+				run: func(ctx context.Context, client *queue.Client, ids []int64) ([]int64, []queue.SkippedTask, error) {
 					res, err := client.RunNow(ctx, ids)
 					return res.IDs, res.Skipped, err
 				},
@@ -651,7 +729,11 @@ is 3.`,
   skiplock delete 42 43 --yes`,
 		Args: atLeastOneID,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ids, client, done, err := a.openWithIDs(cmd.Context(), args)
+			ids, err := parseIDs(args)
+			if err != nil {
+				return err
+			}
+			set, done, err := a.openShards(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -662,7 +744,7 @@ is 3.`,
 					return err
 				}
 			}
-			return a.changeByIDs(cmd.Context(), byIDs{
+			return a.changeByIDs(cmd.Context(), set, byIDs{
 				action: "delete", past: "deleted", ids: ids, dryRun: dryRun,
 				why: func(s queue.Status) string {
 					if s == queue.StatusRunning {
@@ -670,11 +752,11 @@ is 3.`,
 					}
 					return string(s) + ", not deleted"
 				},
-				run: func(ctx context.Context) ([]int64, []queue.SkippedTask, error) {
+				run: func(ctx context.Context, client *queue.Client, ids []int64) ([]int64, []queue.SkippedTask, error) {
 					res, err := client.Delete(ctx, ids)
 					return res.IDs, res.Skipped, err
 				},
-				runTx: func(ctx context.Context, tx queue.Executor) ([]int64, []queue.SkippedTask, error) {
+				runTx: func(ctx context.Context, client *queue.Client, tx queue.Executor, ids []int64) ([]int64, []queue.SkippedTask, error) {
 					res, err := client.DeleteTx(ctx, tx, ids)
 					return res.IDs, res.Skipped, err
 				},
@@ -692,14 +774,4 @@ func atLeastOneID(cmd *cobra.Command, args []string) error {
 		return usageErrorf("name at least one task ID (see `%s --help`)", cmd.CommandPath())
 	}
 	return nil
-}
-
-// openWithIDs reads the task IDs of args, then connects.
-func (a *app) openWithIDs(ctx context.Context, args []string) ([]int64, *queue.Client, func(), error) {
-	ids, err := parseIDs(args)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	client, done, err := a.open(ctx)
-	return ids, client, done, err
 }

@@ -108,9 +108,11 @@ var errNotConfirmed = errors.New("not confirmed; nothing was changed")
 
 // app holds what every command shares: the Env and the global flags.
 type app struct {
-	env         Env
-	databaseURL string
-	json        bool
+	env Env
+	// databaseURLs are the --database-url flags, one a shard of a sharded
+	// queue when there are several.
+	databaseURLs []string
+	json         bool
 	// pool is the pool open connected, for the dry runs' transactions.
 	pool *pgxpool.Pool
 }
@@ -157,7 +159,7 @@ func Run(ctx context.Context, args []string, env Env) int {
 	// Whatever the error quotes, it names no password of the database's
 	// URL (pgx masks it in a URL it cannot parse, but only as well as it
 	// can tell where the password is).
-	msg := connstr.Redact(message(err), a.databaseURL, env.Getenv("DATABASE_URL"))
+	msg := connstr.Redact(message(err), append(slices.Clone(a.databaseURLs), env.Getenv("DATABASE_URL"))...)
 	fmt.Fprintf(env.Stderr, "%s: %s\n", name, oneLine(msg))
 	return code
 }
@@ -167,7 +169,10 @@ func Run(ctx context.Context, args []string, env Env) int {
 // prefixes that wrapped errors repeat.
 func message(err error) string {
 	var noSchema *queue.NoSchemaError
+	var ue *urlError
 	switch {
+	case errors.As(err, &ue):
+		return "--database-url " + ue.url + ": " + message(ue.err)
 	case errors.As(err, &noSchema):
 		// migrate up cannot help until the schema exists.
 		return strings.ReplaceAll(noSchema.Error(), "skiplock: ", "")
@@ -197,7 +202,10 @@ tasks, inspect them, see who holds which task, migrate the schema.
 
 The database comes from --database-url, else the DATABASE_URL environment
 variable. Point at a schema with the standard search_path parameter:
-postgres://user@host/db?search_path=myschema.
+postgres://user@host/db?search_path=myschema. Repeat --database-url for
+each database of a sharded queue: show, list, stats, requeue, cancel,
+run-now, delete, workflow show, batch show and migrate up/status then work
+across the shards.
 
 Exit codes: 0 ok; 1 the operation failed or was not confirmed; 2 bad flags,
 arguments or input (nothing was done); 3 some of the named tasks could not
@@ -216,7 +224,7 @@ be changed (the output lists them).`,
 	}
 	root.SetFlagErrorFunc(flagError)
 	pf := root.PersistentFlags()
-	pf.StringVar(&a.databaseURL, "database-url", "", "PostgreSQL URL (default: $DATABASE_URL); add ?search_path=SCHEMA for a schema other than public")
+	pf.Var(urlsFlag{&a.databaseURLs}, "database-url", "PostgreSQL URL (default: $DATABASE_URL); add ?search_path=SCHEMA for a schema other than public; repeat for each shard of a sharded queue")
 	pf.BoolVar(&a.json, "json", false, "print JSON instead of tables, for scripts")
 
 	root.AddCommand(
@@ -280,10 +288,21 @@ func newCommand(c *cobra.Command) *cobra.Command {
 // connect opens a pool on the database of --database-url or DATABASE_URL.
 // It fails fast, in ConnectTimeout, when the server cannot be reached.
 func (a *app) connect(ctx context.Context) (*pgxpool.Pool, error) {
-	url := a.databaseURL
+	if len(a.databaseURLs) > 1 {
+		return nil, usageErrorf("this command works on one database, and %d --database-url are given: pass one (show, list, stats, requeue, cancel, run-now, delete, workflow show, batch show and migrate up/status work on several shards)", len(a.databaseURLs))
+	}
+	url := ""
+	if len(a.databaseURLs) == 1 {
+		url = a.databaseURLs[0]
+	}
 	if url == "" {
 		url = a.env.Getenv("DATABASE_URL")
 	}
+	return a.connectURL(ctx, url)
+}
+
+// connectURL opens a pool on the database of url, as connect does.
+func (a *app) connectURL(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	if url == "" {
 		return nil, usageErrorf("no database: pass --database-url or set DATABASE_URL (postgres://user@host:5432/dbname)")
 	}
@@ -356,28 +375,41 @@ func (a *app) open(ctx context.Context) (*queue.Client, func(), error) {
 		return nil, nil, err
 	}
 	client := queue.New(pool)
-	info, err := client.Schema(ctx)
-	if err != nil {
+	if err := checkSchema(ctx, client); err != nil {
 		pool.Close()
 		return nil, nil, err
-	}
-	if info.Dirty || info.Version < migrations.Latest {
-		pool.Close()
-		dirty := ""
-		if info.Dirty {
-			dirty = " and dirty (a migration failed part way)"
-		}
-		return nil, nil, fmt.Errorf("schema %q is at version %d%s, this build needs %d: run `skiplock migrate up`",
-			info.Name, info.Version, dirty, migrations.Latest)
 	}
 	a.pool = pool
 	return client, pool.Close, nil
 }
 
+// checkSchema checks that the schema of client is migrated to the version
+// this build needs.
+func checkSchema(ctx context.Context, client *queue.Client) error {
+	info, err := client.Schema(ctx)
+	if err != nil {
+		return err
+	}
+	if info.Dirty || info.Version < migrations.Latest {
+		dirty := ""
+		if info.Dirty {
+			dirty = " and dirty (a migration failed part way)"
+		}
+		return fmt.Errorf("schema %q is at version %d%s, this build needs %d: run `skiplock migrate up`",
+			info.Name, info.Version, dirty, migrations.Latest)
+	}
+	return nil
+}
+
 // rolledBack runs fn in a transaction of the pool open connected, then
 // rolls it back: a dry run of the statements fn sends.
 func (a *app) rolledBack(ctx context.Context, fn func(tx queue.Executor) error) error {
-	tx, err := a.pool.Begin(ctx)
+	return rolledBack(ctx, a.pool, fn)
+}
+
+// rolledBack runs fn in a transaction of pool, then rolls it back.
+func rolledBack(ctx context.Context, pool *pgxpool.Pool, fn func(tx queue.Executor) error) error {
+	tx, err := pool.Begin(ctx)
 	if err != nil {
 		return err
 	}

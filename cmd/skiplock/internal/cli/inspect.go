@@ -87,6 +87,9 @@ large table it takes a moment.`,
   skiplock stats --json | jq '.queues[] | select(.oldest_due_seconds > 60)'`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if a.sharded() {
+				return a.shardedStats(cmd.Context())
+			}
 			client, done, err := a.open(cmd.Context())
 			if err != nil {
 				return err
@@ -120,31 +123,7 @@ large table it takes a moment.`,
 			}
 			tw := table(a.env.Stdout, append([]string{"QUEUE", "STATE", "DUE", "OLDEST DUE", "RETRYING", "SCHEDULED", "RUNNING", "COMPLETED", "FAILED", "CANCELLED"},
 				recentHeads()...)...)
-			line := func(q queue.QueueStats, name string) {
-				state := "active"
-				switch {
-				case q.PausedAt != nil:
-					state = "paused"
-				case name == "(all)":
-					state = ""
-				}
-				oldest := "-"
-				if q.Due > 0 {
-					oldest = short(q.OldestDue)
-				}
-				cells := []any{name, state, count(q.Due), oldest, count(q.Retrying), count(q.Scheduled), count(q.Running), count(q.Completed),
-					count(q.Failed), count(q.Cancelled)}
-				var fails []any
-				for i, w := range q.Recent {
-					if i == 0 {
-						cells = append(cells, count(w.Completed))
-					} else {
-						cells = append(cells, fmt.Sprintf("%.1f", w.PerMinute()))
-					}
-					fails = append(fails, fmt.Sprintf("%.0f%%", 100*w.FailureRate()))
-				}
-				row(tw, append(cells, fails...)...)
-			}
+			line := func(q queue.QueueStats, name string) { row(tw, statsCells(q, name)...) }
 			for _, q := range s.Queues {
 				line(q, q.Queue)
 			}
@@ -172,6 +151,33 @@ large table it takes a moment.`,
 			return a.printLimits(limits, false)
 		},
 	})
+}
+
+// statsCells is the row of stats' table for q, named name.
+func statsCells(q queue.QueueStats, name string) []any {
+	state := "active"
+	switch {
+	case q.PausedAt != nil:
+		state = "paused"
+	case name == "(all)":
+		state = ""
+	}
+	oldest := "-"
+	if q.Due > 0 {
+		oldest = short(q.OldestDue)
+	}
+	cells := []any{name, state, count(q.Due), oldest, count(q.Retrying), count(q.Scheduled), count(q.Running), count(q.Completed),
+		count(q.Failed), count(q.Cancelled)}
+	var fails []any
+	for i, w := range q.Recent {
+		if i == 0 {
+			cells = append(cells, count(w.Completed))
+		} else {
+			cells = append(cells, fmt.Sprintf("%.1f", w.PerMinute()))
+		}
+		fails = append(fails, fmt.Sprintf("%.0f%%", 100*w.FailureRate()))
+	}
+	return append(cells, fails...)
 }
 
 // recentHeads heads the columns of the recent windows (queue.StatsWindows):

@@ -98,6 +98,9 @@ database role needs.`,
 			Example: `  skiplock migrate up`,
 			Args:    noArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
+				if a.sharded() {
+					return a.migrateShards(cmd.Context(), true)
+				}
 				pool, err := a.connect(cmd.Context())
 				if err != nil {
 					return err
@@ -129,6 +132,9 @@ It changes nothing.`,
   skiplock migrate status --json | jq .up_to_date`,
 			Args: noArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
+				if a.sharded() {
+					return a.migrateShards(cmd.Context(), false)
+				}
 				pool, err := a.connect(cmd.Context())
 				if err != nil {
 					return err

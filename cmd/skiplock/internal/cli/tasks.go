@@ -2,11 +2,13 @@ package cli
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -18,6 +20,8 @@ import (
 
 // taskJSON is a task as --json prints it.
 type taskJSON struct {
+	// Shard is the task's shard, when several are configured.
+	Shard  *int         `json:"shard,omitempty"`
 	ID     int64        `json:"id"`
 	Queue  string       `json:"queue"`
 	Name   string       `json:"name"`
@@ -123,6 +127,31 @@ func printTasks(w io.Writer, tasks []*queue.Task) {
 			ago(t.CreatedAt)+" ago", when(t), clip(t.LastError(), 60))
 	}
 	tw.Flush()
+}
+
+// printTasks writes tasks as a table, with the shard of each when several
+// are configured.
+func (a *app) printTasks(w io.Writer, tasks []*queue.Task) {
+	if !a.sharded() {
+		printTasks(w, tasks)
+		return
+	}
+	tw := table(w, "SHARD", "ID", "QUEUE", "NAME", "STATUS", "ATTEMPTS", "CREATED", "WHEN", "LAST ERROR")
+	for _, t := range tasks {
+		row(tw, queue.ShardOf(t.ID), t.ID, t.Queue, t.Name, stateLabel(t), fmt.Sprintf("%d/%d", t.Attempt, t.MaxAttempts),
+			ago(t.CreatedAt)+" ago", when(t), clip(t.LastError(), 60))
+	}
+	tw.Flush()
+}
+
+// toJSON is toJSON with the task's shard when several are configured.
+func (a *app) toJSON(t *queue.Task) taskJSON {
+	out := toJSON(t)
+	if a.sharded() {
+		n := queue.ShardOf(t.ID)
+		out.Shard = &n
+	}
+	return out
 }
 
 // stateLabel is a task's state for a table: a failed task says whether it
@@ -273,19 +302,28 @@ kinds of pending task; retrying and scheduled select one.`,
 			if err := invalidInput(lf.Validate()); err != nil {
 				return err
 			}
-			client, done, err := a.open(cmd.Context())
+			set, done, err := a.openShards(cmd.Context())
 			if err != nil {
 				return err
 			}
 			defer done()
-			tasks, err := client.List(cmd.Context(), lf)
-			if err != nil {
-				return err
+			var tasks []*queue.Task
+			for _, c := range set {
+				page, err := c.client.List(cmd.Context(), lf)
+				if err != nil {
+					return shardError(a, c, err)
+				}
+				tasks = append(tasks, page...)
+			}
+			if a.sharded() {
+				// Newest first across shards: by ID, as on one.
+				slices.SortFunc(tasks, func(x, y *queue.Task) int { return cmp.Compare(y.ID, x.ID) })
+				tasks = tasks[:min(len(tasks), int(limit))]
 			}
 			if a.json {
 				out := make([]taskJSON, len(tasks))
 				for i, t := range tasks {
-					out[i] = toJSON(t)
+					out[i] = a.toJSON(t)
 				}
 				return a.printJSON(out)
 			}
@@ -293,7 +331,7 @@ kinds of pending task; retrying and scheduled select one.`,
 				fmt.Fprintln(a.env.Stdout, "No tasks match.")
 				return nil
 			}
-			printTasks(a.env.Stdout, tasks)
+			a.printTasks(a.env.Stdout, tasks)
 			if len(tasks) == int(limit) {
 				fmt.Fprintf(a.env.Stdout, "(first %d; more with --before %d or --limit)\n", limit, tasks[len(tasks)-1].ID)
 			}
@@ -319,7 +357,11 @@ error, worker, host and pid, and, while it runs, who holds its advisory lock
   skiplock show 42 --json | jq '.attempts[-1].error'`,
 		Args: exactArgs(1, "show needs one task ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ids, client, done, err := a.openWithIDs(cmd.Context(), args)
+			ids, err := parseIDs(args)
+			if err != nil {
+				return err
+			}
+			client, done, err := a.openFor(cmd.Context(), "task", ids[0])
 			if err != nil {
 				return err
 			}

@@ -63,7 +63,11 @@ how many of them have not completed; a cancelled one, why.`,
   skiplock workflow show 7 --json | jq '.tasks[] | select(.state == "failed")'`,
 		Args: exactArgs(1, "workflow show needs one workflow ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ids, client, done, err := a.openWithIDs(cmd.Context(), args)
+			ids, err := parseIDs(args)
+			if err != nil {
+				return err
+			}
+			client, done, err := a.openFor(cmd.Context(), "workflow", ids[0])
 			if err != nil {
 				return err
 			}
