@@ -96,6 +96,18 @@ type Options struct {
 	// queue gets a queue.Limit with this Max (Client.SetLimit). 0 sets
 	// none. Defaults to [0].
 	Limits []int
+	// Shards, when set, makes the throughput workload work its backlog in
+	// fresh databases instead of a fresh schema, one case per value: 0 is
+	// the plain baseline (one database, queue.Client and worker.New), n is
+	// n databases stamped 1..n (migrations.SetShard), the backlog spread
+	// evenly through a queue.ShardedClient and worked by one worker process
+	// running worker.NewSharded over them. Each database is created,
+	// migrated and dropped by the run.
+	Shards []int
+	// ShardServers are the server URLs the databases of Shards are created
+	// on, shard i on server (i-1) mod len; the connecting role needs
+	// CREATEDB. Defaults to DatabaseURL's server.
+	ShardServers []string
 	// WorkflowSize is how many tasks each workflow of the workflow workload
 	// has: a root, WorkflowSize-2 tasks that depend on it (fan-out) and a
 	// final task that depends on all of those (fan-in). Every value of
@@ -181,6 +193,9 @@ type Options struct {
 	// creates (the tests check that each is dropped, whatever else runs on
 	// the server).
 	schemaMade func(name string)
+	// databaseMade, when set, is told the name of every database the run
+	// creates (Shards).
+	databaseMade func(name string)
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -266,6 +281,11 @@ func (o Options) withDefaults() (Options, error) {
 			check(n%o.WorkflowSize == 0, "workflow: tasks (%d) must be a multiple of the workflow size (%d)", n, o.WorkflowSize)
 		}
 	}
+	for _, n := range o.Shards {
+		check(n >= 0 && n <= 32767, "shards must be 0 (plain) to 32767, got %d", n)
+	}
+	check(len(o.Shards) == 0 || slices.Contains(o.Workloads, WorkloadThroughput), "shards apply to the throughput workload, which is not selected")
+	check(len(o.ShardServers) == 0 || len(o.Shards) > 0, "shard servers given without shards")
 	for _, n := range o.Procs {
 		check(n > 0, "procs must be positive, got %d", n)
 	}

@@ -65,6 +65,22 @@ type workerSpec struct {
 	// RateLimits are the worker's Config.RateLimits (the rate-key
 	// workload's).
 	RateLimits []worker.RateLimit `json:"rate_limits,omitempty"`
+	// Databases, when set, replace URL and Schema: the databases to work,
+	// by shard number. Shard 0 alone is one database worked by
+	// worker.New; shards 1 and up are worked by one worker.NewSharded.
+	Databases map[int]shardDB `json:"databases,omitempty"`
+}
+
+// shardDB is a database on a server: the server's URL and the database
+// name that replaces the URL's.
+type shardDB struct {
+	URL      string `json:"url"`
+	Database string `json:"database"`
+}
+
+// runner is a worker.Worker or a worker.ShardedWorker.
+type runner interface {
+	Run(ctx context.Context, handlers worker.Handlers) error
 }
 
 // workerProcess is the child's side: a worker with default settings (but
@@ -74,26 +90,56 @@ func workerProcess(ctx context.Context, stdin io.Reader, stdout, stderr io.Write
 	if err := json.Unmarshal([]byte(os.Getenv(workerEnv)), &spec); err != nil {
 		return fmt.Errorf("worker process: %s: %w", workerEnv, err)
 	}
-	cfg, err := pgxpool.ParseConfig(spec.URL)
-	if err != nil {
-		return err
-	}
-	cfg.ConnConfig.RuntimeParams["search_path"] = spec.Schema
-	if len(spec.Settings)+len(spec.LockSettings) > 0 {
-		cfg.ConnConfig.AfterConnect = applySettings(spec.Settings, spec.LockSettings)
-	}
 	var stats *queryStats
 	if spec.Trace {
 		stats = newQueryStats()
-		cfg.ConnConfig.Tracer = stats
 	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return err
+	openPool := func(url, database, schema string) (*pgxpool.Pool, error) {
+		cfg, err := pgxpool.ParseConfig(url)
+		if err != nil {
+			return nil, err
+		}
+		if database != "" {
+			cfg.ConnConfig.Database = database
+		}
+		if schema != "" {
+			cfg.ConnConfig.RuntimeParams["search_path"] = schema
+		}
+		if len(spec.Settings)+len(spec.LockSettings) > 0 {
+			cfg.ConnConfig.AfterConnect = applySettings(spec.Settings, spec.LockSettings)
+		}
+		if stats != nil {
+			cfg.ConnConfig.Tracer = stats
+		}
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		if err := pool.Ping(ctx); err != nil {
+			pool.Close()
+			return nil, err
+		}
+		return pool, nil
 	}
-	defer pool.Close()
-	if err := pool.Ping(ctx); err != nil {
-		return err
+	pools := map[int]*pgxpool.Pool{}
+	defer func() {
+		for _, p := range pools {
+			p.Close()
+		}
+	}()
+	if len(spec.Databases) == 0 {
+		pool, err := openPool(spec.URL, "", spec.Schema)
+		if err != nil {
+			return err
+		}
+		pools[0] = pool
+	}
+	for n, db := range spec.Databases {
+		pool, err := openPool(db.URL, db.Database, "")
+		if err != nil {
+			return fmt.Errorf("shard %d: %w", n, err)
+		}
+		pools[n] = pool
 	}
 
 	var done, first atomic.Int64 // first: nanoseconds from Run's call to the first handler
@@ -104,13 +150,23 @@ func workerProcess(ctx context.Context, stdin io.Reader, stdout, stderr io.Write
 		}
 		return nil
 	}}
-	w := worker.New(pool, worker.Config{
+	wcfg := worker.Config{
 		Mode:            workerMode(spec.Mode),
 		Concurrency:     spec.Concurrency,
 		RateLimits:      spec.RateLimits,
 		DeleteCompleted: spec.DeleteCompleted,
 		Logger:          slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	})
+	}
+	var w runner
+	if pool, ok := pools[0]; ok && len(pools) == 1 {
+		w = worker.New(pool, wcfg)
+	} else {
+		sw, err := worker.NewSharded(pools, wcfg)
+		if err != nil {
+			return err
+		}
+		w = sw
+	}
 
 	var outMu sync.Mutex
 	say := func(format string, args ...any) {
@@ -152,7 +208,7 @@ func workerProcess(ctx context.Context, stdin io.Reader, stdout, stderr io.Write
 		})
 	}()
 	runAt = time.Now()
-	err = w.Run(runCtx, handlers)
+	err := w.Run(runCtx, handlers)
 	stopReport()
 	if stats != nil {
 		outMu.Lock()

@@ -27,6 +27,7 @@ Examples:
   skiplock-bench --runs 3 --workload throughput --tasks 100000,1000000
   skiplock-bench --runs 3 --workload throughput --tasks 100000 --limit 0,1000000   # without and with a limit
   skiplock-bench --runs 3 --workload throughput,workflow --tasks 100000            # 1,000 workflows of 100
+  skiplock-bench --runs 2 --workload throughput --tasks 50000 --shards 0,1,2,3   # plain, then over 1, 2, 3 shards
   skiplock-bench --workload scaling --procs 1,2,4 --concurrency 10,100,1000 --svg docs
   skiplock-bench --workload latency --rate 50,500 --json
   skiplock-bench --workload sustained --duration 10m --rate-sustained 5000
@@ -43,7 +44,9 @@ with a one-row INSERT, then by a batch handler of 100 with one multi-row
 INSERT), rate-key (--rate-key-backlog tasks for each of 5 keys under a
 per-key rate limit of 10/s, worked by 3 worker processes: the rate each key
 gets), sustained and pinned (they take minutes; pinned holds the server's xmin
-horizon back for --pin, so give it a server of its own). With --runs > 1,
+horizon back for --pin, so give it a server of its own). With --shards,
+throughput works its backlog in fresh databases, one case per shard count
+(0: the plain baseline). With --runs > 1,
 the runs of the throughput and workflow cases alternate, so that a shared
 machine's drift skews them alike.
 
@@ -76,6 +79,8 @@ func Command(ctx context.Context, self, args []string, stdout, stderr io.Writer)
 	conc := fs.String("concurrency", "0", "worker Concurrency `values` for throughput, workflow and scaling, comma-separated; 0 is the default (sized by the round trip, 500 on a local network)")
 	procs := fs.String("procs", "1,2", "worker process `counts` for scaling, comma-separated")
 	limits := fs.String("limit", "0", "throughput: cluster-wide concurrency `limits` (queue.SetLimit on the bench's queue, before the workers start), comma-separated; 0 sets none")
+	shards := fs.String("shards", "", "throughput over shards: shard `counts`, comma-separated, one case each, their runs alternating; each case works the backlog in fresh databases (created, migrated, dropped): 0 is the plain baseline (one database, queue.Client and worker.New), n is n databases stamped 1..n, the backlog spread evenly through a queue.ShardedClient and worked by one worker process running worker.NewSharded")
+	shardServers := fs.String("shard-servers", "", "with --shards: server `URLs`, comma-separated, to create the shards' databases on (shard i on server (i-1) mod count; needs CREATEDB); default: the --database-url server")
 	fs.IntVar(&o.WorkflowSize, "workflow-size", DefaultWorkflowSize, "workflow: tasks per workflow; --tasks must be a multiple of it")
 	settings := fs.String("worker-setting", "", "experiment: `name=value,...` server settings SET on every worker connection")
 	lockSettings := fs.String("lock-session-setting", "", "experiment: `name=value,...` server settings SET on the worker's lock session only")
@@ -130,11 +135,14 @@ func Command(ctx context.Context, self, args []string, stdout, stderr io.Writer)
 	var err error
 	o.Workloads = splitList(*workloads)
 	o.WorkerSettings, o.LockSessionSettings = splitList(*settings), splitList(*lockSettings)
+	o.ShardServers = splitList(*shardServers)
 	if o.Tasks, err = intList(*tasks); err == nil {
 		if o.Concurrency, err = intList(*conc); err == nil {
 			if o.Procs, err = intList(*procs); err == nil {
 				if o.Limits, err = intList(*limits); err == nil {
-					o.Rates, err = floatList(*rates)
+					if o.Rates, err = floatList(*rates); err == nil {
+						o.Shards, err = intList(*shards)
+					}
 				}
 			}
 		}

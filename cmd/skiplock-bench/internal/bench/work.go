@@ -452,7 +452,9 @@ func (s *schema) busy(ctx context.Context) (bool, error) {
 // cases whose runs alternate: a side by side from the same run.
 func (b *bencher) backlogs(ctx context.Context) error {
 	var cases []benchCase
-	if slices.Contains(b.opts.Workloads, WorkloadThroughput) {
+	if slices.Contains(b.opts.Workloads, WorkloadThroughput) && len(b.opts.Shards) > 0 {
+		cases = b.shardCases()
+	} else if slices.Contains(b.opts.Workloads, WorkloadThroughput) {
 		cases = b.backlogCases(WorkloadThroughput, workCase{}, b.opts.Limits, func(c workCase, ms []measure) {
 			// The targets are the claim's, with no limit set.
 			if c.concurrency != 0 || c.limit != 0 {
