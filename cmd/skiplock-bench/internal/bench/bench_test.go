@@ -145,6 +145,69 @@ func TestRunTable(t *testing.T) {
 	}
 }
 
+// TestShards runs the throughput workload over shards at a tiny size: the
+// plain baseline and 1 and 2 shards each complete their backlog (the run
+// checks every database's count) and report a throughput, and every
+// database the run made is dropped.
+func TestShards(t *testing.T) {
+	var out, progress bytes.Buffer
+	var mu sync.Mutex
+	var made []string
+	err := Run(context.Background(), Options{
+		DatabaseURL: pgtest.Server(t).URL,
+		Workloads:   []string{WorkloadThroughput},
+		Tasks:       []int{301},
+		Shards:      []int{0, 1, 2},
+		JSON:        true,
+		Self:        []string{os.Args[0]},
+		Progress:    &progress,
+		databaseMade: func(name string) {
+			mu.Lock()
+			defer mu.Unlock()
+			made = append(made, name)
+		},
+	}, &out)
+	if err != nil {
+		t.Fatalf("Run: %v\nprogress:\n%s", err, progress.String())
+	}
+	var report Report
+	if err := json.Unmarshal(out.Bytes(), &report); err != nil {
+		t.Fatalf("report is not JSON: %v\n%s", err, out.String())
+	}
+	var cases []string
+	for _, r := range report.Results {
+		if r.Metric != "throughput" {
+			continue
+		}
+		cases = append(cases, r.Case)
+		if !(r.Median > 0) {
+			t.Errorf("%s: throughput %v", r.Case, r.Median)
+		}
+	}
+	if want := []string{"tasks=301 plain", "tasks=301 shards=1", "tasks=301 shards=2"}; !slices.Equal(cases, want) {
+		t.Errorf("cases %v, want %v", cases, want)
+	}
+	if len(made) != 4 { // plain 1, shards=1 1, shards=2 2
+		t.Errorf("%d databases made, want 4: %v", len(made), made)
+	}
+	pool, err := pgxpool.New(context.Background(), pgtest.Server(t).URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	var left []string
+	rows, err := pool.Query(context.Background(), "SELECT datname FROM pg_database WHERE datname = ANY($1)", made)
+	if err == nil {
+		left, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range left {
+		t.Errorf("database %s left behind", name)
+	}
+}
+
 // schemaLog records the schemas a run makes, so that a test can check
 // each was dropped however many other benches share the server.
 type schemaLog struct {
@@ -223,6 +286,10 @@ func TestCommandBadInput(t *testing.T) {
 		{"--workload", "workflow", "--tasks", "1050"},
 		{"--workload", "workflow", "--workflow-size", "2"},
 		{"extra"},
+		{"--workload", "throughput", "--shards", "-1"},
+		{"--workload", "throughput", "--shards", "one"},
+		{"--workload", "latency", "--shards", "1"},
+		{"--workload", "throughput", "--shard-servers", "postgres://x"},
 	} {
 		var stdout, stderr bytes.Buffer
 		if code := Command(context.Background(), nil, args, &stdout, &stderr); code != 2 {
