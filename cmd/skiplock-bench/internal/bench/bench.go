@@ -286,6 +286,8 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	check(len(o.Shards) == 0 || slices.Contains(o.Workloads, WorkloadThroughput), "shards apply to the throughput workload, which is not selected")
 	check(len(o.ShardServers) == 0 || len(o.Shards) > 0, "shard servers given without shards")
+	check(len(o.Shards) == 0 || (!o.Trace && o.CPUProfile == "" && !slices.ContainsFunc(o.Limits, func(n int) bool { return n != 0 })),
+		"shards cannot be combined with trace, cpuprofile or limit")
 	for _, n := range o.Procs {
 		check(n > 0, "procs must be positive, got %d", n)
 	}

@@ -290,6 +290,7 @@ func TestCommandBadInput(t *testing.T) {
 		{"--workload", "throughput", "--shards", "one"},
 		{"--workload", "latency", "--shards", "1"},
 		{"--workload", "throughput", "--shard-servers", "postgres://x"},
+		{"--workload", "throughput", "--shards", "1", "--limit", "10"},
 	} {
 		var stdout, stderr bytes.Buffer
 		if code := Command(context.Background(), nil, args, &stdout, &stderr); code != 2 {
