@@ -99,22 +99,32 @@ func (c *Client) Stats(ctx context.Context) (*Stats, error) {
 			},
 		}
 		s.Queues = append(s.Queues, q)
-		total.Pending += q.Pending
-		total.Running += q.Running
-		total.Completed += q.Completed
-		total.Failed += q.Failed
-		total.Cancelled += q.Cancelled
-		total.Due += q.Due
-		total.Retrying += q.Retrying
-		total.Scheduled += q.Scheduled
-		total.OldestDue = max(total.OldestDue, q.OldestDue)
-		for i := range total.Recent {
-			total.Recent[i].Completed += q.Recent[i].Completed
-			total.Recent[i].Failed += q.Recent[i].Failed
-		}
+		total.Add(q)
 	}
 	s.Total = total
 	return s, nil
+}
+
+// Add adds q's counts to s, as Stats.Total adds up its queues (and as the
+// totals of several shards add up): counts and windows add, the oldest due
+// wait is the longer of the two.
+func (s *QueueStats) Add(q QueueStats) {
+	s.Pending += q.Pending
+	s.Running += q.Running
+	s.Completed += q.Completed
+	s.Failed += q.Failed
+	s.Cancelled += q.Cancelled
+	s.Due += q.Due
+	s.Retrying += q.Retrying
+	s.Scheduled += q.Scheduled
+	s.OldestDue = max(s.OldestDue, q.OldestDue)
+	for i, w := range q.Recent {
+		if i >= len(s.Recent) {
+			s.Recent = append(s.Recent, WindowStats{Window: w.Window})
+		}
+		s.Recent[i].Completed += w.Completed
+		s.Recent[i].Failed += w.Failed
+	}
 }
 
 // Unhandled counts the pending tasks of one name in one queue that no live

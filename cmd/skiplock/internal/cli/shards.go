@@ -178,27 +178,6 @@ func shardError(a *app, c shardConn, err error) error {
 	return fmt.Errorf("shard %d: %w", c.n, err)
 }
 
-// addStats adds q's counts to sum: counts and windows add up, the oldest
-// due wait is the longest.
-func addStats(sum *queue.QueueStats, q queue.QueueStats) {
-	sum.Pending += q.Pending
-	sum.Running += q.Running
-	sum.Completed += q.Completed
-	sum.Failed += q.Failed
-	sum.Cancelled += q.Cancelled
-	sum.Due += q.Due
-	sum.Retrying += q.Retrying
-	sum.Scheduled += q.Scheduled
-	sum.OldestDue = max(sum.OldestDue, q.OldestDue)
-	for i, w := range q.Recent {
-		if i >= len(sum.Recent) {
-			sum.Recent = append(sum.Recent, queue.WindowStats{Window: w.Window})
-		}
-		sum.Recent[i].Completed += w.Completed
-		sum.Recent[i].Failed += w.Failed
-	}
-}
-
 // shardStatsJSON is one shard of `stats --json` with several shards.
 type shardStatsJSON struct {
 	Shard     int             `json:"shard"`
@@ -231,7 +210,7 @@ func (a *app) shardedStats(ctx context.Context) error {
 			return fmt.Errorf("shard %d: %w", c.n, err)
 		}
 		stats[c.n], unh[c.n] = s, u
-		addStats(&total, s.Total)
+		total.Add(s.Total)
 		o := shardStatsJSON{Shard: c.n, Queues: make([]statsJSON, len(s.Queues)), Total: toStatsJSON(s.Total), Unhandled: make([]unhandledJSON, len(u))}
 		for i, q := range s.Queues {
 			o.Queues[i] = toStatsJSON(q)
