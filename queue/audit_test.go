@@ -243,8 +243,8 @@ func TestAuditFailureFailsTheChange(t *testing.T) {
 	if err := c.PauseQueue(ctx, "mail"); err == nil {
 		t.Fatal("PauseQueue succeeded without its audit record")
 	}
-	if paused, err := c.PausedQueues(ctx); err != nil || len(paused) != 0 {
-		t.Fatalf("paused %v (%v) without a record", paused, err)
+	if stats, err := c.Stats(ctx); err != nil || len(stats.Queues) != 1 || stats.Queues[0].PausedAt != nil {
+		t.Fatalf("stats %+v (%v): paused without a record", stats, err)
 	}
 	done := insert(t, pool, "mail", "send", queue.StatusCompleted, 1, 3, `[]`)
 	if n, err := c.Purge(ctx, queue.PurgeRequest{FinishedBefore: time.Now().Add(time.Hour)}); err == nil || n != 0 {

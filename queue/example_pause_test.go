@@ -19,14 +19,23 @@ func ExampleClient_PauseQueue() {
 	pool, cleanup := pgtest.ExamplePool()
 	defer cleanup()
 	q := queue.New(pool)
+	// The paused queues, as Stats shows them.
+	paused := func() (names []string) {
+		stats, _ := q.Stats(ctx)
+		for _, s := range stats.Queues {
+			if s.PausedAt != nil {
+				names = append(names, s.Queue)
+			}
+		}
+		return names
+	}
 
 	if err := q.PauseQueue(ctx, "reports"); err != nil {
 		fmt.Println(err)
 		return
 	}
 	id, _ := q.Enqueue(ctx, "report.build", nil, queue.WithQueue("reports"))
-	paused, _ := q.PausedQueues(ctx)
-	fmt.Println("paused:", paused[0].Name)
+	fmt.Println("paused:", paused())
 
 	ran := make(chan struct{})
 	w := worker.New(pool, worker.Config{
@@ -52,9 +61,8 @@ func ExampleClient_PauseQueue() {
 	stop() // graceful: the outcome is written before Run returns
 	<-finished
 	task, _ := q.Get(ctx, id)
-	paused, _ = q.PausedQueues(ctx)
-	fmt.Println("after resume:", task.Status, len(paused), "paused")
+	fmt.Println("after resume:", task.Status, len(paused()), "paused")
 	// Output:
-	// paused: reports
+	// paused: [reports]
 	// after resume: completed 0 paused
 }

@@ -9,9 +9,9 @@ import (
 	"github.com/skiplock/skiplock/internal/pgerr"
 )
 
-// Reading tasks: List, Count and the task names to filter by.
+// Reading tasks: List, and counting them for the operator tools.
 
-// Defaults and limits of List and Count.
+// Defaults and limits of List.
 const (
 	// DefaultListLimit is how many tasks List returns when Limit is zero.
 	DefaultListLimit = 50
@@ -19,7 +19,7 @@ const (
 	MaxListLimit = 10000
 )
 
-// ListFilter selects tasks for List and Count.
+// ListFilter selects tasks for List.
 type ListFilter struct {
 	Filter
 	// IDs keeps only these tasks.
@@ -30,10 +30,10 @@ type ListFilter struct {
 	// StatusPending in Statuses every pending task matches anyway.
 	Phases []Phase
 	// Limit bounds how many tasks List returns. Defaults to
-	// DefaultListLimit (50), at most MaxListLimit (10,000). Count ignores it.
+	// DefaultListLimit (50), at most MaxListLimit (10,000).
 	Limit int
 	// BeforeID keeps tasks with smaller IDs: pass the last ID of a page to
-	// get the next one. Count ignores it.
+	// get the next one.
 	BeforeID int64
 	// Sequence keeps the tasks of this sequence (WithSequence).
 	Sequence string
@@ -141,8 +141,9 @@ func (c *Client) list(ctx context.Context, exec db.DBTX, f ListFilter) ([]*Task,
 	return tasks, nil
 }
 
-// Count returns how many tasks match f (its Limit and BeforeID aside).
-func (c *Client) Count(ctx context.Context, f ListFilter) (int64, error) {
+// count returns how many tasks match f (its Limit and BeforeID aside), for
+// the operator tools (internal/ops.Count, through internal/clientaccess).
+func (c *Client) count(ctx context.Context, f ListFilter) (int64, error) {
 	statuses, waits, err := f.selection("count")
 	if err != nil {
 		return 0, err
@@ -172,18 +173,4 @@ func (c *Client) Count(ctx context.Context, f ListFilter) (int64, error) {
 		return 0, fmt.Errorf("counting tasks: %w", err)
 	}
 	return n, nil
-}
-
-// recentNamesScan is how many of the newest tasks TaskNames reads.
-const recentNamesScan = 10000
-
-// TaskNames lists the distinct task names among the newest
-// recentNamesScan tasks, sorted: the names a filter is likely to want,
-// at a cost that does not grow with the table.
-func (c *Client) TaskNames(ctx context.Context) ([]string, error) {
-	names, err := c.queries.TaskNamesRecent(ctx, c.exec, recentNamesScan)
-	if err != nil {
-		return nil, fmt.Errorf("listing task names: %w", err)
-	}
-	return names, nil
 }

@@ -37,9 +37,9 @@ var (
 	ErrDuplicate = errors.New("skiplock: duplicate task")
 )
 
-// NoSchemaError is returned (wrapping migrations.ErrNotMigrated) by Client.Schema,
-// migrations.Up and a starting worker when no schema of the search_path
-// exists: it names the schema to create.
+// NoSchemaError is returned (wrapping migrations.ErrNotMigrated) by the
+// client's calls, migrations.Up and a starting worker when no schema of the
+// search_path exists: it names the schema to create.
 type NoSchemaError = pgerr.NoSchemaError
 
 // DuplicateError reports a task that was not inserted because another task

@@ -3,7 +3,6 @@ package queue
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/skiplock/skiplock/db"
 	"github.com/skiplock/skiplock/internal/pgerr"
@@ -49,70 +48,4 @@ func (c *Client) ResumeQueue(ctx context.Context, name string) error {
 		return fmt.Errorf("resuming queue %q: %w", name, err)
 	}
 	return nil
-}
-
-// PausedQueue is a paused queue and since when.
-type PausedQueue struct {
-	Name     string
-	PausedAt time.Time
-}
-
-// PausedQueues lists the paused queues.
-func (c *Client) PausedQueues(ctx context.Context) ([]PausedQueue, error) {
-	rows, err := c.queries.QueueListPaused(ctx, c.exec)
-	if err != nil {
-		return nil, fmt.Errorf("listing paused queues: %w", err)
-	}
-	out := make([]PausedQueue, 0, len(rows))
-	for _, r := range rows {
-		out = append(out, PausedQueue{Name: r.Name, PausedAt: derefTime(r.PausedAt)})
-	}
-	return out, nil
-}
-
-// QueueInfo is a known queue: its backlog and whether it is paused.
-type QueueInfo struct {
-	Name string
-	// Pending counts every pending task: Due + Retrying + Scheduled.
-	Pending   int64
-	Due       int64
-	Retrying  int64
-	Scheduled int64
-	// OldestDue is how long the oldest due task has waited past its run
-	// time; zero when none is due.
-	OldestDue time.Duration
-	Running   int64
-	Failed    int64
-	// PausedAt is when the queue was paused; nil when it is not.
-	PausedAt *time.Time
-}
-
-// Queues lists the known queues by name: every queue that has tasks, in any
-// status, or that was ever paused. It reads indexes whose size is the
-// backlog, not the table's history, so it is cheap enough to call often.
-func (c *Client) Queues(ctx context.Context) ([]QueueInfo, error) {
-	rows, err := c.queries.QueueList(ctx, c.exec)
-	if err != nil {
-		return nil, fmt.Errorf("listing queues: %w", err)
-	}
-	out := make([]QueueInfo, len(rows))
-	for i, r := range rows {
-		out[i] = QueueInfo{
-			Name: r.Queue, Pending: r.Pending, Due: r.Due, Retrying: r.Retrying, Scheduled: r.Scheduled,
-			OldestDue: seconds(r.OldestDueSeconds), Running: r.Running, Failed: r.Failed, PausedAt: r.PausedAt,
-		}
-	}
-	return out, nil
-}
-
-// QueueExists reports whether a queue is known: it has tasks, in any
-// status, or was paused once. PauseQueue does not ask (a queue may be
-// paused before its first task); operator tools do, so that a typo does not
-// pause a queue nobody uses.
-func (c *Client) QueueExists(ctx context.Context, name string) (bool, error) {
-	known, err := c.queries.QueueKnown(ctx, c.exec, name)
-	if err != nil {
-		return false, fmt.Errorf("looking up queue %q: %w", name, err)
-	}
-	return known, nil
 }

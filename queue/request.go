@@ -189,13 +189,6 @@ func deref[T any](p *T) T {
 	return *p
 }
 
-func derefTime(t *time.Time) time.Time {
-	if t == nil {
-		return time.Time{}
-	}
-	return *t
-}
-
 // ChangeResult reports what a change of named tasks did.
 type ChangeResult struct {
 	// IDs lists the changed tasks, in order.

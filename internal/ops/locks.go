@@ -1,4 +1,4 @@
-package queue
+package ops
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/skiplock/skiplock/db"
 	"github.com/skiplock/skiplock/internal/schema"
+	"github.com/skiplock/skiplock/queue"
 )
 
 // Who holds what: the task advisory locks (Locks, LockHolder) and the
@@ -43,22 +44,22 @@ type TaskLock struct {
 
 // Locks lists the task locks held now, oldest task first: which session,
 // client and worker holds each running task.
-func (c *Client) Locks(ctx context.Context) ([]TaskLock, error) {
-	return c.locks(ctx, 0)
+func Locks(ctx context.Context, c *queue.Client) ([]TaskLock, error) {
+	return locks(ctx, c, 0)
 }
 
 // LockHolder returns the lock of the task with the given ID, or nil when
 // nobody holds it (the task is not running, or its worker's session is
 // gone and the rescuer has yet to notice).
-func (c *Client) LockHolder(ctx context.Context, id int64) (*TaskLock, error) {
+func LockHolder(ctx context.Context, c *queue.Client, id int64) (*TaskLock, error) {
 	if id <= 0 {
-		return nil, fmt.Errorf("%w: task ID %d is not positive", ErrInvalidRequest, id)
+		return nil, fmt.Errorf("%w: task ID %d is not positive", queue.ErrInvalidRequest, id)
 	}
-	locks, err := c.locks(ctx, id)
+	held, err := locks(ctx, c, id)
 	if err != nil {
 		return nil, err
 	}
-	for _, l := range locks {
+	for _, l := range held {
 		if l.TaskID == id {
 			return &l, nil
 		}
@@ -66,12 +67,12 @@ func (c *Client) LockHolder(ctx context.Context, id int64) (*TaskLock, error) {
 	return nil, nil
 }
 
-func (c *Client) locks(ctx context.Context, taskID int64) ([]TaskLock, error) {
-	info, err := schema.Read(ctx, c.pool)
+func locks(ctx context.Context, c *queue.Client, taskID int64) ([]TaskLock, error) {
+	info, err := schema.Read(ctx, exec(c))
 	if err != nil {
 		return nil, err
 	}
-	rows, err := c.queries.LockList(ctx, c.exec, db.LockListParams{LockClassOid: info.TableOID, TaskID: taskID})
+	rows, err := queries.LockList(ctx, exec(c), db.LockListParams{LockClassOid: info.TableOID, TaskID: taskID})
 	if err != nil {
 		return nil, fmt.Errorf("listing task locks: %w", err)
 	}
@@ -116,8 +117,8 @@ type LockWait struct {
 
 // LockWaits lists the sessions of the database that wait for a lock, with
 // the sessions blocking them, longest wait first.
-func (c *Client) LockWaits(ctx context.Context) ([]LockWait, error) {
-	rows, err := c.queries.LockWaitList(ctx, c.exec)
+func LockWaits(ctx context.Context, c *queue.Client) ([]LockWait, error) {
+	rows, err := queries.LockWaitList(ctx, exec(c))
 	if err != nil {
 		return nil, fmt.Errorf("listing lock waits: %w", err)
 	}

@@ -1,10 +1,12 @@
-package queue
+package ops
 
 import (
 	"context"
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/skiplock/skiplock/queue"
 )
 
 // The worker processes and what they record in the database: their
@@ -48,8 +50,8 @@ type WorkerInfo struct {
 // Workers lists the workers that are live or went away less than
 // WorkerForgetAfter ago, live ones first and then by latest heartbeat, and
 // how many gone ones it left out.
-func (c *Client) Workers(ctx context.Context) (workers []WorkerInfo, forgotten int, err error) {
-	rows, err := c.queries.WorkerList(ctx, c.exec, 1000)
+func Workers(ctx context.Context, c *queue.Client) (workers []WorkerInfo, forgotten int, err error) {
+	rows, err := queries.WorkerList(ctx, exec(c), 1000)
 	if err != nil {
 		return nil, 0, fmt.Errorf("listing workers: %w", err)
 	}
@@ -92,8 +94,8 @@ type PeriodicSchedule struct {
 // PeriodicSchedules lists the periodic schedules that workers have run, by
 // ID. Their cron expressions live in the workers' configuration, not in
 // the database.
-func (c *Client) PeriodicSchedules(ctx context.Context) ([]PeriodicSchedule, error) {
-	rows, err := c.queries.PeriodicList(ctx, c.exec)
+func PeriodicSchedules(ctx context.Context, c *queue.Client) ([]PeriodicSchedule, error) {
+	rows, err := queries.PeriodicList(ctx, exec(c))
 	if err != nil {
 		return nil, fmt.Errorf("listing periodic schedules: %w", err)
 	}
@@ -118,8 +120,8 @@ type RateLimitUsage struct {
 }
 
 // RateLimits lists the shared rate limits that workers have used, by key.
-func (c *Client) RateLimits(ctx context.Context) ([]RateLimitUsage, error) {
-	rows, err := c.queries.RateLimitList(ctx, c.exec)
+func RateLimits(ctx context.Context, c *queue.Client) ([]RateLimitUsage, error) {
+	rows, err := queries.RateLimitList(ctx, exec(c))
 	if err != nil {
 		return nil, fmt.Errorf("listing rate limits: %w", err)
 	}
@@ -162,8 +164,8 @@ const maxBusiestKeys = 10
 // RateKeys lists the per-key rate limits with a window open now, by limit.
 // A limit whose keys' windows have all ended is not listed: nothing holds
 // its tasks back.
-func (c *Client) RateKeys(ctx context.Context) ([]RateKeyUsage, error) {
-	rows, err := c.queries.RateKeyList(ctx, c.exec, maxBusiestKeys)
+func RateKeys(ctx context.Context, c *queue.Client) ([]RateKeyUsage, error) {
+	rows, err := queries.RateKeyList(ctx, exec(c), maxBusiestKeys)
 	if err != nil {
 		return nil, fmt.Errorf("listing per-key rate limits: %w", err)
 	}
