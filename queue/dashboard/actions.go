@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/skiplock/skiplock/internal/humanize"
+	"github.com/skiplock/skiplock/internal/ops"
 	"github.com/skiplock/skiplock/queue"
 )
 
@@ -332,7 +333,7 @@ func (h *handler) scheduleChange(kind queue.AuditAction) http.HandlerFunc {
 // has no tasks and was never paused: a forged or stale form must not make
 // a phantom queue.
 func (h *handler) knownQueue(w http.ResponseWriter, r *http.Request, name string) bool {
-	known, err := h.client.QueueExists(r.Context(), name)
+	known, err := ops.QueueExists(r.Context(), h.client, name)
 	if err != nil {
 		h.actionFailed(w, r, err)
 		return false

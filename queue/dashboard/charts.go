@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/skiplock/skiplock/internal/ops"
 	"github.com/skiplock/skiplock/queue"
 )
 
@@ -32,7 +33,7 @@ func (h *handler) readThroughput(ctx context.Context) (throughput, error) {
 	return h.through.get(func() (throughput, error) {
 		// Aligned buckets, so that a refresh does not shift every bar.
 		since := time.Now().Truncate(chartBucket).Add(chartBucket - chartWindow)
-		rows, err := h.client.Throughput(ctx, since, chartBucket)
+		rows, err := ops.Throughput(ctx, h.client, since, chartBucket)
 		if err != nil {
 			return throughput{}, err
 		}

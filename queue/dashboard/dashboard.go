@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/skiplock/skiplock/internal/ops"
 	"github.com/skiplock/skiplock/queue"
 )
 
@@ -132,7 +133,7 @@ type handler struct {
 	// unhandled: the pending tasks no live worker handles, which reads
 	// every pending task, so at most once per ttl however often pages
 	// refresh.
-	unhandled cached[[]queue.Unhandled]
+	unhandled cached[[]ops.UnhandledTasks]
 }
 
 // New returns the dashboard of client's schema as an http.Handler. It

@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/skiplock/skiplock/internal/ops"
 	"github.com/skiplock/skiplock/internal/testinfra/pgtest"
 	"github.com/skiplock/skiplock/queue"
 	"github.com/skiplock/skiplock/queue/dashboard"
@@ -161,7 +162,7 @@ func TestCSRF(t *testing.T) {
 			t.Errorf("POST with %s: %d, want 403", x.name, got)
 		}
 	}
-	paused, err := b.client.PausedQueues(context.Background())
+	paused, err := ops.PausedQueues(context.Background(), b.client)
 	if err != nil || len(paused) != 0 {
 		t.Fatalf("queues paused by refused requests: %v (%v)", paused, err)
 	}
@@ -173,7 +174,7 @@ func TestCSRF(t *testing.T) {
 	if code != http.StatusSeeOther {
 		t.Fatalf("POST with the token: %d, want 303", code)
 	}
-	paused, err = b.client.PausedQueues(context.Background())
+	paused, err = ops.PausedQueues(context.Background(), b.client)
 	if err != nil || len(paused) != 1 || paused[0].Name != "mail" {
 		t.Fatalf("paused queues = %v (%v), want mail", paused, err)
 	}
@@ -399,7 +400,7 @@ func TestNewActionsNeedCSRF(t *testing.T) {
 
 func (b *bundle) paused(t *testing.T) map[string]bool {
 	t.Helper()
-	ps, err := b.client.PausedQueues(context.Background())
+	ps, err := ops.PausedQueues(context.Background(), b.client)
 	if err != nil {
 		t.Fatal(err)
 	}

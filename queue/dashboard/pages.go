@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/skiplock/skiplock/internal/ops"
 	"github.com/skiplock/skiplock/queue"
 )
 
@@ -233,7 +234,7 @@ func redactPasswords(s string) string {
 
 // queueView is one row of the queues page.
 type queueView struct {
-	queue.QueueInfo
+	ops.QueueInfo
 	DonePerMin   float64 // over the last 15 minutes
 	FailureRate  float64 // over the last 15 minutes; NaN when nothing finished
 	Completed    []float64
@@ -242,7 +243,7 @@ type queueView struct {
 
 func (h *handler) queuesPage(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	queues, err := h.client.Queues(ctx)
+	queues, err := ops.Queues(ctx, h.client)
 	if err != nil {
 		h.fail(w, r, http.StatusInternalServerError, err)
 		return
@@ -252,7 +253,7 @@ func (h *handler) queuesPage(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
-	unhandled, err := h.unhandled.get(func() ([]queue.Unhandled, error) { return h.client.Unhandled(ctx) })
+	unhandled, err := h.unhandled.get(func() ([]ops.UnhandledTasks, error) { return ops.Unhandled(ctx, h.client) })
 	if err != nil {
 		h.fail(w, r, http.StatusInternalServerError, err)
 		return
@@ -284,7 +285,7 @@ func (h *handler) queuesPage(w http.ResponseWriter, r *http.Request) {
 	}
 	h.render(w, r, http.StatusOK, "queues", "Queues", "queues", struct {
 		Queues    []queueView
-		Unhandled []queue.Unhandled // pending tasks no live worker handles
+		Unhandled []ops.UnhandledTasks // pending tasks no live worker handles
 		Since     time.Time
 		Chart     template.HTML
 	}{views, unhandled, tp.since, barChart(totalDone, totalFailed, tp.since, bigChart, "tasks completed and failed per minute over the last hour, every queue")})
@@ -379,14 +380,14 @@ func (h *handler) listTasks(r *http.Request, status string) (*listView, error) {
 // choices are the queue and name filters' options: the known queues and
 // the names of recent tasks, with the current ones kept in.
 func (h *handler) choices(ctx context.Context, curQueue, curName string) (queues, names []string, err error) {
-	qs, err := h.client.Queues(ctx)
+	qs, err := ops.Queues(ctx, h.client)
 	if err != nil {
 		return nil, nil, err
 	}
 	for _, q := range qs {
 		queues = append(queues, q.Name)
 	}
-	if names, err = h.client.TaskNames(ctx); err != nil {
+	if names, err = ops.TaskNames(ctx, h.client); err != nil {
 		return nil, nil, err
 	}
 	if curQueue != "" && !slices.Contains(queues, curQueue) {
@@ -453,9 +454,9 @@ func (h *handler) taskPage(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
-	var holder *queue.TaskLock
+	var holder *ops.TaskLock
 	if t.Status == queue.StatusRunning {
-		if holder, err = h.client.LockHolder(r.Context(), id); err != nil {
+		if holder, err = ops.LockHolder(r.Context(), h.client, id); err != nil {
 			h.fail(w, r, http.StatusInternalServerError, err)
 			return
 		}
@@ -468,7 +469,7 @@ func (h *handler) taskPage(w http.ResponseWriter, r *http.Request) {
 	slices.Reverse(attempts) // latest first
 	h.render(w, r, http.StatusOK, "task", fmt.Sprintf("Task %d", id), "tasks", struct {
 		Task     *queue.Task
-		Holder   *queue.TaskLock
+		Holder   *ops.TaskLock
 		Attempts []attemptRow
 	}{t, holder, attempts})
 }
@@ -671,29 +672,29 @@ func (h *handler) sequencePage(w http.ResponseWriter, r *http.Request) {
 
 func (h *handler) locksPage(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	workers, forgotten, err := h.client.Workers(ctx)
+	workers, forgotten, err := ops.Workers(ctx, h.client)
 	if err != nil {
 		h.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
-	locks, err := h.client.Locks(ctx)
+	locks, err := ops.Locks(ctx, h.client)
 	if err != nil {
 		h.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
-	waits, err := h.client.LockWaits(ctx)
+	waits, err := ops.LockWaits(ctx, h.client)
 	if err != nil {
 		h.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
 	h.render(w, r, http.StatusOK, "locks", "Locks and workers", "locks", struct {
-		Workers     []queue.WorkerInfo
+		Workers     []ops.WorkerInfo
 		Forgotten   int
 		GoneAfter   time.Duration
 		ForgetAfter time.Duration
-		Locks       []queue.TaskLock
-		Waits       []queue.LockWait
-	}{workers, forgotten, queue.WorkerGoneAfter, queue.WorkerForgetAfter, locks, waits})
+		Locks       []ops.TaskLock
+		Waits       []ops.LockWait
+	}{workers, forgotten, ops.WorkerGoneAfter, ops.WorkerForgetAfter, locks, waits})
 }
 
 func (h *handler) enqueuePage(w http.ResponseWriter, r *http.Request) {
@@ -714,7 +715,7 @@ func (h *handler) enqueuePage(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) periodicPage(w http.ResponseWriter, r *http.Request) {
-	schedules, err := h.client.PeriodicSchedules(r.Context())
+	schedules, err := ops.PeriodicSchedules(r.Context(), h.client)
 	if err != nil {
 		h.fail(w, r, http.StatusInternalServerError, err)
 		return
@@ -726,12 +727,12 @@ func (h *handler) periodicPage(w http.ResponseWriter, r *http.Request) {
 	}
 	h.render(w, r, http.StatusOK, "periodic", "Periodic schedules", "periodic", struct {
 		Stored    []queue.Schedule
-		Schedules []queue.PeriodicSchedule
+		Schedules []ops.PeriodicSchedule
 	}{stored, schedules})
 }
 
 func (h *handler) rateLimitsPage(w http.ResponseWriter, r *http.Request) {
-	limits, err := h.client.RateLimits(r.Context())
+	limits, err := ops.RateLimits(r.Context(), h.client)
 	if err != nil {
 		h.fail(w, r, http.StatusInternalServerError, err)
 		return
@@ -741,14 +742,14 @@ func (h *handler) rateLimitsPage(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
-	keyed, err := h.client.RateKeys(r.Context())
+	keyed, err := ops.RateKeys(r.Context(), h.client)
 	if err != nil {
 		h.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
 	h.render(w, r, http.StatusOK, "ratelimits", "Limits", "ratelimits", struct {
-		Limits      []queue.RateLimitUsage
-		Keyed       []queue.RateKeyUsage
+		Limits      []ops.RateLimitUsage
+		Keyed       []ops.RateKeyUsage
 		Concurrency []queue.Limit
 	}{limits, keyed, concurrency})
 }
