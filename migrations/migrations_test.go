@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/skiplock/skiplock/internal/ops"
 	"github.com/skiplock/skiplock/internal/schema"
 	"github.com/skiplock/skiplock/internal/testinfra/pgtest"
 	"github.com/skiplock/skiplock/migrations"
@@ -242,8 +243,8 @@ func TestNoSuchSchema(t *testing.T) {
 	want("migrations.Up", migrations.Up(ctx, pool))
 	_, _, err := migrations.Version(ctx, pool)
 	want("migrations.Version", err)
-	_, err = queue.New(pool).Schema(ctx)
-	want("queue.Client.Schema", err)
+	_, err = ops.Schema(ctx, queue.New(pool))
+	want("ops.Schema", err)
 	runCtx, cancel := context.WithTimeout(ctx, pgtest.Patient(5*time.Second))
 	defer cancel()
 	w := worker.New(pool, worker.Config{Logger: slog.New(slog.DiscardHandler)})

@@ -123,7 +123,7 @@ func (b *BatchInfo) Unfinished() int { return b.Total - b.Completed - b.Failed -
 // A callback's name is not checked against the workers' handlers (a
 // producer does not know them): a callback whose name no worker handles
 // waits, pending, like any task without a handler, until a worker that
-// handles it runs (Client.Unhandled lists such tasks).
+// handles it runs (`skiplock stats` and the dashboard list such tasks).
 func (c *Client) EnqueueBatch(ctx context.Context, b Batch) (EnqueuedBatch, error) {
 	var out EnqueuedBatch
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {

@@ -27,11 +27,12 @@
 // EnqueueWorkflow (steps that depend on each other), AddSchedule
 // (periodic tasks).
 //
-// Operators read tasks and queues (Get, List, Stats, Queues, Workers) and
-// change them (Requeue, Cancel, Purge with a request struct each;
-// PauseQueue, SetLimit), as the skiplock command and the dashboard
-// (package queue/dashboard) do. Each change is audited with the actor of
-// its context ([WithActor], Client.AuditLog).
+// Operators read tasks and queues (Get, List, Stats) and change them
+// (Requeue, Cancel, Purge with a request struct each; PauseQueue,
+// SetLimit), as the skiplock command and the dashboard (package
+// queue/dashboard) do; who holds which lock, which workers are live and
+// how much of each rate limit is used are theirs to show. Each change is
+// audited with the actor of its context ([WithActor], Client.AuditLog).
 //
 // Runnable examples, against a real database: ExampleClient_EnqueueTx,
 // ExampleWithDelay, ExampleWithUniqueKey, ExampleWithSequence,

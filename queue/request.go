@@ -20,7 +20,7 @@ import (
 const MaxBatch = 100000
 
 // ErrInvalidRequest wraps every validation error of the operator methods
-// (List, Count, Requeue, Cancel, Purge): an unknown status, a status the
+// (List, Requeue, Cancel, Purge): an unknown status, a status the
 // operation does not apply to, a batch size out of range. Nothing was read
 // or changed.
 var ErrInvalidRequest = errors.New("skiplock: invalid request")

@@ -34,8 +34,11 @@ func ExampleModeLease() {
 	finished := make(chan error)
 	go func() {
 		finished <- w.Run(runCtx, worker.Handlers{"thumbnail.make": func(ctx context.Context, t *worker.Task) error {
-			lock, err := q.LockHolder(ctx, t.ID) // the session holding its advisory lock, if any
-			held <- lock != nil
+			// The advisory locks some session holds on skiplock's tasks.
+			var locks int
+			err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks
+				WHERE locktype = 'advisory' AND classid = 'skiplock_tasks'::regclass`).Scan(&locks)
+			held <- locks > 0
 			return err
 		}})
 	}()

@@ -45,21 +45,14 @@ func ExampleRateLimit_perKey() {
 	stop()
 	<-finished
 
-	for _, s := range []queue.Status{queue.StatusCompleted, queue.StatusPending} {
-		n, _ := q.Count(ctx, queue.ListFilter{Filter: queue.Filter{Statuses: []queue.Status{s}}})
-		fmt.Println(s, n)
-	}
-	keyed, _ := q.RateKeys(ctx)
-	for _, l := range keyed {
-		fmt.Printf("%s: %d keys, %d used\n", l.Limit, l.Keys, l.Used)
-		for _, k := range l.Busiest {
-			fmt.Printf("  %s: %d used of 2\n", k.Key, k.Used)
-		}
+	// Each key's window is in `skiplock limits` and on the dashboard.
+	stats, _ := q.Stats(ctx)
+	fmt.Println("completed", stats.Total.Completed)
+	waiting, _ := q.List(ctx, queue.ListFilter{Filter: queue.Filter{Statuses: []queue.Status{queue.StatusPending}}})
+	for _, t := range waiting {
+		fmt.Printf("pending: %s, over its quota\n", t.Payload)
 	}
 	// Output:
 	// completed 4
-	// pending 1
-	// name:crm.push: 2 keys, 4 used
-	//   customer-42: 2 used of 2
-	//   customer-7: 2 used of 2
+	// pending: "customer-42", over its quota
 }

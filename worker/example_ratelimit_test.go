@@ -43,14 +43,11 @@ func ExampleRateLimit() {
 	stop()
 	<-finished
 
-	for _, s := range []queue.Status{queue.StatusCompleted, queue.StatusPending} {
-		n, _ := q.Count(ctx, queue.ListFilter{Filter: queue.Filter{Statuses: []queue.Status{s}}})
-		fmt.Println(s, n)
-	}
-	limits, _ := q.RateLimits(ctx)
-	fmt.Printf("%s: %d used of 2\n", limits[0].Key, limits[0].Used)
+	// The window's use is on the dashboard's Limits page.
+	stats, _ := q.Stats(ctx)
+	fmt.Println("completed", stats.Total.Completed)
+	fmt.Println("pending", stats.Total.Pending)
 	// Output:
 	// completed 2
 	// pending 3
-	// queue:sms: 2 used of 2
 }

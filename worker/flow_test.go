@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/skiplock/skiplock/internal/ops"
 	"github.com/skiplock/skiplock/internal/testinfra/pgtest"
 	"github.com/skiplock/skiplock/queue"
 	"github.com/skiplock/skiplock/worker"
@@ -246,7 +247,7 @@ func TestPauseAndResume(t *testing.T) {
 	if n := b.count(t, "status = 'pending' AND queue = 'default'"); n != 10 {
 		t.Fatalf("paused queue: %d of 10 pending", n)
 	}
-	paused, err := b.client.PausedQueues(context.Background())
+	paused, err := ops.PausedQueues(context.Background(), b.client)
 	if err != nil || len(paused) != 1 || paused[0].Name != "default" {
 		t.Fatalf("PausedQueues = %v, %v", paused, err)
 	}

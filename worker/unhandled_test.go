@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/skiplock/skiplock/internal/ops"
 	"github.com/skiplock/skiplock/internal/testinfra/pgtest"
 	"github.com/skiplock/skiplock/queue"
 	"github.com/skiplock/skiplock/worker"
@@ -62,7 +63,7 @@ func TestUnhandledNameWaitsForItsHandler(t *testing.T) {
 			if strings.Join(names, ",") != "known" {
 				t.Errorf("skiplock_workers.names = %v, want [known]", names)
 			}
-			un, err := b.client.Unhandled(ctx)
+			un, err := ops.Unhandled(ctx, b.client)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -82,7 +83,7 @@ func TestUnhandledNameWaitsForItsHandler(t *testing.T) {
 			if task := b.get(t, waiting); task.Attempt != 1 || len(task.Errors) != 0 {
 				t.Errorf("the task ran as %+v, want attempt 1 and no history", task)
 			}
-			if un, err := b.client.Unhandled(ctx); err != nil || len(un) != 0 {
+			if un, err := ops.Unhandled(ctx, b.client); err != nil || len(un) != 0 {
 				t.Errorf("Unhandled after it ran = %+v, %v; want none", un, err)
 			}
 		})
@@ -103,7 +104,7 @@ func TestUnhandledWorkerWithoutNames(t *testing.T) {
 		('gone', 'h', 2, '{other}', now() - interval '1 hour')`); err != nil {
 		t.Fatal(err)
 	}
-	un, err := b.client.Unhandled(ctx)
+	un, err := ops.Unhandled(ctx, b.client)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -86,12 +86,16 @@ func run(ctx context.Context, stdout io.Writer, databaseURL string) error {
 	if err := migrations.Up(ctx, pool); err != nil {
 		return err
 	}
-	client := queue.New(pool)
-	info, err := client.Schema(ctx)
+	var schema string
+	if err := pool.QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
+		return err
+	}
+	version, _, err := migrations.Version(ctx, pool)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "Migrated schema %s to version %d.\n\n", info.Name, info.Version)
+	fmt.Fprintf(out, "Migrated schema %s to version %d.\n\n", schema, version)
+	client := queue.New(pool)
 
 	// Producer side.
 	var ids []int64
@@ -167,11 +171,11 @@ func run(ctx context.Context, stdout io.Writer, databaseURL string) error {
 	fmt.Fprintln(out, "Worker running:")
 	unfinished := queue.ListFilter{IDs: ids, Filter: queue.Filter{Statuses: []queue.Status{queue.StatusPending, queue.StatusRunning}}}
 	for {
-		n, err := client.Count(ctx, unfinished)
+		left, err := client.List(ctx, unfinished)
 		if err != nil {
 			return err
 		}
-		if n == 0 {
+		if len(left) == 0 {
 			break
 		}
 		select {

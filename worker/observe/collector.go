@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/skiplock/skiplock/internal/ops"
 	"github.com/skiplock/skiplock/queue"
 )
 
@@ -36,7 +37,7 @@ type QueueCollectorOptions struct {
 // Register it in one process (or a few), not in every worker: the numbers
 // are the database's, the same everywhere.
 //
-// A reading is Client.Queues, the dashboard's: it costs what the backlog
+// A reading is the dashboard's view of the queues: it costs what the backlog
 // holds (pending, running and failed rows, through their partial indexes)
 // and a probe per queue of the finished index, not the table's history.
 // Queues with a backlog (pending, running or failed tasks) or paused are
@@ -48,7 +49,7 @@ type QueueCollector struct {
 
 	mu   sync.Mutex // held through a reading, so concurrent scrapes share it
 	at   time.Time
-	rows []queue.QueueInfo
+	rows []ops.QueueInfo
 	err  error
 }
 
@@ -116,7 +117,7 @@ func (c *QueueCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // read returns the cached reading, or reads anew once it is CacheFor old.
-func (c *QueueCollector) read() ([]queue.QueueInfo, error) {
+func (c *QueueCollector) read() ([]ops.QueueInfo, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.at.IsZero() && time.Since(c.at) < c.opts.CacheFor {
@@ -124,7 +125,7 @@ func (c *QueueCollector) read() ([]queue.QueueInfo, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.opts.Timeout)
 	defer cancel()
-	c.rows, c.err = c.client.Queues(ctx)
+	c.rows, c.err = ops.Queues(ctx, c.client)
 	if c.err != nil {
 		c.opts.Logger.Warn("skiplock: reading queue depth for metrics", "error", c.err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/skiplock/skiplock/internal/ops"
 	"github.com/skiplock/skiplock/internal/testinfra/pgtest"
 	"github.com/skiplock/skiplock/queue"
 	"github.com/skiplock/skiplock/worker"
@@ -394,7 +395,7 @@ func TestSchemaIsolatedAndDropped(t *testing.T) {
 	skiplocktest.RequireEnqueued(t, a, "only.in.a", nil)
 	skiplocktest.RequireNotEnqueued(t, b, "only.in.a", nil)
 
-	info, err := queue.New(a).Schema(ctx)
+	info, err := ops.Schema(ctx, queue.New(a))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/skiplock/skiplock/internal/ops"
 	"github.com/skiplock/skiplock/internal/pgerr"
 	"github.com/skiplock/skiplock/internal/testinfra/pgtest"
 	"github.com/skiplock/skiplock/migrations"
@@ -77,8 +78,8 @@ func TestProducerEnqueues(t *testing.T) {
 	}
 
 	// A producer may read the schema's version, to check it is ready.
-	if info, err := c.Schema(ctx); err != nil || info.Version != migrations.Latest {
-		t.Fatalf("Client.Schema: %+v, %v", info, err)
+	if info, err := ops.Schema(ctx, c); err != nil || info.Version != migrations.Latest {
+		t.Fatalf("ops.Schema: %+v, %v", info, err)
 	}
 
 	// The SQL functions.
@@ -179,7 +180,7 @@ func TestProducerCannotChange(t *testing.T) {
 
 // TestRoleWithoutUsage: a role with no USAGE on the schema (PostgreSQL
 // then leaves the schema out of its search_path) is told so, with the
-// grant to run, by a worker's Run, by Client.Schema and by Enqueue,
+// grant to run, by a worker's Run, by ops.Schema (the command's) and by Enqueue,
 // rather than that the schema does not exist or is not migrated.
 func TestRoleWithoutUsage(t *testing.T) {
 	t.Parallel()
@@ -197,8 +198,8 @@ func TestRoleWithoutUsage(t *testing.T) {
 			t.Errorf("%s: %v, want queue.ErrPermissionDenied saying %q", what, err, want)
 		}
 	}
-	_, err := queue.New(pool).Schema(ctx)
-	check("Client.Schema", err)
+	_, err := ops.Schema(ctx, queue.New(pool))
+	check("ops.Schema", err)
 	_, err = queue.New(pool).Enqueue(ctx, "job", nil)
 	check("Enqueue", err)
 	err = worker.New(pool, worker.Config{}).Run(ctx, worker.Handlers{"job": func(context.Context, *worker.Task) error { return nil }})

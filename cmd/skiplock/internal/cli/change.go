@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/skiplock/skiplock/internal/ops"
 	"github.com/skiplock/skiplock/queue"
 )
 
@@ -221,7 +222,7 @@ func (a *app) changeBulk(ctx context.Context, set shardSet, b bulk) error {
 		return a.changeBulkShards(ctx, set, b)
 	}
 	client := set[0].client
-	n, err := client.Count(ctx, queue.ListFilter{Filter: b.filter})
+	n, err := ops.Count(ctx, client, queue.ListFilter{Filter: b.filter})
 	if err != nil {
 		return err
 	}
@@ -585,7 +586,7 @@ is 3; a task already cancelled is fine.`,
 					running.Statuses = []queue.Status{queue.StatusRunning}
 					var n int64
 					for _, client := range clients {
-						k, err := client.Count(ctx, queue.ListFilter{Filter: running})
+						k, err := ops.Count(ctx, client, queue.ListFilter{Filter: running})
 						if err != nil {
 							return "", err
 						}

@@ -27,6 +27,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/skiplock/skiplock/internal/connstr"
+	"github.com/skiplock/skiplock/internal/ops"
 	"github.com/skiplock/skiplock/internal/pgerr"
 	"github.com/skiplock/skiplock/migrations"
 	"github.com/skiplock/skiplock/queue"
@@ -386,7 +387,7 @@ func (a *app) open(ctx context.Context) (*queue.Client, func(), error) {
 // checkSchema checks that the schema of client is migrated to the version
 // this build needs.
 func checkSchema(ctx context.Context, client *queue.Client) error {
-	info, err := client.Schema(ctx)
+	info, err := ops.Schema(ctx, client)
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/skiplock/skiplock/internal/ops"
 	"github.com/skiplock/skiplock/queue"
 )
 
@@ -99,7 +100,7 @@ large table it takes a moment.`,
 			if err != nil {
 				return err
 			}
-			unhandled, err := client.Unhandled(cmd.Context())
+			unhandled, err := ops.Unhandled(cmd.Context(), client)
 			if err != nil {
 				return err
 			}
@@ -214,7 +215,7 @@ type lockJSON struct {
 	WorkerPID       int        `json:"worker_pid,omitempty"`
 }
 
-func toLockJSON(l queue.TaskLock) lockJSON {
+func toLockJSON(l ops.TaskLock) lockJSON {
 	return lockJSON{
 		TaskID: l.TaskID, Queue: l.Queue, Name: l.Name, Attempt: l.Attempt, Key: l.Key,
 		StartedAt: timePtr(l.StartedAt), HeldSeconds: l.HeldFor.Seconds(), PID: l.PID, ClientAddr: l.ClientAddr,
@@ -257,11 +258,11 @@ and leases with their holder, fencing token and expiry.`,
 				return err
 			}
 			defer done()
-			locks, err := client.Locks(cmd.Context())
+			locks, err := ops.Locks(cmd.Context(), client)
 			if err != nil {
 				return err
 			}
-			waits, err := client.LockWaits(cmd.Context())
+			waits, err := ops.LockWaits(cmd.Context(), client)
 			if err != nil {
 				return err
 			}

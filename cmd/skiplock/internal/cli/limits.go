@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/skiplock/skiplock/internal/ops"
 	"github.com/skiplock/skiplock/queue"
 )
 
@@ -135,7 +136,7 @@ busiest keys.`,
 			if err != nil {
 				return err
 			}
-			keyed, err := client.RateKeys(cmd.Context())
+			keyed, err := ops.RateKeys(cmd.Context(), client)
 			if err != nil {
 				return err
 			}
@@ -172,7 +173,7 @@ type keyUseJSON struct {
 	Used int    `json:"used"`
 }
 
-func toRateKeysJSON(k queue.RateKeyUsage) rateKeysJSON {
+func toRateKeysJSON(k ops.RateKeyUsage) rateKeysJSON {
 	out := rateKeysJSON{Limit: k.Limit, Keys: k.Keys, Used: k.Used, WindowStart: k.WindowStart, Busiest: []keyUseJSON{}}
 	for _, b := range k.Busiest {
 		out.Busiest = append(out.Busiest, keyUseJSON{Key: b.Key, Used: b.Used})
@@ -182,7 +183,7 @@ func toRateKeysJSON(k queue.RateKeyUsage) rateKeysJSON {
 
 // printRateKeys prints the per-key rate limits with a window open, after a
 // blank line; nothing when there are none.
-func (a *app) printRateKeys(keyed []queue.RateKeyUsage) error {
+func (a *app) printRateKeys(keyed []ops.RateKeyUsage) error {
 	if len(keyed) == 0 {
 		return nil
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/skiplock/skiplock/internal/ops"
 	"github.com/skiplock/skiplock/migrations"
 	"github.com/skiplock/skiplock/queue"
 )
@@ -31,16 +32,16 @@ type schemaJSON struct {
 // schemaState reads the schema without changing anything (golang-migrate
 // would create its version table just to look): version 0 when skiplock's
 // tables are missing, an error when the schema itself is.
-func schemaState(ctx context.Context, pool *pgxpool.Pool) (queue.SchemaInfo, error) {
-	info, err := queue.New(pool).Schema(ctx)
+func schemaState(ctx context.Context, pool *pgxpool.Pool) (ops.SchemaInfo, error) {
+	info, err := ops.Schema(ctx, queue.New(pool))
 	var noSchema *queue.NoSchemaError
 	if errors.Is(err, migrations.ErrNotMigrated) && !errors.As(err, &noSchema) {
-		return queue.SchemaInfo{}, nil
+		return ops.SchemaInfo{}, nil
 	}
 	return info, err
 }
 
-func (a *app) printSchema(info queue.SchemaInfo, previous *uint, verb string) error {
+func (a *app) printSchema(info ops.SchemaInfo, previous *uint, verb string) error {
 	out := schemaJSON{
 		Schema: info.Name, Version: info.Version, Previous: previous, Latest: migrations.Latest,
 		Dirty: info.Dirty, UpToDate: info.Version == migrations.Latest && !info.Dirty,
@@ -197,7 +198,7 @@ Asks for confirmation (--yes skips it; without a terminal it is required).`,
 				} else {
 					var tasks int64
 					if !before.Dirty {
-						if tasks, err = queue.New(pool).Count(cmd.Context(), queue.ListFilter{}); err != nil {
+						if tasks, err = ops.Count(cmd.Context(), queue.New(pool), queue.ListFilter{}); err != nil {
 							return err
 						}
 					}

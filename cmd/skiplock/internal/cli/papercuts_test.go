@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/skiplock/skiplock/cmd/skiplock/internal/cli"
+	"github.com/skiplock/skiplock/internal/ops"
 	"github.com/skiplock/skiplock/queue"
 )
 
@@ -96,7 +97,7 @@ func TestQueuePauseUnknown(t *testing.T) {
 
 func (b *bundle) pausedNames(t *testing.T) []string {
 	t.Helper()
-	ps, err := b.client.PausedQueues(context.Background())
+	ps, err := ops.PausedQueues(context.Background(), b.client)
 	if err != nil {
 		t.Fatal(err)
 	}

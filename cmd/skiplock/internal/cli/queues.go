@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/skiplock/skiplock/internal/ops"
 	"github.com/skiplock/skiplock/queue"
 )
 
@@ -56,7 +57,7 @@ func (a *app) queuePauseCommand(pause bool) *cobra.Command {
 			// before changing any.
 			if !create {
 				for _, q := range args {
-					known, err := client.QueueExists(cmd.Context(), q)
+					known, err := ops.QueueExists(cmd.Context(), client, q)
 					if err != nil {
 						return err
 					}
@@ -110,7 +111,7 @@ is paused, since when.`,
 				return err
 			}
 			defer done()
-			queues, err := client.Queues(cmd.Context())
+			queues, err := ops.Queues(cmd.Context(), client)
 			if err != nil {
 				return err
 			}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/skiplock/skiplock/internal/ops"
 	"github.com/skiplock/skiplock/migrations"
 	"github.com/skiplock/skiplock/queue"
 )
@@ -198,14 +199,14 @@ func (a *app) shardedStats(ctx context.Context) error {
 		out   []shardStatsJSON
 		total queue.QueueStats
 		stats = map[int]*queue.Stats{}
-		unh   = map[int][]queue.Unhandled{}
+		unh   = map[int][]ops.UnhandledTasks{}
 	)
 	for _, c := range set {
 		s, err := c.client.Stats(ctx)
 		if err != nil {
 			return fmt.Errorf("shard %d: %w", c.n, err)
 		}
-		u, err := c.client.Unhandled(ctx)
+		u, err := ops.Unhandled(ctx, c.client)
 		if err != nil {
 			return fmt.Errorf("shard %d: %w", c.n, err)
 		}
@@ -267,8 +268,8 @@ type schemaShard struct {
 	url    string
 	pool   *pgxpool.Pool
 	n      int // -1: not known, the tables are missing
-	before queue.SchemaInfo
-	after  queue.SchemaInfo
+	before ops.SchemaInfo
+	after  ops.SchemaInfo
 }
 
 // migrateShards is migrate status, or up, on every configured database:
@@ -402,7 +403,7 @@ func (d *schemaShard) label() string {
 }
 
 // versionState says what a schema's version means for this build.
-func versionState(info queue.SchemaInfo) string {
+func versionState(info ops.SchemaInfo) string {
 	switch {
 	case info.Dirty:
 		return "dirty: a migration failed part way; fix it by hand, then run skiplock migrate up"
@@ -430,7 +431,7 @@ func (a *app) changeBulkShards(ctx context.Context, set shardSet, b bulk) error 
 	counts := make([]int64, len(set))
 	var n int64
 	for i, c := range set {
-		k, err := c.client.Count(ctx, queue.ListFilter{Filter: b.filter})
+		k, err := ops.Count(ctx, c.client, queue.ListFilter{Filter: b.filter})
 		if err != nil {
 			return fmt.Errorf("shard %d: %w", c.n, err)
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/skiplock/skiplock/internal/ops"
 	"github.com/skiplock/skiplock/queue"
 )
 
@@ -370,9 +371,9 @@ error, worker, host and pid, and, while it runs, who holds its advisory lock
 			if err != nil {
 				return err
 			}
-			var holder *queue.TaskLock
+			var holder *ops.TaskLock
 			if t.Status == queue.StatusRunning {
-				if holder, err = client.LockHolder(cmd.Context(), t.ID); err != nil {
+				if holder, err = ops.LockHolder(cmd.Context(), client, t.ID); err != nil {
 					return err
 				}
 			}
@@ -390,7 +391,7 @@ error, worker, host and pid, and, while it runs, who holds its advisory lock
 	})
 }
 
-func printTask(w io.Writer, t *queue.Task, holder *queue.TaskLock) {
+func printTask(w io.Writer, t *queue.Task, holder *ops.TaskLock) {
 	timeout := "the worker's"
 	if t.Timeout > 0 {
 		timeout = t.Timeout.String()
@@ -487,7 +488,7 @@ func printTask(w io.Writer, t *queue.Task, holder *queue.TaskLock) {
 	fmt.Fprintln(w)
 }
 
-func session(l queue.TaskLock) string {
+func session(l ops.TaskLock) string {
 	client := l.ClientAddr
 	if client == "" {
 		client = "local socket"

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/skiplock/skiplock/internal/ops"
 	"github.com/skiplock/skiplock/queue/dashboard"
 )
 
@@ -54,7 +55,7 @@ refuses to listen beyond loopback.`,
 				return err
 			}
 			defer done()
-			info, err := client.Schema(cmd.Context())
+			info, err := ops.Schema(cmd.Context(), client)
 			if err != nil {
 				return err
 			}

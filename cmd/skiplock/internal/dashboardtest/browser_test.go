@@ -18,6 +18,7 @@ import (
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
+	"github.com/skiplock/skiplock/internal/ops"
 	"github.com/skiplock/skiplock/internal/testinfra/pgtest"
 	"github.com/skiplock/skiplock/queue"
 	"github.com/skiplock/skiplock/queue/dashboard"
@@ -553,7 +554,7 @@ func live(t *testing.T, ctx context.Context, on bool) {
 
 func (b *bundle) paused(t *testing.T) map[string]bool {
 	t.Helper()
-	ps, err := b.client.PausedQueues(context.Background())
+	ps, err := ops.PausedQueues(context.Background(), b.client)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/skiplock/skiplock/internal/ops"
 	"github.com/skiplock/skiplock/internal/testinfra/pgtest"
 	"github.com/skiplock/skiplock/migrations"
 	"github.com/skiplock/skiplock/queue"
@@ -54,7 +55,7 @@ func TestObserverDashboard(t *testing.T) {
 	// pg_locks needs no grant: the observer sees the superuser's worker
 	// holding its two running reports.
 	pgtest.Eventually(t, 5*time.Second, "the observer seeing two task locks", func() bool {
-		locks, err := b.client.Locks(ctx)
+		locks, err := ops.Locks(ctx, b.client)
 		return err == nil && len(locks) == 2 && locks[0].WorkerID == "reports-0-17-p0q3"
 	})
 	if token == "" {
