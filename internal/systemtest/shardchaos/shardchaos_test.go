@@ -329,11 +329,15 @@ func TestShardChaos(t *testing.T) {
 	// Drain: every task of every shard completes.
 	drainFrom := time.Now()
 	deadline := drainFrom.Add(pgtest.Patient(10 * time.Second))
-	for {
+	for slow := false; ; {
 		respawn()
 		left, err := notCompleted(ctx, pools)
 		if err == nil && left == 0 {
 			break
+		}
+		if !slow && time.Since(drainFrom) > 10*time.Second {
+			slow = true
+			t.Logf("%d tasks not completed 10 s after the producers stopped (%v); the state:\n%s", left, err, report(ctx, pools, procs))
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("tasks not completed %s after the producers stopped (%v); the state:\n%s",
@@ -451,8 +455,8 @@ type producers struct {
 }
 
 // startProducers starts, through sc: tasks without a key, at a backlog;
-// two sequences per shard, a task each every 200 ms, each of whose
-// handlers works 5 ms; and tasks with one of three unique keys per shard,
+// two sequences per shard, a task each every 200 ms while fewer than four
+// of the key's tasks wait, each of whose handlers works 5 ms; and tasks with one of three unique keys per shard,
 // one every 10 ms, each of whose handlers works 50 ms, as plain ones do.
 // A watcher reads each shard's pending tasks and the unique keys held
 // twice, every 100 ms.
@@ -548,7 +552,18 @@ func startProducers(t *testing.T, ctx context.Context, sc *queue.ShardedClient, 
 		p.wg.Add(1)
 		go func() {
 			defer p.wg.Done()
+			pool := pools[sc.ShardFor(key)]
 			for pause(200 * time.Millisecond) {
+				// At most a few of a key's tasks wait at once: a sequence
+				// drains one task at a time.
+				var waiting int
+				qctx, qcancel := context.WithTimeout(ctx, 2*time.Second)
+				err := pool.QueryRow(qctx, `SELECT count(*) FROM skiplock_tasks WHERE sequence_key = $1 AND status <> 'completed'`,
+					key).Scan(&waiting)
+				qcancel()
+				if err == nil && waiting >= 4 {
+					continue
+				}
 				id, err := enqueue("seq", 5, queue.WithSequence(key))
 				if err != nil {
 					p.failedKeyed.Add(1)
@@ -868,11 +883,12 @@ func notCompleted(ctx context.Context, pools map[int]*pgxpool.Pool) (int, error)
 }
 
 // report says where a run that does not drain stands: each shard's tasks
-// by status, and each worker's log.
+// not completed, by status and name, and each worker's log.
 func report(ctx context.Context, pools map[int]*pgxpool.Pool, procs map[int]*childproc.Proc) string {
 	var b strings.Builder
 	for n, pool := range pools {
-		rows, err := pool.Query(ctx, `SELECT status, count(*), max(attempt) FROM skiplock_tasks GROUP BY 1 ORDER BY 1`)
+		rows, err := pool.Query(ctx, `SELECT status, name, count(*), max(attempt), array_agg(DISTINCT worker_id),
+			(min(run_at) - now())::text, max((errors->-1)::text) FROM skiplock_tasks WHERE status <> 'completed' GROUP BY 1, 2 ORDER BY 1, 2`)
 		if err != nil {
 			fmt.Fprintf(&b, "shard %d: %v\n", n, err)
 			continue
