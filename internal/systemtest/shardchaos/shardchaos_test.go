@@ -331,9 +331,12 @@ func TestShardChaos(t *testing.T) {
 	deadline := drainFrom.Add(pgtest.Patient(10 * time.Second))
 	for slow := false; ; {
 		respawn()
-		left, err := notCompleted(ctx, pools)
+		left, ended, err := notCompleted(ctx, pools)
 		if err == nil && left == 0 {
 			break
+		}
+		if ended > 0 {
+			t.Fatalf("%d tasks failed or were cancelled (lost: no handler fails for good); the state:\n%s", ended, report(ctx, pools, procs))
 		}
 		if !slow && time.Since(drainFrom) > 10*time.Second {
 			slow = true
@@ -869,17 +872,18 @@ func finishedBy(ctx context.Context, pools map[int]*pgxpool.Pool, worker string)
 	return total
 }
 
-// notCompleted counts the tasks of every shard that are not completed.
-func notCompleted(ctx context.Context, pools map[int]*pgxpool.Pool) (int, error) {
-	total := 0
+// notCompleted counts the tasks of every shard that are not completed,
+// and of those the ones that ended otherwise (failed or cancelled).
+func notCompleted(ctx context.Context, pools map[int]*pgxpool.Pool) (left, ended int, err error) {
 	for n, pool := range pools {
-		var c int
-		if err := pool.QueryRow(ctx, "SELECT count(*) FROM skiplock_tasks WHERE status <> 'completed'").Scan(&c); err != nil {
-			return -1, fmt.Errorf("shard %d: %w", n, err)
+		var l, e int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status <> 'completed'),
+			count(*) FILTER (WHERE status IN ('failed', 'cancelled')) FROM skiplock_tasks`).Scan(&l, &e); err != nil {
+			return -1, 0, fmt.Errorf("shard %d: %w", n, err)
 		}
-		total += c
+		left, ended = left+l, ended+e
 	}
-	return total, nil
+	return left, ended, nil
 }
 
 // report says where a run that does not drain stands: each shard's tasks
