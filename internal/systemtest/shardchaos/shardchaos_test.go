@@ -807,7 +807,7 @@ func (v *verifier) verify(p *producers) {
 		seqTasks += len(ids)
 	}
 	t.Logf("%d tasks, %d acknowledged (%d in %d sequences, %d with %d unique keys, %d duplicates refused); "+
-		"%d enqueues without a key and %d with one failed; %d handler runs, %d runs again of a task, all after a disruption "+
+		"%d enqueues without a key and %d with one failed; %d handler runs, %d of them a task's run again, each after a disruption "+
 		"(%d lock session losses noticed)",
 		tasks, len(acked), seqTasks, len(p.seqs), uniqTasks, len(p.uniq), p.dupes.Load(), p.failedPlain.Load(), p.failedKeyed.Load(),
 		nruns, again, countLosses(v.losses))
