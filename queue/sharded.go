@@ -239,7 +239,10 @@ func unreached(err error) bool {
 }
 
 // on runs fn on the Client of shard n, or, when n is -1, on the shards in
-// turn, passing over the ones that cannot be reached.
+// turn, passing over the ones that cannot be reached. A shard passed over
+// takes a turn of its own from the next shard: each shard that can be
+// reached gets its even share while one is down, not the one after it
+// the share of the one down as well.
 func (s *ShardedClient) on(ctx context.Context, n int, what string, fn func(c *Client) error) error {
 	if n >= 0 {
 		c, err := s.client(ctx, n, what)
@@ -248,10 +251,15 @@ func (s *ShardedClient) on(ctx context.Context, n int, what string, fn func(c *C
 		}
 		return fn(c)
 	}
-	start := s.next.Add(1) - 1
+	tried := make([]bool, len(s.shards))
 	var errs []error
-	for i := range len(s.shards) {
-		n := s.shards[(start+uint64(i))%uint64(len(s.shards))]
+	for range len(s.shards) {
+		i := int((s.next.Add(1) - 1) % uint64(len(s.shards)))
+		for tried[i] {
+			i = (i + 1) % len(s.shards)
+		}
+		tried[i] = true
+		n := s.shards[i]
 		c, err := s.client(ctx, n, what)
 		if err == nil {
 			if err = fn(c); err == nil {

@@ -393,6 +393,31 @@ func TestShardedPassesOverUnreachable(t *testing.T) {
 	}
 }
 
+// TestShardedEvenWhileOneIsDown: while one shard of three is down, the
+// two others share the tasks without a key evenly: the turn of the one
+// down does not all go to the one after it.
+func TestShardedEvenWhileOneIsDown(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pools := shardPools(t, 1, 3)
+	cfg, err := pgxpool.ParseConfig("postgres://nobody@127.0.0.1:1/none?connect_timeout=5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newSharded(t, map[int]*pgxpool.Pool{1: pools[1], 2: pgtest.PoolFromConfig(t, cfg), 3: pools[3]})
+	per := map[int]int{}
+	for i := range 60 {
+		id, err := c.Enqueue(ctx, "anywhere", i)
+		if err != nil {
+			t.Fatalf("enqueue %d with shard 2 down: %v", i, err)
+		}
+		per[queue.ShardOf(id)]++
+	}
+	if per[1] < 24 || per[3] < 24 {
+		t.Fatalf("60 tasks with shard 2 down went %d to shard 1 and %d to shard 3; want about 30 each", per[1], per[3])
+	}
+}
+
 type shardedInvoice struct{ Customer int }
 
 func (shardedInvoice) TaskName() string { return "invoice" }

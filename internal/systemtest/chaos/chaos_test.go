@@ -35,7 +35,6 @@
 package chaos
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -57,6 +56,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/skiplock/skiplock/internal/testinfra/childproc"
 	"github.com/skiplock/skiplock/internal/testinfra/devpg"
 	"github.com/skiplock/skiplock/internal/testinfra/pgtest"
 	"github.com/skiplock/skiplock/migrations"
@@ -189,76 +189,20 @@ func (r lossRecorder) LockSessionLost(int) {
 }
 
 // proc is a worker process: this test binary, re-executed in worker mode.
-type proc struct {
-	id   string
-	cmd  *exec.Cmd
-	out  *lockedBuffer // its output, readable while it runs
-	done chan struct{} // closed once it has exited, with err set
-	err  error
-}
+type proc = childproc.Proc
 
 // startProc starts cmd as the worker process id, with env added to this
 // process's environment.
 func startProc(t *testing.T, id string, cmd *exec.Cmd, env ...string) *proc {
 	t.Helper()
-	cmd.Env = append(append(os.Environ(), envWorker+"="+id), env...)
-	p := &proc{id: id, cmd: cmd, out: &lockedBuffer{}, done: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = p.out, p.out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
-	return p
-}
-
-// exited reports whether the process has exited.
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
+	return childproc.Start(t, id, cmd, append([]string{envWorker + "=" + id}, env...)...)
 }
 
 // stopGracefully sends every process SIGTERM, then checks that each exits
 // 0 within a minute.
 func stopGracefully(t *testing.T, procs ...*proc) {
 	t.Helper()
-	for _, p := range procs {
-		p.cmd.Process.Signal(syscall.SIGTERM)
-	}
-	for _, p := range procs {
-		select {
-		case <-p.done:
-			if p.err != nil {
-				t.Errorf("worker %s exited with %v; output:\n%s", p.id, p.err, tail(p.out.String()))
-			}
-		case <-time.After(60 * time.Second):
-			t.Errorf("worker %s did not stop on SIGTERM", p.id)
-		}
-	}
-}
-
-// lockedBuffer is a process's output, read while it runs.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
+	childproc.StopGracefully(t, tail, procs...)
 }
 
 // event is a disruption. at is taken just before it and after just after
@@ -326,20 +270,20 @@ func runChaos(t *testing.T, mode string) {
 	var mu sync.Mutex
 	procs := map[int]*proc{}
 	generation := 0
-	outputs := map[string]*lockedBuffer{} // every worker's, for a failure's report
+	outputs := map[string]*childproc.Buffer{} // every worker's, for a failure's report
 	spawn := func(slot int) {
 		generation++
 		id := fmt.Sprintf("chaos-w%d-%d", slot, generation)
 		procs[slot] = startProc(t, id, exec.Command(os.Args[0], "-test.run=^$"),
 			envURL+"="+workerURL, envWork+"="+strconv.Itoa(workMs), envMode+"="+mode, envListen+"="+srv.URL, envLog+"=info")
-		outputs[id] = procs[slot].out
+		outputs[id] = procs[slot].Out
 	}
 	for i := range workers {
 		spawn(i)
 	}
 	defer func() {
 		for _, p := range procs {
-			p.cmd.Process.Kill()
+			p.Cmd.Process.Kill()
 		}
 	}()
 	running := func(workerID string) []int64 {
@@ -409,8 +353,8 @@ func runChaos(t *testing.T, mode string) {
 		// while the database was down fails its startup, as it should.
 		mu.Lock()
 		for slot, p := range procs {
-			if p.exited() {
-				t.Logf("worker %s exited by itself (%v); restarting it: %s", p.id, p.err, firstLine(p.out.String()))
+			if p.Exited() {
+				t.Logf("worker %s exited by itself (%v); restarting it: %s", p.ID, p.Err(), firstLine(p.Out.String()))
 				spawn(slot)
 			}
 		}
@@ -421,12 +365,12 @@ func runChaos(t *testing.T, mode string) {
 			mu.Lock()
 			slot := rand.IntN(workers)
 			p := procs[slot]
-			victims := running(p.id)
+			victims := running(p.ID)
 			at := time.Now()
-			p.cmd.Process.Signal(syscall.SIGKILL)
+			p.Cmd.Process.Signal(syscall.SIGKILL)
 			after := time.Now()
-			<-p.done
-			events = append(events, event{at: at, after: after, kind: "kill", worker: p.id, tasks: victims})
+			<-p.Done()
+			events = append(events, event{at: at, after: after, kind: "kill", worker: p.ID, tasks: victims})
 			spawn(slot)
 			mu.Unlock()
 		case <-terminate:
@@ -469,10 +413,10 @@ func runChaos(t *testing.T, mode string) {
 	// exited, which stopGracefully reports).
 	var last []*proc
 	for _, p := range procs {
-		pgtest.Eventually(t, 2*time.Second, "worker "+p.id+" registered", func() bool {
+		pgtest.Eventually(t, 2*time.Second, "worker "+p.ID+" registered", func() bool {
 			var n int
-			err := pool.QueryRow(ctx, "SELECT count(*) FROM skiplock_workers WHERE id = $1", p.id).Scan(&n)
-			return (err == nil && n == 1) || p.exited()
+			err := pool.QueryRow(ctx, "SELECT count(*) FROM skiplock_workers WHERE id = $1", p.ID).Scan(&n)
+			return (err == nil && n == 1) || p.Exited()
 		})
 		last = append(last, p)
 	}
@@ -885,9 +829,9 @@ func stallReport(ctx context.Context, pool *pgxpool.Pool, procs map[int]*proc, b
 		fmt.Fprintf(&b, "pgbouncer log:\n%s\n", bouncer.LogTail(6000))
 	}
 	for _, p := range procs {
-		fmt.Fprintf(&b, "worker %s:\n%s\n", p.id, tail(p.out.String()))
+		fmt.Fprintf(&b, "worker %s:\n%s\n", p.ID, tail(p.Out.String()))
 		if stacks := goroutines(p); stacks != "" {
-			fmt.Fprintf(&b, "goroutines of worker %s:\n%s\n", p.id, stacks)
+			fmt.Fprintf(&b, "goroutines of worker %s:\n%s\n", p.ID, stacks)
 		}
 	}
 	return b.String()
@@ -902,13 +846,13 @@ const (
 // goroutines asks a worker for its goroutines' stacks and returns them;
 // "" if it has exited or does not answer within 5 seconds.
 func goroutines(p *proc) string {
-	if p.exited() {
+	if p.Exited() {
 		return ""
 	}
-	before := len(p.out.String())
-	p.cmd.Process.Signal(syscall.SIGUSR1)
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && !p.exited(); {
-		out := p.out.String()[before:]
+	before := len(p.Out.String())
+	p.Cmd.Process.Signal(syscall.SIGUSR1)
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && !p.Exited(); {
+		out := p.Out.String()[before:]
 		if i, j := strings.Index(out, goroutinesBegin), strings.Index(out, goroutinesEnd); i >= 0 && j > i {
 			return out[i+len(goroutinesBegin)+1 : j]
 		}

@@ -177,11 +177,11 @@ func runPartition(t *testing.T, variant string) partitionFigures {
 	}
 	defer func() {
 		for _, p := range procs {
-			p.cmd.Process.Kill()
+			p.Cmd.Process.Kill()
 		}
 		if t.Failed() {
 			for _, p := range procs {
-				t.Logf("output of %s:\n%s", p.id, tail(p.out.String()))
+				t.Logf("output of %s:\n%s", p.ID, tail(p.Out.String()))
 			}
 		}
 	}()
@@ -202,7 +202,7 @@ func runPartition(t *testing.T, variant string) partitionFigures {
 	if mode == "lease" {
 		leads = `SELECT count(*) FROM skiplock_leaders WHERE job = 'rescuer' AND holder = $1 AND expires_at > now()`
 	}
-	pgtest.Eventually(t, 5*time.Second, "the worker in the namespace elected rescuer", func() bool { return count(leads, cut.id) == 1 })
+	pgtest.Eventually(t, 5*time.Second, "the worker in the namespace elected rescuer", func() bool { return count(leads, cut.ID) == 1 })
 	lo1, lo2 := spawn("part-lo1", false), spawn("part-lo2", false)
 	runningOn := func(id string) int {
 		return count("SELECT count(*) FROM skiplock_tasks WHERE status = 'running' AND worker_id = $1", id)
@@ -212,11 +212,11 @@ func runPartition(t *testing.T, variant string) partitionFigures {
 	var atCut []int64
 	for try := 1; ; try++ {
 		pgtest.Eventually(t, 5*time.Second, "every worker running tasks", func() bool {
-			return count("SELECT count(*) FROM chaos_runs WHERE worker_id = $1 AND finished_at IS NOT NULL", cut.id) > 0 &&
-				runningOn(cut.id) >= 4 && runningOn(lo1.id) > 0 && runningOn(lo2.id) > 0
+			return count("SELECT count(*) FROM chaos_runs WHERE worker_id = $1 AND finished_at IS NOT NULL", cut.ID) > 0 &&
+				runningOn(cut.ID) >= 4 && runningOn(lo1.ID) > 0 && runningOn(lo2.ID) > 0
 		})
 		if mode == "advisory" {
-			if err := pool.QueryRow(ctx, "SELECT lock_backend_pid FROM skiplock_workers WHERE id = $1", cut.id).Scan(&lockPID); err != nil {
+			if err := pool.QueryRow(ctx, "SELECT lock_backend_pid FROM skiplock_workers WHERE id = $1", cut.ID).Scan(&lockPID); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -224,7 +224,7 @@ func runPartition(t *testing.T, variant string) partitionFigures {
 		if err := host.Blackhole(); err != nil {
 			t.Fatal(err)
 		}
-		rows, err := pool.Query(ctx, "SELECT id FROM skiplock_tasks WHERE status = 'running' AND worker_id = $1", cut.id)
+		rows, err := pool.Query(ctx, "SELECT id FROM skiplock_tasks WHERE status = 'running' AND worker_id = $1", cut.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -274,10 +274,10 @@ func runPartition(t *testing.T, variant string) partitionFigures {
 
 	// After the heal the cut-off worker works again, without a restart.
 	pgtest.Eventually(t, 2*time.Second, "the healed worker claiming again", func() bool {
-		return count("SELECT count(*) FROM chaos_runs WHERE worker_id = $1 AND started_at > $2", cut.id, healAt) > 0
+		return count("SELECT count(*) FROM chaos_runs WHERE worker_id = $1 AND started_at > $2", cut.ID, healAt) > 0
 	})
 	var reclaim time.Time
-	if err := pool.QueryRow(ctx, "SELECT min(started_at) FROM chaos_runs WHERE worker_id = $1 AND started_at > $2", cut.id, healAt).Scan(&reclaim); err != nil {
+	if err := pool.QueryRow(ctx, "SELECT min(started_at) FROM chaos_runs WHERE worker_id = $1 AND started_at > $2", cut.ID, healAt).Scan(&reclaim); err != nil {
 		t.Fatal(err)
 	}
 	fig.healReclaim = reclaim.Sub(healAt)
@@ -285,11 +285,11 @@ func runPartition(t *testing.T, variant string) partitionFigures {
 	// A crash after the heal is rescued as usual: no zombie holds the
 	// rescuer's election any more.
 	killAt := time.Now()
-	if err := lo1.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	if err := lo1.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	<-lo1.done
-	waitReporting(t, 15*time.Second, "the SIGKILLed worker's tasks rescued", func() bool { return runningOn(lo1.id) == 0 },
+	<-lo1.Done()
+	waitReporting(t, 15*time.Second, "the SIGKILLed worker's tasks rescued", func() bool { return runningOn(lo1.ID) == 0 },
 		func() string { return partitionReport(ctx, pool, procs, killAt) })
 
 	stopFeed()
@@ -330,7 +330,7 @@ func runPartition(t *testing.T, variant string) partitionFigures {
 		}
 		return set
 	}
-	orphans, crashed := disrupted(cut.id), disrupted(lo1.id)
+	orphans, crashed := disrupted(cut.ID), disrupted(lo1.ID)
 	for _, id := range atCut {
 		if orphans[id] {
 			continue
@@ -341,7 +341,7 @@ func runPartition(t *testing.T, variant string) partitionFigures {
 		// written before the heal was in flight at the cut.
 		var landed bool
 		if err := pool.QueryRow(ctx, `SELECT status = 'completed' AND worker_id = $2 AND finished_at < $3
-			FROM skiplock_tasks WHERE id = $1`, id, cut.id, healAt).Scan(&landed); err != nil {
+			FROM skiplock_tasks WHERE id = $1`, id, cut.ID, healAt).Scan(&landed); err != nil {
 			t.Fatal(err)
 		}
 		if !landed {
@@ -354,7 +354,7 @@ func runPartition(t *testing.T, variant string) partitionFigures {
 	}
 	// The cut-off worker's completions of those attempts were fenced off.
 	if n := count(`SELECT count(*) FROM skiplock_tasks t, jsonb_array_elements(t.errors) e
-		WHERE t.worker_id = $1 AND e->>'worker_id' = $1 AND (e->>'attempt')::int = t.attempt`, cut.id); n != 0 {
+		WHERE t.worker_id = $1 AND e->>'worker_id' = $1 AND (e->>'attempt')::int = t.attempt`, cut.ID); n != 0 {
 		t.Errorf("%d tasks completed by the cut-off worker in an attempt it had lost", n)
 	}
 
@@ -374,7 +374,7 @@ func runPartition(t *testing.T, variant string) partitionFigures {
 	}
 	var rescue []time.Duration
 	for id := range orphans {
-		next := nextStart(id, cutAt, cut.id)
+		next := nextStart(id, cutAt, cut.ID)
 		switch {
 		case next.IsZero():
 			t.Errorf("task %d, orphaned by the cut, never ran again elsewhere", id)
@@ -388,7 +388,7 @@ func runPartition(t *testing.T, variant string) partitionFigures {
 
 	var kill []time.Duration
 	for id := range crashed {
-		if next := nextStart(id, killAt, lo1.id); !next.IsZero() {
+		if next := nextStart(id, killAt, lo1.ID); !next.IsZero() {
 			kill = append(kill, next.Sub(killAt))
 		}
 	}
@@ -415,13 +415,13 @@ func runPartition(t *testing.T, variant string) partitionFigures {
 	}
 
 	// When each side noticed.
-	fig.clientDetect = firstLog(cut.out.String(), "lock session", cutAt).Sub(cutAt)
+	fig.clientDetect = firstLog(cut.Out.String(), "lock session", cutAt).Sub(cutAt)
 	if mode == "lease" {
 		// Its renewals fail while tasks run; a worker whose tasks all
 		// ended before its first failed renewal learns of the loss when
 		// their outcomes are refused instead.
-		fig.clientDetect = firstLog(cut.out.String(), "leases expired", cutAt).Sub(cutAt)
-		if d := firstLog(cut.out.String(), "outcomes discarded", cutAt).Sub(cutAt); d >= 0 && (fig.clientDetect < 0 || d < fig.clientDetect) {
+		fig.clientDetect = firstLog(cut.Out.String(), "leases expired", cutAt).Sub(cutAt)
+		if d := firstLog(cut.Out.String(), "outcomes discarded", cutAt).Sub(cutAt); d >= 0 && (fig.clientDetect < 0 || d < fig.clientDetect) {
 			fig.clientDetect = d
 		}
 	}
@@ -431,7 +431,7 @@ func runPartition(t *testing.T, variant string) partitionFigures {
 	if mode == "advisory" {
 		fig.releasedBy = "tcp"
 		for _, p := range procs {
-			if p != cut && strings.Contains(p.out.String(), "lost_worker="+cut.id+" backend_pid=") {
+			if p != cut && strings.Contains(p.Out.String(), "lost_worker="+cut.ID+" backend_pid=") {
 				fig.releasedBy = "terminated"
 			}
 		}
