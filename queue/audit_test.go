@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"os/user"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -219,11 +220,26 @@ func TestAuditTxAndProducers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	scheduled, err := c.Enqueue(ctx, "later", nil, queue.WithDelay(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := insert(t, pool, "mail", "send", queue.StatusFailed, 1, 1, failedHistory("smtp refused"))
 	if res, err := c.RequeueTx(ctx, tx, queue.RequeueRequest{IDs: []int64{id}}); err != nil || res.Changed != 1 {
 		t.Fatalf("RequeueTx: %+v, %v", res, err)
 	}
+	if res, err := c.RunNowTx(ctx, tx, []int64{scheduled}); err != nil || res.Changed != 1 || !slices.Equal(res.IDs, []int64{scheduled}) {
+		t.Fatalf("RunNowTx: %+v, %v", res, err)
+	}
+	purge := queue.PurgeRequest{Filter: queue.Filter{FinishedBefore: time.Now().Add(time.Hour), ErrorContains: "REFUSED"}}
+	if res, err := c.PurgeTx(ctx, tx, purge); err != nil || res.Changed != 1 {
+		t.Fatalf("PurgeTx of the task whose error says refused: %+v, %v", res, err)
+	}
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
+	}
+	if get(t, c, other).Status != queue.StatusFailed || get(t, c, id).Status != queue.StatusFailed {
+		t.Fatal("a rolled-back dry run changed tasks")
 	}
 	if rows := auditRows(t, c); len(rows) != 0 {
 		t.Fatalf("records after producers' enqueues and a dry run: %+v", rows)
