@@ -160,7 +160,6 @@ func (c *Client) cancel(ctx context.Context, tx pgerr.Executor, req CancelReques
 			}
 			return done, nil
 		})
-		requested = nonNil(requested)
 		slices.Sort(requested)
 		res.IDs = slices.DeleteFunc(res.IDs, func(id int64) bool { _, ok := slices.BinarySearch(requested, id); return ok })
 		res.Changed = int64(len(res.IDs))
@@ -168,7 +167,9 @@ func (c *Client) cancel(ctx context.Context, tx pgerr.Executor, req CancelReques
 			res.Skipped = append(res.Skipped, SkippedTask{ID: id, Status: StatusRunning})
 		}
 		slices.SortFunc(res.Skipped, func(x, y SkippedTask) int { return cmp.Compare(x.ID, y.ID) })
-		res.Requested = requested
+		if running {
+			res.Requested = nonNil(requested)
+		}
 		return res, err
 	}
 
