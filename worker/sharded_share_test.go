@@ -275,13 +275,20 @@ func TestShardedWorkerLeaseMode(t *testing.T) {
 		dead[n] = id
 	}
 	var runs runCounter
+	var leased sync.Map // shard -> true: a running task of that shard held a lease
 	s, err := worker.NewSharded(pools, worker.Config{Mode: worker.ModeLease, LeaseDuration: time.Second, Concurrency: 4,
 		PollInterval: 50 * time.Millisecond, RescueInterval: 100 * time.Millisecond, HealthInterval: 100 * time.Millisecond, Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop := runSharded(t, s, worker.Handlers{"count": func(_ context.Context, task *worker.Task) error {
+	stop := runSharded(t, s, worker.Handlers{"count": func(ctx context.Context, task *worker.Task) error {
 		runs.ran(task.ID)
+		n := queue.ShardOf(task.ID)
+		var lease bool
+		err := pools[n].QueryRow(ctx, `SELECT locked_until > now() FROM skiplock_tasks WHERE id = $1`, task.ID).Scan(&lease)
+		if err == nil && lease {
+			leased.Store(n, true)
+		}
 		return nil
 	}})
 	pgtest.Eventually(t, 15*time.Second, "every task of both shards to complete, the dead worker's too", func() bool {
@@ -297,6 +304,9 @@ func TestShardedWorkerLeaseMode(t *testing.T) {
 	}
 	ids := map[string]bool{}
 	for n, pool := range pools {
+		if _, ok := leased.Load(n); !ok {
+			t.Fatalf("no running task of shard %d held a lease", n)
+		}
 		rows, err := pool.Query(ctx, `SELECT id, worker_id, errors::text FROM skiplock_tasks`)
 		if err != nil {
 			t.Fatal(err)
