@@ -24,9 +24,11 @@ import (
 var ErrShardMismatch = queue.ErrShardMismatch
 
 // ShardedWorker runs the tasks of a sharded queue (queue.ShardedClient):
-// one Worker per shard in one process, each with its own lock session,
-// listener, claim loops and elections on its shard's database, as if it
-// were alone. Create it with NewSharded and start it with Run.
+// one Worker per shard in one process, each with its own lock session
+// (or leases, in ModeLease), listener, claim loops, rescuer and elections
+// on its shard's database, as if it were alone, sharing the process's
+// Concurrency (NewSharded). Create it with NewSharded and start it with
+// Run.
 type ShardedWorker struct {
 	shards  []int // ascending
 	workers map[int]*Worker

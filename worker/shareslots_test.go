@@ -94,8 +94,8 @@ func TestSharedSlots(t *testing.T) {
 	sharesHeld(t, p)
 }
 
-// TestSharedSlotsOwedFree: what a shard owes is taken out of its free
-// slots too, not only out of the slots of tasks that end.
+// TestSharedSlotsOwedFree: what a shard owes is paid out of the slots its
+// claims did not use too, not only out of the slots of tasks that end.
 func TestSharedSlotsOwedFree(t *testing.T) {
 	p := newSharedSlots(4, []int{2, 2}, []int{1, 1})
 	a, b := p.shards[0], p.shards[1]
@@ -109,7 +109,29 @@ func TestSharedSlotsOwedFree(t *testing.T) {
 	if a.owed.Load() != 1 {
 		t.Fatalf("a owes %d, want 1", a.owed.Load())
 	}
-	a.release(nil, 2) // a claim of a took fewer tasks than it asked for
+	a.release(nil, 1) // a claim of a took fewer tasks than it asked for
+	if caps := sharesHeld(t, p); caps[0] != 2 || caps[1] != 2 || a.owed.Load() != 0 {
+		t.Fatalf("capacities %v, a owes %d: want [2 2], nothing owed", caps, a.owed.Load())
+	}
+	if !b.all.TryAcquire(1) {
+		t.Fatal("b's slot is not free")
+	}
+}
+
+// TestSharedSlotsCollect: what a shard owes and has free (free and
+// release pay first; this is the net under them) is taken when the shard
+// it owes looks again.
+func TestSharedSlotsCollect(t *testing.T) {
+	p := newSharedSlots(4, []int{2, 2}, []int{1, 1})
+	a, b := p.shards[0], p.shards[1]
+	if n := takeAll(t, a); n != 3 {
+		t.Fatalf("a took %d, want 3", n)
+	}
+	if n := takeAll(t, b); n != 1 {
+		t.Fatalf("b took %d, want 1", n)
+	}
+	p.reclaim(b)
+	a.all.Release(2) // free, without paying what a owes
 	p.reclaim(b)
 	if caps := sharesHeld(t, p); caps[0] != 2 || caps[1] != 2 || a.owed.Load() != 0 {
 		t.Fatalf("capacities %v, a owes %d: want [2 2], nothing owed", caps, a.owed.Load())

@@ -169,7 +169,11 @@ func (s *slots) release(q *semaphore.Weighted, n int) {
 	if n <= 0 {
 		return
 	}
-	s.all.Release(int64(n))
+	kept := 0
+	if s.shared != nil {
+		kept = s.reclaim(n) // what the shard owes other shards goes to them
+	}
+	s.all.Release(int64(n - kept))
 	if q != nil {
 		q.Release(int64(n))
 	}
