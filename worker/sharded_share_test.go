@@ -27,6 +27,7 @@ type running struct {
 	reached           chan struct{}
 	reachShard, reach int // reached closes once shard reachShard runs reach at once
 	reachOnce         sync.Once
+	atReach           map[int]int // done per shard then
 }
 
 func newRunning(reachShard, reach int) *running {
@@ -42,7 +43,13 @@ func (r *running) enter(shard int) {
 	r.total++
 	r.totalPeak = max(r.totalPeak, r.total)
 	if shard == r.reachShard && r.now[shard] >= r.reach {
-		r.reachOnce.Do(func() { close(r.reached) })
+		r.reachOnce.Do(func() {
+			r.atReach = map[int]int{}
+			for n, d := range r.done {
+				r.atReach[n] = d
+			}
+			close(r.reached)
+		})
 	}
 }
 
@@ -135,6 +142,77 @@ func TestShardedWorkerLendsIdleSlots(t *testing.T) {
 	if peaks[busy] != concurrency-2 {
 		t.Fatalf("the one shard with work ran at most %d tasks at once, want %d: Concurrency %d less one slot for each idle shard (its even part is %d)",
 			peaks[busy], concurrency-2, concurrency, concurrency/3)
+	}
+	if total > concurrency {
+		t.Fatalf("%d handlers ran at once, Concurrency is %d", total, concurrency)
+	}
+}
+
+// TestShardedWorkerTakesShareBack: a shard that gets work while another
+// runs all the slots it could borrow takes its share back as the other's
+// tasks end, while the other still has a backlog.
+func TestShardedWorkerTakesShareBack(t *testing.T) {
+	t.Parallel()
+	pools := map[int]*pgxpool.Pool{1: stampedPool(t, 1), 2: stampedPool(t, 2)}
+	const concurrency, backlog = 6, 150
+	enqueueOn(t, pools[1], "busy", backlog)
+	r := newRunning(2, concurrency/2)
+	r.openAfter(pgtest.Patient(15 * time.Second))
+	busyGate := make(chan struct{})
+	s, err := worker.NewSharded(pools, worker.Config{Concurrency: concurrency, PollInterval: 50 * time.Millisecond, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := runSharded(t, s, worker.Handlers{
+		"busy": func(ctx context.Context, task *worker.Task) error {
+			r.enter(1)
+			defer r.leave(1)
+			select {
+			case <-busyGate:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			select {
+			case <-time.After(20 * time.Millisecond):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			return nil
+		},
+		"quick": func(ctx context.Context, task *worker.Task) error {
+			r.enter(2)
+			defer r.leave(2)
+			select {
+			case <-r.reached:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			return nil
+		},
+	})
+	running := func(n int) int {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.now[n]
+	}
+	pgtest.Eventually(t, 10*time.Second, "shard 1 to run all it can borrow", func() bool { return running(1) == concurrency-1 })
+	enqueueOn(t, pools[2], "quick", 10)
+	pgtest.Eventually(t, 10*time.Second, "shard 2 to run a task in its one slot", func() bool { return running(2) == 1 })
+	close(busyGate)
+	pgtest.Eventually(t, 20*time.Second, "both backlogs to complete", func() bool { return pendingOn(pools[1]) == 0 && pendingOn(pools[2]) == 0 })
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	peaks, total := r.peaks()
+	r.mu.Lock()
+	at := r.atReach
+	r.mu.Unlock()
+	t.Logf("peaks %v, in all %d; shard 1 had done %d of %d when shard 2 ran its share", peaks, total, at[1], backlog)
+	if peaks[2] != concurrency/2 || at == nil {
+		t.Fatalf("shard 2 ran at most %d at once, want its share of %d", peaks[2], concurrency/2)
+	}
+	if at[1] >= backlog {
+		t.Fatalf("shard 2 had its share only once shard 1's backlog was done")
 	}
 	if total > concurrency {
 		t.Fatalf("%d handlers ran at once, Concurrency is %d", total, concurrency)
