@@ -21,12 +21,12 @@ func ExampleClient_Cancel() {
 	q := queue.New(pool)
 
 	later, _ := q.Enqueue(ctx, "newsletter.send", nil, queue.WithDelay(time.Hour))
-	res, err := q.Cancel(ctx, queue.CancelRequest{IDs: []int64{later, 424242}})
+	res, err := q.Cancel(ctx, queue.CancelRequest{IDs: []int64{later.ID, 424242}})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	task, _ := q.Get(ctx, later)
+	task, _ := q.Get(ctx, later.ID)
 	fmt.Println("cancelled:", res.Cancelled, task.Status)
 	fmt.Printf("skipped: task %d (status %q: not found)\n", res.Skipped[0].ID, res.Skipped[0].Status)
 	// Output:
@@ -61,12 +61,12 @@ func ExampleClient_CancelRunning() {
 	}()
 
 	<-started
-	asked, _ := q.CancelRunning(ctx, []int64{id})
+	asked, _ := q.CancelRunning(ctx, []int64{id.ID})
 	fmt.Println("asked to cancel:", len(asked))
 	<-stopped
 	stop()
 	<-finished // Run returns once every outcome is written
-	task, _ := q.Get(ctx, id)
+	task, _ := q.Get(ctx, id.ID)
 	fmt.Println("status:", task.Status)
 	// Output:
 	// asked to cancel: 1

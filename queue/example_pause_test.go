@@ -51,7 +51,7 @@ func ExampleClient_PauseQueue() {
 	<-ran
 	stop() // graceful: the outcome is written before Run returns
 	<-finished
-	task, _ := q.Get(ctx, id)
+	task, _ := q.Get(ctx, id.ID)
 	paused, _ = q.PausedQueues(ctx)
 	fmt.Println("after resume:", task.Status, len(paused), "paused")
 	// Output:
