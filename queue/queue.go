@@ -115,8 +115,9 @@ type NewTask struct {
 	Options []Option
 }
 
-// Enqueue inserts a task and returns its ID in the result. payload is any value that
-// encoding/json can marshal, or a json.RawMessage or []byte holding JSON.
+// Enqueue inserts a task and returns its result, which holds its ID.
+// payload is any value that encoding/json can marshal, or a
+// json.RawMessage or []byte holding JSON.
 // The task is visible to workers at once (or at its run time), and idle
 // workers are woken by NOTIFY.
 //
