@@ -204,7 +204,9 @@ func TestProgressErrors(t *testing.T) {
 		t.Errorf("a write after the task was taken changed it")
 	}
 
-	waitFor(t, time.Second, "the limits task finished", func() bool { return b.count(t, "id = $1 AND status <> 'running' AND status <> 'pending'", limits.ID) == 1 })
+	waitFor(t, time.Second, "the limits task finished", func() bool {
+		return b.count(t, "id = $1 AND status <> 'running' AND status <> 'pending'", limits.ID) == 1
+	})
 	task, err := b.client.Get(ctx, limits.ID)
 	if err != nil {
 		t.Fatal(err)
