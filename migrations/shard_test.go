@@ -40,16 +40,16 @@ func TestSetShard(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if queue.ShardOf(first) != 7 || first != 7<<48+1 {
-		t.Fatalf("first id %d (shard %d), want %d", first, queue.ShardOf(first), int64(7<<48+1))
+	if queue.ShardOf(first.ID) != 7 || first.ID != 7<<48+1 {
+		t.Fatalf("first id %d (shard %d), want %d", first.ID, queue.ShardOf(first.ID), int64(7<<48+1))
 	}
 	// Stamping again does not move the sequence back.
 	if err := migrations.SetShard(ctx, pool, 7); err != nil {
 		t.Fatal(err)
 	}
 	second, err := c.Enqueue(ctx, "a", nil)
-	if err != nil || second != first+1 {
-		t.Fatalf("after a second SetShard: id %d, %v; want %d", second, err, first+1)
+	if err != nil || second.ID != first.ID+1 {
+		t.Fatalf("after a second SetShard: id %d, %v; want %d", second.ID, err, first.ID+1)
 	}
 	wf, err := c.EnqueueWorkflow(ctx, queue.Workflow{Steps: []queue.Step{{Name: "x"}}})
 	if err != nil {
@@ -59,7 +59,7 @@ func TestSetShard(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for what, id := range map[string]int64{"workflow": wf.ID, "workflow task": wf.Tasks["x"], "batch": b.ID, "batch task": b.Tasks[0]} {
+	for what, id := range map[string]int64{"workflow": wf.ID, "workflow task": wf.TaskIDs["x"], "batch": b.ID, "batch task": b.TaskIDs[0]} {
 		if queue.ShardOf(id) != 7 {
 			t.Errorf("%s id %d is of shard %d, want 7", what, id, queue.ShardOf(id))
 		}

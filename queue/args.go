@@ -15,7 +15,7 @@ import (
 //
 //	func (Email) TaskName() string { return "email.send" }
 //
-//	id, err := q.EnqueueArgs(ctx, Email{To: "ada@example.com"})
+//	res, err := q.EnqueueArgs(ctx, Email{To: "ada@example.com"})
 //
 // The payload is the value as encoding/json marshals it. TaskName must
 // work on the zero value (a value receiver): worker.Handle calls it on one
@@ -50,39 +50,39 @@ func NewTaskFrom(args TaskArgs, opts ...Option) NewTask {
 }
 
 // EnqueueArgs is Enqueue of a typed task: NewTaskFrom(args, opts...).
-func (c *Client) EnqueueArgs(ctx context.Context, args TaskArgs, opts ...Option) (int64, error) {
+func (c *Client) EnqueueArgs(ctx context.Context, args TaskArgs, opts ...Option) (EnqueueResult, error) {
 	t, err := taskFrom(args, opts)
 	if err != nil {
-		return 0, err
+		return EnqueueResult{}, err
 	}
 	return c.Enqueue(ctx, t.Name, t.Payload, t.Options...)
 }
 
 // EnqueueArgsTx is EnqueueTx of a typed task: NewTaskFrom(args, opts...).
-func (c *Client) EnqueueArgsTx(ctx context.Context, tx Executor, args TaskArgs, opts ...Option) (int64, error) {
+func (c *Client) EnqueueArgsTx(ctx context.Context, tx Executor, args TaskArgs, opts ...Option) (EnqueueResult, error) {
 	t, err := taskFrom(args, opts)
 	if err != nil {
-		return 0, err
+		return EnqueueResult{}, err
 	}
 	return c.EnqueueTx(ctx, tx, t.Name, t.Payload, t.Options...)
 }
 
 // EnqueueArgs inserts a typed task through the default client; see
 // Client.EnqueueArgs.
-func EnqueueArgs(ctx context.Context, args TaskArgs, opts ...Option) (int64, error) {
+func EnqueueArgs(ctx context.Context, args TaskArgs, opts ...Option) (EnqueueResult, error) {
 	c, err := Default()
 	if err != nil {
-		return 0, err
+		return EnqueueResult{}, err
 	}
 	return c.EnqueueArgs(ctx, args, opts...)
 }
 
 // EnqueueArgsTx inserts a typed task within tx through the default client;
 // see Client.EnqueueArgsTx.
-func EnqueueArgsTx(ctx context.Context, tx Executor, args TaskArgs, opts ...Option) (int64, error) {
+func EnqueueArgsTx(ctx context.Context, tx Executor, args TaskArgs, opts ...Option) (EnqueueResult, error) {
 	c, err := Default()
 	if err != nil {
-		return 0, err
+		return EnqueueResult{}, err
 	}
 	return c.EnqueueArgsTx(ctx, tx, args, opts...)
 }

@@ -228,7 +228,7 @@ func TestAuditTxAndProducers(t *testing.T) {
 	if res, err := c.RequeueTx(ctx, tx, queue.RequeueRequest{IDs: []int64{id}}); err != nil || res.Changed != 1 {
 		t.Fatalf("RequeueTx: %+v, %v", res, err)
 	}
-	if res, err := c.RunNowTx(ctx, tx, []int64{scheduled}); err != nil || res.Changed != 1 || !slices.Equal(res.IDs, []int64{scheduled}) {
+	if res, err := c.RunNowTx(ctx, tx, []int64{scheduled.ID}); err != nil || res.Changed != 1 || !slices.Equal(res.IDs, []int64{scheduled.ID}) {
 		t.Fatalf("RunNowTx: %+v, %v", res, err)
 	}
 	purge := queue.PurgeRequest{Filter: queue.Filter{FinishedBefore: time.Now().Add(time.Hour), ErrorContains: "REFUSED"}}

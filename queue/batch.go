@@ -81,10 +81,11 @@ func (b *Batch) AddArgs(args TaskArgs, opts ...Option) *Batch {
 // EnqueuedBatch is what EnqueueBatch inserted.
 type EnqueuedBatch struct {
 	ID int64
-	// Tasks are the members' task IDs, in the order of Batch.Tasks.
-	Tasks []int64
-	// OnFinish and OnSuccess are the callbacks' task IDs; 0 for none.
-	OnFinish, OnSuccess int64
+	// TaskIDs are the members' task IDs, in the order of Batch.Tasks.
+	TaskIDs []int64
+	// OnFinishTaskID and OnSuccessTaskID are the callbacks' task IDs, as
+	// BatchInfo has them; 0 for none.
+	OnFinishTaskID, OnSuccessTaskID int64
 }
 
 // BatchInfo is a batch and the counts of its members by outcome, as
@@ -156,17 +157,17 @@ func (c *Client) EnqueueBatchTx(ctx context.Context, tx Executor, b Batch) (Enqu
 		return EnqueuedBatch{}, fmt.Errorf("enqueueing batch: reserving task ids: %w", err)
 	}
 	members := len(b.Tasks)
-	out := EnqueuedBatch{Tasks: ids[:members:members]}
+	out := EnqueuedBatch{TaskIDs: ids[:members:members]}
 	p := db.BatchCreateParams{Name: b.Name, Total: int32(members)}
 	next := members
 	if b.OnFinish.Name != "" {
-		out.OnFinish = ids[next]
-		p.OnFinishTaskID = &out.OnFinish
+		out.OnFinishTaskID = ids[next]
+		p.OnFinishTaskID = &out.OnFinishTaskID
 		next++
 	}
 	if b.OnSuccess.Name != "" {
-		out.OnSuccess = ids[next]
-		p.OnSuccessTaskID = &out.OnSuccess
+		out.OnSuccessTaskID = ids[next]
+		p.OnSuccessTaskID = &out.OnSuccessTaskID
 	}
 	created, err := c.queries.BatchCreate(ctx, x, p)
 	if err != nil {

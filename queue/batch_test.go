@@ -39,7 +39,7 @@ func TestEnqueueBatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(enq.Tasks) != 3 || enq.OnFinish == 0 || enq.OnSuccess == 0 || enq.ID == 0 {
+	if len(enq.TaskIDs) != 3 || enq.OnFinishTaskID == 0 || enq.OnSuccessTaskID == 0 || enq.ID == 0 {
 		t.Fatalf("enqueued %+v", enq)
 	}
 	check := func(id int64, name, q string, status queue.Status, priority int) {
@@ -53,18 +53,18 @@ func TestEnqueueBatch(t *testing.T) {
 				id, task.Name, task.Queue, task.Status, task.Priority, task.MaxAttempts, task.BatchID, name, q, status, priority, enq.ID)
 		}
 	}
-	check(enq.Tasks[0], "import.row", "default", queue.StatusPending, 3)
-	check(enq.Tasks[1], "import.row", "default", queue.StatusPending, -1)
-	check(enq.Tasks[2], "thumbnail", "media", queue.StatusPending, 3)
-	check(enq.OnFinish, "import.report", "default", queue.StatusWaiting, 3)
-	check(enq.OnSuccess, "import.publish", "publish", queue.StatusWaiting, 3)
+	check(enq.TaskIDs[0], "import.row", "default", queue.StatusPending, 3)
+	check(enq.TaskIDs[1], "import.row", "default", queue.StatusPending, -1)
+	check(enq.TaskIDs[2], "thumbnail", "media", queue.StatusPending, 3)
+	check(enq.OnFinishTaskID, "import.report", "default", queue.StatusWaiting, 3)
+	check(enq.OnSuccessTaskID, "import.publish", "publish", queue.StatusWaiting, 3)
 
 	info, err := c.GetBatch(ctx, enq.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.Name != "import" || info.Total != 3 || info.Unfinished() != 3 || info.OnFinishTaskID != enq.OnFinish ||
-		info.OnSuccessTaskID != enq.OnSuccess || info.FinishedAt != nil {
+	if info.Name != "import" || info.Total != 3 || info.Unfinished() != 3 || info.OnFinishTaskID != enq.OnFinishTaskID ||
+		info.OnSuccessTaskID != enq.OnSuccessTaskID || info.FinishedAt != nil {
 		t.Errorf("GetBatch: %+v", info)
 	}
 	tasks, err := c.BatchTasks(ctx, enq.ID)
@@ -74,7 +74,7 @@ func TestEnqueueBatch(t *testing.T) {
 	if len(tasks) != 5 {
 		t.Errorf("BatchTasks: %d tasks, want 5", len(tasks))
 	}
-	if got, err := c.BatchOfTask(ctx, enq.OnFinish); err != nil || got.ID != enq.ID {
+	if got, err := c.BatchOfTask(ctx, enq.OnFinishTaskID); err != nil || got.ID != enq.ID {
 		t.Errorf("BatchOfTask(OnFinish): %+v, %v", got, err)
 	}
 	list, err := c.ListBatches(ctx, queue.BatchFilter{State: "running"})
@@ -87,7 +87,7 @@ func TestEnqueueBatch(t *testing.T) {
 
 	// Cancelling every member finishes the batch: OnFinish is released,
 	// OnSuccess cancelled.
-	if _, err := c.Cancel(ctx, queue.CancelRequest{IDs: enq.Tasks}); err != nil {
+	if _, err := c.Cancel(ctx, queue.CancelRequest{IDs: enq.TaskIDs}); err != nil {
 		t.Fatal(err)
 	}
 	info, err = c.GetBatch(ctx, enq.ID)
@@ -97,8 +97,8 @@ func TestEnqueueBatch(t *testing.T) {
 	if info.Cancelled != 3 || info.FinishedAt == nil {
 		t.Errorf("after cancelling every member: %+v", info)
 	}
-	check(enq.OnFinish, "import.report", "default", queue.StatusPending, 3)
-	succ, err := c.Get(ctx, enq.OnSuccess)
+	check(enq.OnFinishTaskID, "import.report", "default", queue.StatusPending, 3)
+	succ, err := c.Get(ctx, enq.OnSuccessTaskID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,10 +162,10 @@ func TestEnqueueBatchRefuses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.BatchOfTask(ctx, id); !errors.Is(err, queue.ErrNotInBatch) {
+	if _, err := c.BatchOfTask(ctx, id.ID); !errors.Is(err, queue.ErrNotInBatch) {
 		t.Errorf("BatchOfTask(plain task): %v", err)
 	}
-	if _, err := c.BatchOfTask(ctx, id+100); !errors.Is(err, queue.ErrNotFound) {
+	if _, err := c.BatchOfTask(ctx, id.ID+100); !errors.Is(err, queue.ErrNotFound) {
 		t.Errorf("BatchOfTask(unknown task): %v", err)
 	}
 	if _, err := c.ListBatches(ctx, queue.BatchFilter{State: "done"}); !errors.Is(err, queue.ErrInvalidRequest) {

@@ -38,10 +38,10 @@ func Default() (*Client, error) {
 }
 
 // Enqueue inserts a task through the default client; see Client.Enqueue.
-func Enqueue(ctx context.Context, name string, payload any, opts ...Option) (int64, error) {
+func Enqueue(ctx context.Context, name string, payload any, opts ...Option) (EnqueueResult, error) {
 	c, err := Default()
 	if err != nil {
-		return 0, err
+		return EnqueueResult{}, err
 	}
 	return c.Enqueue(ctx, name, payload, opts...)
 }
@@ -49,11 +49,11 @@ func Enqueue(ctx context.Context, name string, payload any, opts ...Option) (int
 // EnqueueTx inserts a task within tx; see Client.EnqueueTx. It uses the
 // default client when DATABASE_URL is set, and needs no DATABASE_URL
 // otherwise: tx is the connection.
-func EnqueueTx(ctx context.Context, tx Executor, name string, payload any, opts ...Option) (int64, error) {
+func EnqueueTx(ctx context.Context, tx Executor, name string, payload any, opts ...Option) (EnqueueResult, error) {
 	c, err := Default()
 	if err != nil {
 		if os.Getenv("DATABASE_URL") != "" {
-			return 0, err // set but unusable: say so rather than guess
+			return EnqueueResult{}, err // set but unusable: say so rather than guess
 		}
 		c = txClient()
 	}

@@ -10,15 +10,21 @@
 // WithPriority, WithUniqueKey, ...) shape it:
 //
 //	q := queue.New(pool)
-//	id, err := q.Enqueue(ctx, "email.send", Email{To: "ada@example.com"},
+//	res, err := q.Enqueue(ctx, "email.send", Email{To: "ada@example.com"},
 //		queue.WithQueue("mail"), queue.WithDelay(time.Minute))
+//	// res.ID is the task's ID.
 //
 //	// In the caller's transaction: the task exists if and only if tx commits.
-//	id, err = q.EnqueueTx(ctx, tx, "invoice.send", invoice)
+//	res, err = q.EnqueueTx(ctx, tx, "invoice.send", invoice)
 //
 //	// A payload type that names its task (TaskArgs) and may carry its
 //	// options (TaskDefaults).
-//	id, err = q.EnqueueArgs(ctx, Email{To: "ada@example.com"})
+//	res, err = q.EnqueueArgs(ctx, Email{To: "ada@example.com"})
+//
+// The result ([EnqueueResult]) says what happened: a task whose unique key
+// is taken (WithUniqueKey) is not inserted, and the result is a Duplicate
+// with the existing task's ID and a nil error; one with a replace key
+// (WithReplaceKey, WithDebounce) may have Replaced a pending task.
 //
 // The writes that matter in a transaction have a Tx twin taking an
 // [Executor] (a pgx.Tx in practice): EnqueueTx, EnqueueManyTx,

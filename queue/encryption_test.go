@@ -106,12 +106,12 @@ func TestEncryptEveryEnqueuePath(t *testing.T) {
 	secret := map[string]string{"card": "4111-secret"}
 
 	var ids []int64
-	add := func(id int64, err error) {
+	add := func(res queue.EnqueueResult, err error) {
 		t.Helper()
 		if err != nil {
 			t.Fatal(err)
 		}
-		ids = append(ids, id)
+		ids = append(ids, res.ID)
 	}
 	add(q.Enqueue(ctx, "charge", secret))
 	add(q.Enqueue(ctx, "charge", secret, queue.WithUnique())) // derived from the plaintext
@@ -127,12 +127,16 @@ func TestEncryptEveryEnqueuePath(t *testing.T) {
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	ids = append(ids, many...)
+	for _, r := range many {
+		ids = append(ids, r.ID)
+	}
 	many, err = q.EnqueueMany(ctx, []queue.NewTask{{Name: "charge", Payload: secret}, {Name: "charge", Payload: secret}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ids = append(ids, many...)
+	for _, r := range many {
+		ids = append(ids, r.ID)
+	}
 	add(q.EnqueueArgs(ctx, chargeArgs{Card: "4111-secret"}))
 	add(q.EnqueueArgs(ctx, chargeArgs{Card: "4111-secret"}, queue.WithDependsOn(ids[0])))
 	wf, err := q.EnqueueWorkflow(ctx, queue.Workflow{Name: "checkout", Steps: []queue.Step{
@@ -142,7 +146,7 @@ func TestEncryptEveryEnqueuePath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, id := range wf.Tasks {
+	for _, id := range wf.TaskIDs {
 		ids = append(ids, id)
 	}
 
@@ -168,7 +172,7 @@ func TestEncryptEveryEnqueuePath(t *testing.T) {
 	}
 	// WithUnique's key is derived from the plaintext: a second enqueue of
 	// the same payload is a duplicate although its ciphertext differs.
-	if _, err := q.Enqueue(ctx, "charge", secret, queue.WithUnique()); !errors.Is(err, queue.ErrDuplicate) {
-		t.Errorf("second unique enqueue: %v; want ErrDuplicate", err)
+	if res, err := q.Enqueue(ctx, "charge", secret, queue.WithUnique()); err != nil || !res.Duplicate || res.ID != ids[1] {
+		t.Errorf("second unique enqueue: %+v, %v; want a duplicate of %d", res, err, ids[1])
 	}
 }

@@ -21,12 +21,12 @@ func ExampleClient_Cancel() {
 	q := queue.New(pool)
 
 	later, _ := q.Enqueue(ctx, "newsletter.send", nil, queue.WithDelay(time.Hour))
-	res, err := q.Cancel(ctx, queue.CancelRequest{IDs: []int64{later, 424242}})
+	res, err := q.Cancel(ctx, queue.CancelRequest{IDs: []int64{later.ID, 424242}})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	task, _ := q.Get(ctx, later)
+	task, _ := q.Get(ctx, later.ID)
 	fmt.Println("cancelled:", res.Changed, task.Status)
 	fmt.Printf("skipped: task %d (status %q: not found)\n", res.Skipped[0].ID, res.Skipped[0].Status)
 	// Output:
@@ -62,13 +62,13 @@ func ExampleClient_Cancel_running() {
 
 	<-started
 	res, _ := q.Cancel(ctx, queue.CancelRequest{
-		IDs: []int64{id}, Filter: queue.Filter{Statuses: []queue.Status{queue.StatusRunning}},
+		IDs: []int64{id.ID}, Filter: queue.Filter{Statuses: []queue.Status{queue.StatusRunning}},
 	})
 	fmt.Println("asked to cancel:", len(res.Requested))
 	<-stopped
 	stop()
 	<-finished // Run returns once every outcome is written
-	task, _ := q.Get(ctx, id)
+	task, _ := q.Get(ctx, id.ID)
 	fmt.Println("status:", task.Status)
 	// Output:
 	// asked to cancel: 1

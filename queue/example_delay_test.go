@@ -18,13 +18,13 @@ func ExampleWithDelay() {
 	q := queue.New(pool)
 
 	id, _ := q.Enqueue(ctx, "trial.reminder", map[string]string{"user": "ada"}, queue.WithDelay(72*time.Hour))
-	task, _ := q.Get(ctx, id)
+	task, _ := q.Get(ctx, id.ID)
 	fmt.Println(task.Status, task.Phase())
 	fmt.Println("runs", task.RunAt.Sub(task.CreatedAt), "after it was enqueued")
 
 	// An operator can make it due now (skiplock run-now).
-	res, _ := q.RunNow(ctx, []int64{id})
-	task, _ = q.Get(ctx, id)
+	res, _ := q.RunNow(ctx, []int64{id.ID})
+	task, _ = q.Get(ctx, id.ID)
 	fmt.Println(len(res.IDs), "made due:", task.Phase())
 	// Output:
 	// pending scheduled

@@ -26,7 +26,7 @@ func ExampleWithEncryption() {
 	q := queue.New(pool, queue.WithEncryption(kr))
 
 	id, _ := q.Enqueue(ctx, "charge", map[string]string{"card": "4111 1111 1111 1111"})
-	task, _ := q.Get(ctx, id)
+	task, _ := q.Get(ctx, id.ID)
 	kid, encrypted := queue.EncryptedKeyID(task.Payload)
 	fmt.Println("encrypted:", encrypted, "key:", kid)
 	fmt.Println("plaintext stored:", bytes.Contains(task.Payload, []byte("4111")))

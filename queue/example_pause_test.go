@@ -60,7 +60,7 @@ func ExampleClient_PauseQueue() {
 	<-ran
 	stop() // graceful: the outcome is written before Run returns
 	<-finished
-	task, _ := q.Get(ctx, id)
+	task, _ := q.Get(ctx, id.ID)
 	fmt.Println("after resume:", task.Status, len(paused()), "paused")
 	// Output:
 	// paused: [reports]

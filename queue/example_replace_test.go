@@ -24,17 +24,16 @@ func ExampleWithDebounce() {
 
 	var first int64
 	for _, text := range []string{"h", "he", "hel", "hello"} {
-		var replaced bool
-		id, err := q.Enqueue(ctx, "doc.index", map[string]string{"text": text},
-			queue.WithDebounce("doc:42", time.Second), queue.Replaced(&replaced))
+		res, err := q.Enqueue(ctx, "doc.index", map[string]string{"text": text},
+			queue.WithDebounce("doc:42", time.Second))
 		if err != nil {
 			fmt.Println(err)
 			return
 		}
 		if first == 0 {
-			first = id
+			first = res.ID
 		}
-		fmt.Printf("%-5s replaced: %-5v same task: %v\n", text, replaced, id == first)
+		fmt.Printf("%-5s replaced: %-5v same task: %v\n", text, res.Replaced, res.ID == first)
 	}
 
 	ran := make(chan string, 10)

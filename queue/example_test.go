@@ -24,13 +24,13 @@ func ExampleClient_EnqueueTx() {
 		return fmt.Errorf("signup failed")
 	})
 	// One enqueued in a transaction that commits exists.
-	var id int64
+	var res queue.EnqueueResult
 	_ = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		var err error
-		id, err = q.EnqueueTx(ctx, tx, "welcome.email", map[string]string{"to": "grace@example.com"})
+		res, err = q.EnqueueTx(ctx, tx, "welcome.email", map[string]string{"to": "grace@example.com"})
 		return err
 	})
-	task, _ := q.Get(ctx, id)
+	task, _ := q.Get(ctx, res.ID)
 	var n int
 	pool.QueryRow(ctx, "SELECT count(*) FROM skiplock_tasks").Scan(&n)
 	fmt.Println(n, task.Name, task.Status, string(task.Payload))

@@ -11,7 +11,8 @@ import (
 )
 
 // A unique key holds while its task is pending or running: enqueueing
-// another task with it inserts nothing and returns the holder's ID.
+// another task with it inserts nothing and returns the holder's ID, as a
+// duplicate, with no error. WithDuplicateError makes it an error too.
 func ExampleWithUniqueKey() {
 	ctx := context.Background()
 	pool, cleanup := pgtest.ExamplePool()
@@ -20,17 +21,21 @@ func ExampleWithUniqueKey() {
 
 	first, _ := q.Enqueue(ctx, "invoice.send", map[string]int{"invoice": 7}, queue.WithUniqueKey("invoice-7"))
 	again, err := q.Enqueue(ctx, "invoice.send", map[string]int{"invoice": 7}, queue.WithUniqueKey("invoice-7"))
+	fmt.Println("duplicate:", again.Duplicate, err)
+	fmt.Println("same task:", again.ID == first.ID)
+
+	_, err = q.Enqueue(ctx, "invoice.send", map[string]int{"invoice": 7}, queue.WithUniqueKey("invoice-7"), queue.WithDuplicateError())
 	var dup *queue.DuplicateError
-	fmt.Println("duplicate:", errors.Is(err, queue.ErrDuplicate), errors.As(err, &dup) && dup.Key == "invoice-7")
-	fmt.Println("same task:", again == first)
+	fmt.Println("as an error:", errors.Is(err, queue.ErrDuplicate), errors.As(err, &dup) && dup.Key == "invoice-7" && dup.ExistingID == first.ID)
 
 	// WithUnique derives the key from the name and the payload; with a
 	// window, the key is unique within each window, whatever the status.
 	a, _ := q.Enqueue(ctx, "report.build", map[string]string{"day": "2026-11-23"}, queue.WithUnique(), queue.WithUniqueWindow(time.Hour))
 	b, err := q.Enqueue(ctx, "report.build", map[string]string{"day": "2026-11-23"}, queue.WithUnique(), queue.WithUniqueWindow(time.Hour))
-	fmt.Println("derived key, same window:", b == a, errors.Is(err, queue.ErrDuplicate))
+	fmt.Println("derived key, same window:", b.Duplicate, b.ID == a.ID, err)
 	// Output:
-	// duplicate: true true
+	// duplicate: true <nil>
 	// same task: true
-	// derived key, same window: true true
+	// as an error: true true
+	// derived key, same window: true true <nil>
 }

@@ -95,7 +95,7 @@ func (g *groupCommit) flush() {
 			case byIndex[i] != nil:
 				d := *byIndex[i]
 				d.Index = 0
-				req.done <- groupResult{dup: &d, err: &d}
+				req.done <- groupResult{dup: &d}
 			default:
 				req.done <- groupResult{id: ids[i]}
 			}

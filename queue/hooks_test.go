@@ -3,7 +3,6 @@ package queue_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"slices"
 	"sync"
 	"testing"
@@ -43,7 +42,7 @@ func TestEnqueueHooks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	task, err := client.Get(ctx, id)
+	task, err := client.Get(ctx, id.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,8 +59,8 @@ func TestEnqueueHooks(t *testing.T) {
 		{Name: "b", Options: []queue.Option{queue.WithUniqueKey("k")}},
 		{Name: "c", Options: []queue.Option{queue.WithUniqueKey("k")}},
 	})
-	if !errors.Is(err, queue.ErrDuplicate) {
-		t.Fatalf("err = %v, want a duplicate", err)
+	if err != nil || !ids[1].Duplicate {
+		t.Fatalf("%+v, %v; want a duplicate", ids, err)
 	}
 	var got []int64
 	var names []string
@@ -69,7 +68,7 @@ func TestEnqueueHooks(t *testing.T) {
 		got = append(got, e.ID)
 		names = append(names, e.Name)
 	}
-	if want := []int64{id, ids[0]}; !slices.Equal(got, want) || !slices.Equal(names, []string{"a", "b"}) {
+	if want := []int64{id.ID, ids[0].ID}; !slices.Equal(got, want) || !slices.Equal(names, []string{"a", "b"}) {
 		t.Fatalf("AfterEnqueue saw %v %v, want IDs %v of a and b", got, names, want)
 	}
 }

@@ -51,7 +51,7 @@ type options struct {
 	replaceSet   bool
 	debounce     time.Duration
 	debounceSet  bool
-	replaced     *bool
+	duplicateErr bool
 	shardKey     string // WithShardKey: read by ShardedClient only
 }
 
@@ -82,8 +82,9 @@ func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout =
 func WithMetadata(m json.RawMessage) Option { return func(o *options) { o.metadata = m } }
 
 // WithUniqueKey makes the task unique by key: while a task with the same
-// key is pending or running, enqueueing another returns the existing task's
-// ID with an error wrapping ErrDuplicate, and inserts nothing. A unique
+// key is pending or running, enqueueing another inserts nothing and
+// returns a result with Duplicate set and the existing task's ID, and a
+// nil error (WithDuplicateError makes it an error). A unique
 // index enforces it, so concurrent producers cannot race past it. With
 // WithUniqueWindow, the key is unique within each window instead, whatever
 // the first task's status.
@@ -93,6 +94,13 @@ func WithUniqueKey(key string) Option { return func(o *options) { o.uniqueKey = 
 // payload (a SHA-256 of the compacted JSON, so formatting does not matter;
 // object key order does).
 func WithUnique() Option { return func(o *options) { o.uniqueDerive = true } }
+
+// WithDuplicateError makes a duplicate of the task an error as well as a
+// result: when its unique key is taken, the call returns the Duplicate
+// result with a *DuplicateError, which wraps ErrDuplicate (EnqueueMany
+// joins one for each such task, and still inserts the others). It needs
+// WithUniqueKey or WithUnique.
+func WithDuplicateError() Option { return func(o *options) { o.duplicateErr = true } }
 
 // WithUniqueWindow bounds uniqueness to fixed windows of d (aligned to the
 // Unix epoch): at most one task per key per window, even if the first has
@@ -149,6 +157,8 @@ func buildOptions(opts []Option) (options, error) {
 		return o, fmt.Errorf("%w: unique window must be at least 1s, got %s", ErrInvalidTask, o.uniqueWindow)
 	case o.uniqueWindow > 0 && o.uniqueKey == "" && !o.uniqueDerive:
 		return o, fmt.Errorf("%w: WithUniqueWindow needs WithUniqueKey or WithUnique", ErrInvalidTask)
+	case o.duplicateErr && o.uniqueKey == "" && !o.uniqueDerive:
+		return o, fmt.Errorf("%w: WithDuplicateError needs WithUniqueKey or WithUnique", ErrInvalidTask)
 	case o.sequenceHold && !o.sequenceSet:
 		return o, fmt.Errorf("%w: WithSequenceHold needs WithSequence", ErrInvalidTask)
 	case o.sequenceSet && len(o.dependsOn) > 0:

@@ -32,8 +32,9 @@ var (
 	// database role may not make: it lacks a grant (see
 	// migrations.Grants, or `skiplock migrate grants`). Nothing was changed.
 	ErrPermissionDenied = pgerr.ErrPermissionDenied
-	// ErrDuplicate is wrapped by the DuplicateError returned for a task
-	// whose unique key is taken.
+	// ErrDuplicate is wrapped by the DuplicateError returned, when the
+	// task asks for it with WithDuplicateError, for a task whose unique
+	// key is taken.
 	ErrDuplicate = errors.New("skiplock: duplicate task")
 )
 
@@ -42,8 +43,27 @@ var (
 // search_path exists: it names the schema to create.
 type NoSchemaError = pgerr.NoSchemaError
 
+// EnqueueResult is the outcome of enqueueing one task. A task whose unique
+// key is taken is an outcome, not a failure: the error is nil and
+// Duplicate is set (WithDuplicateError makes it an error too).
+type EnqueueResult struct {
+	// ID is the task's ID: the inserted task's, the replaced task's when
+	// Replaced, or the existing task's when Duplicate (0 if that task
+	// finished meanwhile, leaving the key free).
+	ID int64
+	// Duplicate reports that a task with the same unique key exists (its
+	// ID is ID) and nothing was inserted.
+	Duplicate bool
+	// Replaced reports that a pending task with the same replace key
+	// (WithReplaceKey, WithDebounce) was replaced: it kept its ID, ID,
+	// and took this call's contents. False when the call inserted a new
+	// task.
+	Replaced bool
+}
+
 // DuplicateError reports a task that was not inserted because another task
-// holds its unique key. EnqueueMany returns one for each such task, joined.
+// holds its unique key. It is returned only for a task enqueued with
+// WithDuplicateError; EnqueueMany joins one for each such task.
 type DuplicateError struct {
 	Index      int    // position in the EnqueueMany batch; 0 for Enqueue
 	Key        string // the unique key, with its window when it has one
@@ -95,8 +115,9 @@ type NewTask struct {
 	Options []Option
 }
 
-// Enqueue inserts a task and returns its ID. payload is any value that
-// encoding/json can marshal, or a json.RawMessage or []byte holding JSON.
+// Enqueue inserts a task and returns its result, which holds its ID.
+// payload is any value that encoding/json can marshal, or a
+// json.RawMessage or []byte holding JSON.
 // The task is visible to workers at once (or at its run time), and idle
 // workers are woken by NOTIFY.
 //
@@ -107,26 +128,30 @@ type NewTask struct {
 // sent; after that Enqueue waits for the outcome, so that it never reports
 // a failure for a task that exists.
 //
+// A task whose unique key is taken is not inserted: the result has
+// Duplicate set and the existing task's ID, and the error is nil (unless
+// the task has WithDuplicateError).
+//
 // With an Actor in ctx (WithActor), the enqueue is an operator's: the task
 // and its audit record are inserted in one transaction of their own.
-func (c *Client) Enqueue(ctx context.Context, name string, payload any, opts ...Option) (int64, error) {
-	id, err := c.enqueue(ctx, name, payload, opts)
-	return id, c.explain(ctx, err)
+func (c *Client) Enqueue(ctx context.Context, name string, payload any, opts ...Option) (EnqueueResult, error) {
+	res, err := c.enqueue(ctx, name, payload, opts)
+	return res, c.explain(ctx, err)
 }
 
-func (c *Client) enqueue(ctx context.Context, name string, payload any, opts []Option) (int64, error) {
+func (c *Client) enqueue(ctx context.Context, name string, payload any, opts []Option) (EnqueueResult, error) {
 	r, err := prepare(NewTask{Name: name, Payload: payload, Options: opts}, c.limits, c.keyring)
 	if err != nil {
-		return 0, err
+		return EnqueueResult{}, err
 	}
 	rows := []row{r}
 	hooked, err := c.beforeEnqueue(ctx, rows) // may amend rows[0]'s metadata
 	if err != nil {
-		return 0, err
+		return EnqueueResult{}, err
 	}
 	a, err := c.enqueueAudit(ctx, nil)
 	if err != nil {
-		return 0, err
+		return EnqueueResult{}, err
 	}
 	if a != nil {
 		// Enqueued by hand: the task and its audit record in one
@@ -147,13 +172,9 @@ func (c *Client) enqueue(ctx context.Context, name string, payload any, opts []O
 			return int64(len(rows) - len(dups)), nil
 		})
 		if err != nil {
-			return 0, err
+			return EnqueueResult{}, err
 		}
-		if len(dups) > 0 {
-			return dups[0].ExistingID, errors.Join(dups[0])
-		}
-		c.afterEnqueue(ctx, hooked, ids)
-		return ids[0], nil
+		return c.enqueued(ctx, hooked, rows, ids, dups)
 	}
 	if rows[0].replaceKey != "" {
 		// Not group-committed: its statement may wait for the row lock
@@ -161,10 +182,9 @@ func (c *Client) enqueue(ctx context.Context, name string, payload any, opts []O
 		// wait with it.
 		id, err := c.insertReplacing(ctx, c.pool, rows[0])
 		if err != nil {
-			return 0, err
+			return EnqueueResult{}, err
 		}
-		c.afterEnqueue(ctx, hooked, []int64{id})
-		return id, nil
+		return c.enqueued(ctx, hooked, rows, []int64{id}, nil)
 	}
 	if rows[0].sequenceKey != "" || len(rows[0].dependsOn) > 0 {
 		// Not group-committed: a sequenced task waits for the lock of its
@@ -182,23 +202,49 @@ func (c *Client) enqueue(ctx context.Context, name string, payload any, opts []O
 			})
 		}
 		if err != nil {
-			return 0, pgerr.Interpret(err)
+			return EnqueueResult{}, pgerr.Interpret(err)
 		}
-		if len(dups) > 0 {
-			return dups[0].ExistingID, errors.Join(dups[0])
-		}
-		c.afterEnqueue(ctx, hooked, ids)
-		return ids[0], nil
+		return c.enqueued(ctx, hooked, rows, ids, dups)
 	}
 	res := c.group.enqueue(ctx, rows[0])
-	if res.err == nil {
-		c.afterEnqueue(ctx, hooked, []int64{res.id})
-		return res.id, nil
+	if res.err != nil {
+		return EnqueueResult{}, res.err
 	}
+	var dups []*DuplicateError
 	if res.dup != nil {
-		return res.dup.ExistingID, errors.Join(res.dup)
+		dups = []*DuplicateError{res.dup}
 	}
-	return 0, res.err
+	return c.enqueued(ctx, hooked, rows, []int64{res.id}, dups)
+}
+
+// enqueued tells the hooks about the one task Enqueue inserted, if it
+// was not a duplicate, and returns its result.
+func (c *Client) enqueued(ctx context.Context, hooked []*EnqueuedTask, rows []row, ids []int64, dups []*DuplicateError) (EnqueueResult, error) {
+	c.afterEnqueue(ctx, hooked, ids)
+	res, err := results(rows, ids, dups)
+	return res[0], err
+}
+
+// results turns the outcome of inserting rows, their IDs (0 for a
+// duplicate) and their duplicates, into their EnqueueResults, and joins
+// the DuplicateErrors of the duplicates whose task asked for one
+// (WithDuplicateError).
+func results(rows []row, ids []int64, dups []*DuplicateError) ([]EnqueueResult, error) {
+	out := make([]EnqueueResult, len(rows))
+	for i, id := range ids {
+		out[i].ID = id
+		if rows[i].replaced != nil {
+			out[i].Replaced = *rows[i].replaced
+		}
+	}
+	var errs []error
+	for _, d := range dups {
+		out[d.Index] = EnqueueResult{ID: d.ExistingID, Duplicate: true}
+		if rows[d.Index].duplicateError {
+			errs = append(errs, d)
+		}
+	}
+	return out, errors.Join(errs...)
 }
 
 // Executor is what EnqueueTx writes through: a pgx.Tx in practice, so the
@@ -219,27 +265,29 @@ var (
 )
 
 // EnqueueTx inserts a task within tx: it exists if and only if tx commits,
-// and workers are woken at commit. For a task whose unique key is taken it
-// returns the existing task's ID and a *DuplicateError.
-func (c *Client) EnqueueTx(ctx context.Context, tx Executor, name string, payload any, opts ...Option) (int64, error) {
-	ids, err := c.EnqueueManyTx(ctx, tx, []NewTask{{Name: name, Payload: payload, Options: opts}})
-	if ids == nil {
-		return 0, c.explain(ctx, err)
+// and workers are woken at commit. A task whose unique key is taken is a
+// Duplicate result, as with Enqueue.
+func (c *Client) EnqueueTx(ctx context.Context, tx Executor, name string, payload any, opts ...Option) (EnqueueResult, error) {
+	res, err := c.EnqueueManyTx(ctx, tx, []NewTask{{Name: name, Payload: payload, Options: opts}})
+	if res == nil {
+		return EnqueueResult{}, c.explain(ctx, err)
 	}
-	return ids[0], err
+	return res[0], err
 }
 
-// EnqueueMany inserts tasks in one transaction and returns their IDs in
-// order. An invalid task inserts none. Tasks whose unique key is taken are
-// skipped: their place in the result holds the existing task's ID and the
-// error joins a *DuplicateError for each, while the others are inserted.
-func (c *Client) EnqueueMany(ctx context.Context, tasks []NewTask) ([]int64, error) {
-	var ids []int64
+// EnqueueMany inserts tasks in one transaction and returns their results
+// in order, one for each task. An invalid task inserts none. Tasks whose
+// unique key is taken are skipped, while the others are inserted: their
+// results have Duplicate set and the existing tasks' IDs, and the error is
+// nil. The error joins a *DuplicateError for each of them that has
+// WithDuplicateError, and the results are returned with it.
+func (c *Client) EnqueueMany(ctx context.Context, tasks []NewTask) ([]EnqueueResult, error) {
+	var res []EnqueueResult
 	var dupErr error
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 		var err error
-		ids, err = c.EnqueueManyTx(ctx, tx, tasks) // the raw tx: it can COPY
-		if ids != nil && errors.Is(err, ErrDuplicate) {
+		res, err = c.EnqueueManyTx(ctx, tx, tasks) // the raw tx: it can COPY
+		if res != nil && errors.Is(err, ErrDuplicate) {
 			dupErr = err // commit the others
 			return nil
 		}
@@ -248,16 +296,16 @@ func (c *Client) EnqueueMany(ctx context.Context, tasks []NewTask) ([]int64, err
 	if err != nil {
 		return nil, pgerr.Interpret(err)
 	}
-	return ids, dupErr
+	return res, dupErr
 }
 
-// EnqueueManyTx inserts tasks within tx and returns their IDs in order.
-func (c *Client) EnqueueManyTx(ctx context.Context, tx Executor, tasks []NewTask) ([]int64, error) {
+// EnqueueManyTx is EnqueueMany within tx.
+func (c *Client) EnqueueManyTx(ctx context.Context, tx Executor, tasks []NewTask) ([]EnqueueResult, error) {
 	a, err := c.enqueueAudit(ctx, pgerr.Interpreting(tx))
 	if err != nil {
 		return nil, err
 	}
-	ids := make([]int64, 0, len(tasks))
+	res := make([]EnqueueResult, 0, len(tasks))
 	var dups []error
 	for start := 0; start < len(tasks); start += copyChunk {
 		chunk, err := c.insert(ctx, tx, tasks[start:min(start+copyChunk, len(tasks))])
@@ -272,13 +320,13 @@ func (c *Client) EnqueueManyTx(ctx context.Context, tx Executor, tasks []NewTask
 				dups = append(dups, e)
 			}
 		}
-		ids = append(ids, chunk...)
+		res = append(res, chunk...)
 	}
 	if a != nil {
-		inserted := make([]int64, 0, len(ids))
-		for i, id := range ids {
-			if !isDuplicate(dups, i) {
-				inserted = append(inserted, id)
+		inserted := make([]int64, 0, len(res))
+		for _, r := range res {
+			if !r.Duplicate {
+				inserted = append(inserted, r.ID)
 			}
 		}
 		a.request = enqueueRequest(tasksRows(tasks), inserted)
@@ -286,18 +334,7 @@ func (c *Client) EnqueueManyTx(ctx context.Context, tx Executor, tasks []NewTask
 			return nil, err
 		}
 	}
-	return ids, errors.Join(dups...)
-}
-
-// isDuplicate reports whether the task at index i of a batch is among the
-// duplicates dups.
-func isDuplicate(dups []error, i int) bool {
-	for _, e := range dups {
-		if d, ok := e.(*DuplicateError); ok && d.Index == i {
-			return true
-		}
-	}
-	return false
+	return res, errors.Join(dups...)
 }
 
 func unjoin(err error) []error {
@@ -310,7 +347,9 @@ func unjoin(err error) []error {
 // epoch tells TaskInsertMany to compute run_at on the database's clock.
 var epoch = time.Unix(0, 0).UTC()
 
-func (c *Client) insert(ctx context.Context, tx Executor, tasks []NewTask) ([]int64, error) {
+// insert inserts a chunk of EnqueueManyTx: its results, and the
+// DuplicateErrors its tasks asked for, joined; no results on a failure.
+func (c *Client) insert(ctx context.Context, tx Executor, tasks []NewTask) ([]EnqueueResult, error) {
 	rows := make([]row, len(tasks))
 	for i, t := range tasks {
 		var err error
@@ -337,15 +376,7 @@ func (c *Client) insert(ctx context.Context, tx Executor, tasks []NewTask) ([]in
 		return nil, err
 	}
 	c.afterEnqueue(ctx, hooked, ids)
-	if len(dups) == 0 {
-		return ids, nil
-	}
-	errs := make([]error, len(dups))
-	for i, d := range dups {
-		ids[d.Index] = d.ExistingID
-		errs[i] = d
-	}
-	return ids, errors.Join(errs...)
+	return results(rows, ids, dups)
 }
 
 // explain replaces migrations.ErrNotMigrated, which is what a table out of reach
@@ -387,7 +418,8 @@ type row struct {
 	sequenceKey                              string
 	sequenceHold                             bool
 	replaceKey                               string
-	replaced                                 *bool // WithReplaceKey's Replaced
+	replaced                                 *bool // with a replace key: set by insertReplacing
+	duplicateError                           bool  // WithDuplicateError
 }
 
 // prepare validates a task and encodes it, encrypting its payload with kr's
@@ -414,7 +446,10 @@ func prepare(t NewTask, limits inputLimits, kr *Keyring) (row, error) {
 		maxAttempts: int32(o.maxAttempts), timeoutMs: o.timeout.Milliseconds(), exclusiveKey: o.exclusiveKey,
 		dependsOn: o.dependsOn, depFailure: o.depFailure,
 		limitKey: o.limitKey, sequenceKey: o.sequenceKey, sequenceHold: o.sequenceHold,
-		replaceKey: o.replaceKey, replaced: o.replaced,
+		replaceKey: o.replaceKey, duplicateError: o.duplicateErr,
+	}
+	if o.replaceKey != "" {
+		r.replaced = new(bool)
 	}
 	if !o.runAt.IsZero() {
 		r.runAt = o.runAt

@@ -46,7 +46,7 @@ func TestEnqueue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	task, err := client.Get(ctx, id)
+	task, err := client.Get(ctx, id.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func TestEnqueue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	task2, err := client.Get(ctx, id2)
+	task2, err := client.Get(ctx, id2.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func TestEnqueue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	task3, _ := client.Get(ctx, id3)
+	task3, _ := client.Get(ctx, id3.ID)
 	if !task3.RunAt.Equal(at) || string(task3.Payload) != "null" {
 		t.Fatalf("task3 = %+v", task3)
 	}
@@ -186,7 +186,7 @@ func TestEnqueueMany(t *testing.T) {
 	}
 	// IDs come back in input order.
 	for _, i := range []int{0, 5000, 11999} {
-		task, err := client.Get(ctx, ids[i])
+		task, err := client.Get(ctx, ids[i].ID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -224,12 +224,12 @@ func TestEnqueueManyOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(ids) != len(tasks) || ids[0] >= ids[1] || ids[1] >= ids[2] || ids[2] >= ids[3] {
+	if len(ids) != len(tasks) || ids[0].ID >= ids[1].ID || ids[1].ID >= ids[2].ID || ids[2].ID >= ids[3].ID {
 		t.Fatalf("ids = %v, want 4 ascending", ids)
 	}
 	got := make([]*queue.Task, len(ids))
 	for i, id := range ids {
-		if got[i], err = client.Get(ctx, id); err != nil {
+		if got[i], err = client.Get(ctx, id.ID); err != nil {
 			t.Fatal(err)
 		}
 		if got[i].Name != tasks[i].Name || got[i].Status != queue.StatusPending {
@@ -245,7 +245,7 @@ func TestEnqueueManyOptions(t *testing.T) {
 		t.Errorf("task with options: %+v", o)
 	}
 	var exclusive string
-	if err := pool.QueryRow(ctx, "SELECT exclusive_key FROM skiplock_tasks WHERE id = $1", ids[1]).Scan(&exclusive); err != nil || exclusive != "acct-1" {
+	if err := pool.QueryRow(ctx, "SELECT exclusive_key FROM skiplock_tasks WHERE id = $1", ids[1].ID).Scan(&exclusive); err != nil || exclusive != "acct-1" {
 		t.Errorf("exclusive key = %q, %v", exclusive, err)
 	}
 	if d := got[2].RunAt.Sub(got[0].RunAt); d != time.Hour {
@@ -261,12 +261,22 @@ func TestEnqueueManyOptions(t *testing.T) {
 		t.Fatal(err)
 	}
 	ids, err = client.EnqueueMany(ctx, []queue.NewTask{{Name: "a"}, {Name: "uniq", Options: []queue.Option{queue.WithUniqueKey("k1")}}, {Name: "b"}})
-	var dup *queue.DuplicateError
-	if !errors.As(err, &dup) || dup.Index != 1 || dup.ExistingID != first || len(ids) != 3 || ids[1] != first {
-		t.Fatalf("EnqueueMany with a taken key: ids %v, err %v", ids, err)
+	if err != nil || len(ids) != 3 || ids[1] != (queue.EnqueueResult{ID: first.ID, Duplicate: true}) || ids[0].Duplicate || ids[2].Duplicate {
+		t.Fatalf("EnqueueMany with a taken key: %+v, err %v", ids, err)
 	}
-	if n := count(t, pool, "name IN ('a', 'b')"); n != 2 {
-		t.Fatalf("%d of the other tasks inserted, want 2", n)
+	// WithDuplicateError: the same, and the error says which.
+	ids, err = client.EnqueueMany(ctx, []queue.NewTask{{Name: "a"}, {Name: "b"},
+		{Name: "uniq", Options: []queue.Option{queue.WithUniqueKey("k1"), queue.WithDuplicateError()}}})
+	var dup *queue.DuplicateError
+	if !errors.As(err, &dup) || dup.Index != 2 || dup.ExistingID != first.ID || len(ids) != 3 || ids[2] != (queue.EnqueueResult{ID: first.ID, Duplicate: true}) {
+		t.Fatalf("EnqueueMany with a taken key and WithDuplicateError: %+v, err %v", ids, err)
+	}
+	if n := count(t, pool, "name IN ('a', 'b')"); n != 4 {
+		t.Fatalf("%d of the other tasks inserted, want 4", n)
+	}
+	if _, err := client.Enqueue(ctx, "plain", nil, queue.WithDuplicateError()); !errors.Is(err, queue.ErrInvalidTask) ||
+		!strings.Contains(err.Error(), "WithDuplicateError needs WithUniqueKey or WithUnique") {
+		t.Fatalf("WithDuplicateError without a unique key: %v", err)
 	}
 }
 
@@ -310,11 +320,15 @@ func TestEnqueueGroupCommit(t *testing.T) {
 						errs <- fmt.Errorf("bad task: %v", err)
 					}
 				case i == 9: // every producer enqueues one key: one wins
-					id, err := client.Enqueue(ctx, "unique", nil, queue.WithUniqueKey("shared"))
-					if err != nil && !errors.Is(err, queue.ErrDuplicate) {
+					opts := []queue.Option{queue.WithUniqueKey("shared")}
+					if p%2 == 1 {
+						opts = append(opts, queue.WithDuplicateError())
+					}
+					res, err := client.Enqueue(ctx, "unique", nil, opts...)
+					if err != nil && (p%2 == 0 || !errors.Is(err, queue.ErrDuplicate) || !res.Duplicate) {
 						errs <- err
 					}
-					if id == 0 {
+					if res.ID == 0 {
 						errs <- fmt.Errorf("unique enqueue returned no id")
 					}
 				default:
@@ -322,7 +336,7 @@ func TestEnqueueGroupCommit(t *testing.T) {
 					if err != nil {
 						errs <- err
 					}
-					ids <- id
+					ids <- id.ID
 				}
 			}
 		}()

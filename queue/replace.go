@@ -20,7 +20,7 @@ import (
 // retrying, finished), the next call inserts a new task, which is then
 // the pending one of the key: a key has at most one pending task, and that
 // task runs with the payload of the last call before a worker claimed it.
-// Pass Replaced to learn whether a call replaced or inserted.
+// The result's Replaced tells whether a call replaced or inserted.
 //
 // A worker claiming the task as it is replaced either claimed it first
 // (the call then inserts a new task) or runs it with the new contents;
@@ -46,13 +46,6 @@ func WithDebounce(key string, d time.Duration) Option {
 	}
 }
 
-// Replaced reports through p whether a task with WithReplaceKey or
-// WithDebounce replaced a pending task of its key (true) or was inserted
-// as a new task (false). It holds only if the call succeeds (and, in a
-// caller's transaction, the transaction commits). In EnqueueMany, give
-// each task its own p. It needs WithReplaceKey or WithDebounce.
-func Replaced(p *bool) Option { return func(o *options) { o.replaced = p } }
-
 // replaceRetries bounds the rounds of TaskInsertReplacing lost to other
 // producers of the key: each lost round means another producer inserted
 // a task of the key since this one looked.
@@ -61,9 +54,6 @@ const replaceRetries = 100
 // checkReplace validates the replace options of o.
 func checkReplace(o *options) error {
 	if !o.replaceSet && !o.debounceSet {
-		if o.replaced != nil {
-			return fmt.Errorf("%w: Replaced needs WithReplaceKey or WithDebounce", ErrInvalidTask)
-		}
 		return nil
 	}
 	opt := "WithReplaceKey"
@@ -115,8 +105,8 @@ func withReplaceKeys(rows []row) bool {
 // insertWithReplaceKeys inserts a batch in which some tasks have replace
 // keys: the others together, as usual, then those one by one, ordered by
 // key so that batches lock the keys' tasks in one order (the tasks of one
-// key stay in batch order, the last one winning). Replaced flags are set
-// as each succeeds.
+// key stay in batch order, the last one winning). Each row's replaced is
+// set as it succeeds.
 func (c *Client) insertWithReplaceKeys(ctx context.Context, tx Executor, rows []row) ([]int64, []*DuplicateError, error) {
 	ids := make([]int64, len(rows))
 	var plain, keyed []int
@@ -162,7 +152,7 @@ func (c *Client) insertWithReplaceKeys(ctx context.Context, tx Executor, rows []
 }
 
 // insertReplacing enqueues one task with a replace key, replacing the
-// unstarted task of its key if there is one, and sets r.replaced.
+// unstarted task of its key if there is one, and sets *r.replaced.
 func (c *Client) insertReplacing(ctx context.Context, tx Executor, r row) (int64, error) {
 	p := db.TaskInsertReplacingParams{
 		Queue: r.queue, Name: r.name, Payload: r.payload, Metadata: r.metadata,
@@ -177,9 +167,7 @@ func (c *Client) insertReplacing(ctx context.Context, tx Executor, r row) (int64
 			return 0, fmt.Errorf("enqueueing: %w", err)
 		}
 		if len(got) == 1 {
-			if r.replaced != nil {
-				*r.replaced = got[0].Replaced
-			}
+			*r.replaced = got[0].Replaced
 			return got[0].ID, nil
 		}
 		// Another producer inserted a task of the key after the UPDATE

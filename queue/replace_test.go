@@ -56,18 +56,17 @@ func TestReplaceKeyReplacesPending(t *testing.T) {
 	pool := pgtest.Pool(t)
 	c := queue.New(pool)
 
-	var replaced bool
-	first, err := c.Enqueue(ctx, "doc.index", map[string]int{"v": 1}, queue.WithReplaceKey("doc:1"), queue.Replaced(&replaced))
-	if err != nil || replaced {
-		t.Fatalf("first call: id %d, replaced %v, err %v", first, replaced, err)
+	first, err := c.Enqueue(ctx, "doc.index", map[string]int{"v": 1}, queue.WithReplaceKey("doc:1"))
+	if err != nil || first.Replaced || first.Duplicate {
+		t.Fatalf("first call: %+v, err %v", first, err)
 	}
-	second, err := c.Enqueue(ctx, "doc.reindex", map[string]int{"v": 2}, queue.WithReplaceKey("doc:1"), queue.Replaced(&replaced),
+	second, err := c.Enqueue(ctx, "doc.reindex", map[string]int{"v": 2}, queue.WithReplaceKey("doc:1"),
 		queue.WithPriority(-3), queue.WithQueue("docs"), queue.WithDelay(time.Hour), queue.WithMaxAttempts(3),
 		queue.WithMetadata(json.RawMessage(`{"trace":"x"}`)))
-	if err != nil || !replaced || second != first {
-		t.Fatalf("second call: id %d (first %d), replaced %v, err %v", second, first, replaced, err)
+	if err != nil || !second.Replaced || second.Duplicate || second.ID != first.ID {
+		t.Fatalf("second call: %+v (first %d), err %v", second, first.ID, err)
 	}
-	task, err := c.Get(ctx, first)
+	task, err := c.Get(ctx, first.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,9 +77,9 @@ func TestReplaceKeyReplacesPending(t *testing.T) {
 	if until := time.Until(task.RunAt); until < 50*time.Minute {
 		t.Fatalf("run_at not moved by WithDelay: %s from now", until)
 	}
-	other, err := c.Enqueue(ctx, "doc.index", 3, queue.WithReplaceKey("doc:2"), queue.Replaced(&replaced))
-	if err != nil || replaced || other == first {
-		t.Fatalf("other key: id %d, replaced %v, err %v", other, replaced, err)
+	other, err := c.Enqueue(ctx, "doc.index", 3, queue.WithReplaceKey("doc:2"))
+	if err != nil || other.Replaced || other.ID == first.ID {
+		t.Fatalf("other key: %+v, err %v", other, err)
 	}
 	if got := keyTasks(t, pool, "doc:1"); len(got) != 1 {
 		t.Fatalf("doc:1 has %v", got)
@@ -114,8 +113,8 @@ func TestDebouncePushesRunAt(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ids = append(ids, id)
-		task, err := c.Get(ctx, id)
+		ids = append(ids, id.ID)
+		task, err := c.Get(ctx, id.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -127,7 +126,7 @@ func TestDebouncePushesRunAt(t *testing.T) {
 			t.Fatalf("call %d: run_at %s did not move past %s", i, task.RunAt, lastRunAt)
 		}
 		lastRunAt = task.RunAt
-		if got := payloadOf(t, c, id); got != string(rune('0'+i)) {
+		if got := payloadOf(t, c, id.ID); got != string(rune('0'+i)) {
 			t.Fatalf("call %d: payload %s", i, got)
 		}
 	}
@@ -177,7 +176,7 @@ func TestDebounceBurstRunsOnceAfterLastCall(t *testing.T) {
 			t.Fatal(err)
 		}
 		if id == 0 {
-			id = got
+			id = got.ID
 		}
 	}
 	var r run
@@ -229,12 +228,11 @@ func TestReplaceKeyAfterStart(t *testing.T) {
 	}
 	enqueue := func(payload int) (int64, bool) {
 		t.Helper()
-		var replaced bool
-		id, err := c.Enqueue(ctx, "sync", payload, queue.WithReplaceKey("k"), queue.Replaced(&replaced))
+		res, err := c.Enqueue(ctx, "sync", payload, queue.WithReplaceKey("k"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		return id, replaced
+		return res.ID, res.Replaced
 	}
 
 	a, _ := enqueue(1)
@@ -311,14 +309,13 @@ func TestReplaceKeyConcurrentCalls(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range calls {
-				var replaced bool
-				id, err := c.Enqueue(ctx, "recount", g*1000+i, queue.WithDebounce("hot", time.Hour), queue.Replaced(&replaced))
+				res, err := c.Enqueue(ctx, "recount", g*1000+i, queue.WithDebounce("hot", time.Hour))
 				if err != nil {
 					errs <- err
 					return
 				}
-				ids.Store(id, true)
-				if replaced {
+				ids.Store(res.ID, true)
+				if res.Replaced {
 					replacedN.Add(1)
 				} else {
 					inserted.Add(1)
@@ -417,14 +414,13 @@ func replaceChild(url, schema string) {
 		go func() {
 			defer wg.Done()
 			for i := range 25 {
-				var replaced bool
-				id, err := c.Enqueue(context.Background(), "recount", fmt.Sprint(os.Getpid(), g, i), queue.WithDebounce("proc", time.Hour), queue.Replaced(&replaced))
+				res, err := c.Enqueue(context.Background(), "recount", fmt.Sprint(os.Getpid(), g, i), queue.WithDebounce("proc", time.Hour))
 				if err != nil {
 					fail(err)
 				}
 				mu.Lock()
-				ids[id] = true
-				if replaced {
+				ids[res.ID] = true
+				if res.Replaced {
 					replacedN++
 				} else {
 					inserted++
@@ -470,9 +466,8 @@ func TestReplaceKeyTransactions(t *testing.T) {
 	enqueueTx := func(tx pgx.Tx, payload int) chan result {
 		ch := make(chan result, 1)
 		go func() {
-			var r result
-			r.id, r.err = c.EnqueueTx(ctx, tx, "sync", payload, queue.WithReplaceKey("tx"), queue.Replaced(&r.replaced))
-			ch <- r
+			res, err := c.EnqueueTx(ctx, tx, "sync", payload, queue.WithReplaceKey("tx"))
+			ch <- result{id: res.ID, replaced: res.Replaced, err: err}
 		}()
 		return ch
 	}
@@ -565,13 +560,12 @@ func TestReplaceKeyClaimRace(t *testing.T) {
 	last := map[int64]int{} // id -> the last payload a call returned it for
 	replacedN := 0
 	for i := 1; i <= calls; i++ {
-		var replaced bool
-		id, err := c.Enqueue(ctx, "apply", i, queue.WithReplaceKey("race"), queue.Replaced(&replaced))
+		res, err := c.Enqueue(ctx, "apply", i, queue.WithReplaceKey("race"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		last[id] = i
-		if replaced {
+		last[res.ID] = i
+		if res.Replaced {
 			replacedN++
 		}
 	}
@@ -611,28 +605,29 @@ func TestReplaceKeyEnqueueMany(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	flags := make([]bool, 6)
-	keyed := func(key string, i int) []queue.Option {
-		return []queue.Option{queue.WithReplaceKey(key), queue.Replaced(&flags[i])}
-	}
+	keyed := func(key string) []queue.Option { return []queue.Option{queue.WithReplaceKey(key)} }
 	ids, err := c.EnqueueMany(ctx, []queue.NewTask{
-		{Name: "sync", Payload: "a1", Options: keyed("a", 0)},
+		{Name: "sync", Payload: "a1", Options: keyed("a")},
 		{Name: "plain", Payload: 1},
-		{Name: "sync", Payload: "b1", Options: keyed("b", 2)},
-		{Name: "sync", Payload: "a2", Options: keyed("a", 3)},
+		{Name: "sync", Payload: "b1", Options: keyed("b")},
+		{Name: "sync", Payload: "a2", Options: keyed("a")},
 		{Name: "plain", Payload: 2, Options: []queue.Option{queue.WithUniqueKey("u")}},
-		{Name: "sync", Payload: "c1", Options: append(keyed("c", 5), queue.WithDelay(time.Hour))},
+		{Name: "sync", Payload: "c1", Options: append(keyed("c"), queue.WithDelay(time.Hour))},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ids[0] != ids[3] || ids[2] != old || ids[1] == 0 || ids[4] == 0 || ids[5] == 0 {
-		t.Fatalf("ids %v (old %d)", ids, old)
+	if ids[0].ID != ids[3].ID || ids[2].ID != old.ID || ids[1].ID == 0 || ids[4].ID == 0 || ids[5].ID == 0 {
+		t.Fatalf("ids %v (old %d)", ids, old.ID)
+	}
+	flags := make([]bool, len(ids))
+	for i, r := range ids {
+		flags[i] = r.Replaced
 	}
 	if want := []bool{false, false, true, true, false, false}; !equalBools(flags, want) {
 		t.Fatalf("replaced flags %v, want %v", flags, want)
 	}
-	for id, want := range map[int64]string{ids[0]: `"a2"`, old: `"b1"`, ids[5]: `"c1"`, ids[1]: "1"} {
+	for id, want := range map[int64]string{ids[0].ID: `"a2"`, old.ID: `"b1"`, ids[5].ID: `"c1"`, ids[1].ID: "1"} {
 		if got := payloadOf(t, c, id); got != want {
 			t.Errorf("task %d: payload %s, want %s", id, got, want)
 		}
@@ -642,20 +637,19 @@ func TestReplaceKeyEnqueueMany(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.EnqueueManyTx(ctx, tx, []queue.NewTask{{Name: "sync", Payload: "b2", Options: keyed("b", 2)}}); err != nil {
+	if _, err := c.EnqueueManyTx(ctx, tx, []queue.NewTask{{Name: "sync", Payload: "b2", Options: keyed("b")}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := payloadOf(t, c, old); got != `"b1"` {
+	if got := payloadOf(t, c, old.ID); got != `"b1"` {
 		t.Fatalf("after rollback: %s", got)
 	}
 	// By hand (an Actor in ctx): the same, with its audit record.
 	actx := queue.WithActor(ctx, queue.Actor{Name: "ops"})
-	var replaced bool
-	if id, err := c.Enqueue(actx, "sync", "b3", queue.WithReplaceKey("b"), queue.Replaced(&replaced)); err != nil || id != old || !replaced {
-		t.Fatalf("by hand: id %d, replaced %v, err %v", id, replaced, err)
+	if res, err := c.Enqueue(actx, "sync", "b3", queue.WithReplaceKey("b")); err != nil || res.ID != old.ID || !res.Replaced {
+		t.Fatalf("by hand: %+v, err %v", res, err)
 	}
 }
 
@@ -678,7 +672,6 @@ func TestReplaceKeyBadInput(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
 	c := queue.New(pool)
-	var replaced bool
 	for _, tc := range []struct {
 		opts []queue.Option
 		want string
@@ -695,7 +688,6 @@ func TestReplaceKeyBadInput(t *testing.T) {
 		{[]queue.Option{queue.WithReplaceKey("k"), queue.WithUniqueKey("u"), queue.WithUniqueWindow(time.Hour)}, "WithReplaceKey cannot be combined with WithUniqueKey"},
 		{[]queue.Option{queue.WithReplaceKey("k"), queue.WithSequence("s")}, "WithReplaceKey cannot be combined with WithSequence"},
 		{[]queue.Option{queue.WithReplaceKey("k"), queue.WithDependsOn(1)}, "WithReplaceKey cannot be combined with WithDependsOn"},
-		{[]queue.Option{queue.Replaced(&replaced)}, "Replaced needs WithReplaceKey or WithDebounce"},
 	} {
 		_, err := c.Enqueue(ctx, "t", 1, tc.opts...)
 		if !errors.Is(err, queue.ErrInvalidTask) || !strings.Contains(err.Error(), tc.want) {
@@ -747,8 +739,8 @@ func TestReplaceKeyFromSQL(t *testing.T) {
 		t.Fatalf("replaced from SQL: %+v", task)
 	}
 	// The Go client replaces what SQL inserted.
-	if got, err := c.Enqueue(ctx, "mail.digest", map[string]int{"n": 3}, queue.WithReplaceKey("user:1"), queue.Replaced(&replaced)); err != nil || got != id || !replaced {
-		t.Fatalf("from Go: %d %v %v", got, replaced, err)
+	if got, err := c.Enqueue(ctx, "mail.digest", map[string]int{"n": 3}, queue.WithReplaceKey("user:1")); err != nil || got.ID != id || !got.Replaced {
+		t.Fatalf("from Go: %+v %v", got, err)
 	}
 	for sql, want := range map[string]string{
 		`SELECT * FROM skiplock_enqueue_replace('x', '1')`:                                                        "replace key is NULL",

@@ -73,48 +73,48 @@ func TestSequenceEnqueueAndRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b1, plain, a3, b2, plain2 := ids[0], ids[1], ids[2], ids[3], ids[4]
+	b1, plain, a3, b2, plain2 := ids[0].ID, ids[1].ID, ids[2].ID, ids[3].ID, ids[4].ID
 	for i := 1; i < len(ids); i++ {
-		if ids[i] <= ids[i-1] {
+		if ids[i].ID <= ids[i-1].ID {
 			t.Fatalf("ids out of input order: %v", ids)
 		}
 	}
-	if got := statuses(t, pool, a1, a2, a3, b1, b2, plain, plain2); got != "pending waiting waiting pending waiting pending pending" {
+	if got := statuses(t, pool, a1.ID, a2.ID, a3, b1, b2, plain, plain2); got != "pending waiting waiting pending waiting pending pending" {
 		t.Fatalf("after enqueue: %s", got)
 	}
 	if n := count(t, pool, "sequence_key IS NULL AND sequence_hold IS NULL"); n != 2 {
 		t.Fatalf("%d plain tasks have the new columns NULL, want 2", n)
 	}
-	task := get(t, c, a2)
+	task := get(t, c, a2.ID)
 	if task.SequenceKey != "account:1" || !task.SequenceHold || task.Status != queue.StatusWaiting ||
 		!strings.Contains(task.Why(time.Now()), `its turn in sequence "account:1"`) {
 		t.Fatalf("a2 = %+v, why %q", task, task.Why(time.Now()))
 	}
 
-	setStatus(t, pool, "completed", a1)
-	if got := statuses(t, pool, a1, a2, a3); got != "completed pending waiting" {
+	setStatus(t, pool, "completed", a1.ID)
+	if got := statuses(t, pool, a1.ID, a2.ID, a3); got != "completed pending waiting" {
 		t.Fatalf("after a1 completed: %s", got)
 	}
 	// a2 holds: failed for good, a3 keeps waiting.
-	setStatus(t, pool, "running", a2)
-	setStatus(t, pool, "failed", a2)
-	if got := statuses(t, pool, a2, a3); got != "failed waiting" {
+	setStatus(t, pool, "running", a2.ID)
+	setStatus(t, pool, "failed", a2.ID)
+	if got := statuses(t, pool, a2.ID, a3); got != "failed waiting" {
 		t.Fatalf("after a2 failed with hold: %s", got)
 	}
 	// Requeued, it is the head again, ahead of a3.
-	res, err := c.Requeue(ctx, queue.RequeueRequest{IDs: []int64{a2}})
+	res, err := c.Requeue(ctx, queue.RequeueRequest{IDs: []int64{a2.ID}})
 	if err != nil || res.Changed != 1 {
 		t.Fatalf("requeue: %+v, %v", res, err)
 	}
-	if got := statuses(t, pool, a2, a3); got != "pending waiting" {
+	if got := statuses(t, pool, a2.ID, a3); got != "pending waiting" {
 		t.Fatalf("after a2 requeued: %s", got)
 	}
 	// Failed again, then cancelled: a3 goes.
-	setStatus(t, pool, "failed", a2)
-	if _, err := c.Cancel(ctx, queue.CancelRequest{IDs: []int64{a2}}); err != nil {
+	setStatus(t, pool, "failed", a2.ID)
+	if _, err := c.Cancel(ctx, queue.CancelRequest{IDs: []int64{a2.ID}}); err != nil {
 		t.Fatal(err)
 	}
-	if got := statuses(t, pool, a2, a3); got != "cancelled pending" {
+	if got := statuses(t, pool, a2.ID, a3); got != "cancelled pending" {
 		t.Fatalf("after a2 cancelled: %s", got)
 	}
 	// Requeueing a2 now, with a3 pending, must not make two pending: it
@@ -123,21 +123,21 @@ func TestSequenceEnqueueAndRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Requeue(ctx, queue.RequeueRequest{IDs: []int64{a2}, Filter: queue.Filter{Statuses: []queue.Status{queue.StatusCancelled}}}); err != nil {
+	if _, err := c.Requeue(ctx, queue.RequeueRequest{IDs: []int64{a2.ID}, Filter: queue.Filter{Statuses: []queue.Status{queue.StatusCancelled}}}); err != nil {
 		t.Fatal(err)
 	}
-	if got := statuses(t, pool, a2, a3, a4); got != "waiting pending waiting" {
+	if got := statuses(t, pool, a2.ID, a3, a4.ID); got != "waiting pending waiting" {
 		t.Fatalf("after a2 requeued behind a3: %s", got)
 	}
 	setStatus(t, pool, "completed", a3)
-	if got := statuses(t, pool, a2, a3, a4); got != "pending completed waiting" {
+	if got := statuses(t, pool, a2.ID, a3, a4.ID); got != "pending completed waiting" {
 		t.Fatalf("after a3 completed: %s", got)
 	}
 	// Deleting the head releases the next.
-	if _, err := c.Delete(ctx, []int64{a2}); err != nil {
+	if _, err := c.Delete(ctx, []int64{a2.ID}); err != nil {
 		t.Fatal(err)
 	}
-	if got := statuses(t, pool, a4); got != "pending" {
+	if got := statuses(t, pool, a4.ID); got != "pending" {
 		t.Fatalf("after a2 deleted: %s", got)
 	}
 
@@ -155,7 +155,7 @@ func TestSequenceEnqueueAndRelease(t *testing.T) {
 	for _, tk := range seq.Tasks {
 		got = append(got, fmt.Sprintf("%s:%s", tk.Payload, tk.Status))
 	}
-	if strings.Join(got, " ") != "1:completed 5:completed 8:pending" || seq.Head != a4 ||
+	if strings.Join(got, " ") != "1:completed 5:completed 8:pending" || seq.Head != a4.ID ||
 		seq.Counts[queue.StatusCompleted] != 2 || seq.Counts[queue.StatusPending] != 1 {
 		t.Fatalf("GetSequence = %v, head %d, counts %v", got, seq.Head, seq.Counts)
 	}
@@ -381,7 +381,7 @@ func TestSequenceRequeueTogether(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ids = append(ids, id)
+			ids = append(ids, id.ID)
 		}
 		for _, id := range ids[:3] { // each fails for good in turn, without hold
 			setStatus(t, pool, "failed", id)

@@ -277,30 +277,30 @@ func (s *ShardedClient) on(ctx context.Context, n int, what string, fn func(c *C
 }
 
 // Enqueue inserts a task on its shard (see ShardedClient) and returns its
-// ID, which carries the shard (ShardOf). It is Client.Enqueue otherwise.
-func (s *ShardedClient) Enqueue(ctx context.Context, name string, payload any, opts ...Option) (int64, error) {
+// result, whose ID carries the shard (ShardOf). It is Client.Enqueue otherwise.
+func (s *ShardedClient) Enqueue(ctx context.Context, name string, payload any, opts ...Option) (EnqueueResult, error) {
 	n, routed, err := s.route(name, payload, opts)
 	if err != nil {
-		return 0, err
+		return EnqueueResult{}, err
 	}
 	if !routed {
 		n = -1
 	}
-	var id int64
+	var res EnqueueResult
 	err = s.on(ctx, n, "", func(c *Client) error {
 		var err error
-		id, err = c.Enqueue(ctx, name, payload, opts...)
+		res, err = c.Enqueue(ctx, name, payload, opts...)
 		return err
 	})
-	return id, err
+	return res, err
 }
 
 // EnqueueArgs is Enqueue of a typed task: NewTaskFrom(args, opts...). The
 // type's TaskOptions route it as the task's own options do.
-func (s *ShardedClient) EnqueueArgs(ctx context.Context, args TaskArgs, opts ...Option) (int64, error) {
+func (s *ShardedClient) EnqueueArgs(ctx context.Context, args TaskArgs, opts ...Option) (EnqueueResult, error) {
 	t, err := taskFrom(args, opts)
 	if err != nil {
-		return 0, err
+		return EnqueueResult{}, err
 	}
 	return s.Enqueue(ctx, t.Name, t.Payload, t.Options...)
 }
@@ -309,18 +309,18 @@ func (s *ShardedClient) EnqueueArgs(ctx context.Context, args TaskArgs, opts ...
 // database: the task exists if and only if tx commits. A task whose
 // routing key or dependencies belong to another shard is refused with an
 // error wrapping ErrInvalidTask that names both shards.
-func (s *ShardedClient) EnqueueTx(ctx context.Context, n int, tx Executor, name string, payload any, opts ...Option) (int64, error) {
+func (s *ShardedClient) EnqueueTx(ctx context.Context, n int, tx Executor, name string, payload any, opts ...Option) (EnqueueResult, error) {
 	to, routed, err := s.route(name, payload, opts)
 	if err != nil {
-		return 0, err
+		return EnqueueResult{}, err
 	}
 	if routed && to != n {
-		return 0, fmt.Errorf("%w: the task belongs to shard %d (its routing key or dependencies), not to shard %d of the transaction",
+		return EnqueueResult{}, fmt.Errorf("%w: the task belongs to shard %d (its routing key or dependencies), not to shard %d of the transaction",
 			ErrInvalidTask, to, n)
 	}
 	c, err := s.client(ctx, n, "the transaction")
 	if err != nil {
-		return 0, err
+		return EnqueueResult{}, err
 	}
 	return c.EnqueueTx(ctx, tx, name, payload, opts...)
 }

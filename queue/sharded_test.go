@@ -56,15 +56,15 @@ func TestShardedRouting(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		n := queue.ShardOf(id)
+		n := queue.ShardOf(id.ID)
 		perShard[n]++
-		task, err := c.Get(ctx, id)
-		if err != nil || task.ID != id {
-			t.Fatalf("Get(%d): %v, %v", id, task, err)
+		task, err := c.Get(ctx, id.ID)
+		if err != nil || task.ID != id.ID {
+			t.Fatalf("Get(%d): %v, %v", id.ID, task, err)
 		}
 		var found int
-		if err := pools[n].QueryRow(ctx, `SELECT count(*) FROM skiplock_tasks WHERE id = $1`, id).Scan(&found); err != nil || found != 1 {
-			t.Fatalf("task %d is not in shard %d's database (%d, %v)", id, n, found, err)
+		if err := pools[n].QueryRow(ctx, `SELECT count(*) FROM skiplock_tasks WHERE id = $1`, id.ID).Scan(&found); err != nil || found != 1 {
+			t.Fatalf("task %d is not in shard %d's database (%d, %v)", id.ID, n, found, err)
 		}
 	}
 	if perShard[1] != 10 || perShard[2] != 10 || perShard[3] != 10 {
@@ -79,10 +79,10 @@ func TestShardedRouting(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if queue.ShardOf(id) != c.ShardFor(key) {
-			t.Fatalf("sequence task %d on shard %d, want %d", id, queue.ShardOf(id), c.ShardFor(key))
+		if queue.ShardOf(id.ID) != c.ShardFor(key) {
+			t.Fatalf("sequence task %d on shard %d, want %d", id.ID, queue.ShardOf(id.ID), c.ShardFor(key))
 		}
-		seq = append(seq, id)
+		seq = append(seq, id.ID)
 	}
 	sc, _ := c.Shard(c.ShardFor(key))
 	info, err := sc.GetSequence(ctx, key)
@@ -104,17 +104,21 @@ func TestShardedRouting(t *testing.T) {
 		t.Fatal(err)
 	}
 	again, err := c.Enqueue(ctx, "once", nil, queue.WithUniqueKey("report:2026-11"))
+	if err != nil || !again.Duplicate || again.ID != first.ID {
+		t.Fatalf("second enqueue of a unique key: %+v, %v; want a duplicate of %d", again, err, first.ID)
+	}
+	_, err = c.Enqueue(ctx, "once", nil, queue.WithUniqueKey("report:2026-11"), queue.WithDuplicateError())
 	var dup *queue.DuplicateError
-	if !errors.As(err, &dup) || again != first || dup.ExistingID != first {
-		t.Fatalf("second enqueue of a unique key: %d, %v; want a duplicate of %d", again, err, first)
+	if !errors.As(err, &dup) || dup.ExistingID != first.ID {
+		t.Fatalf("third enqueue of a unique key, WithDuplicateError: %v; want a DuplicateError of %d", err, first.ID)
 	}
 	// WithUnique derives its key from the payload: alike payloads meet.
 	u1, err := c.Enqueue(ctx, "derived", map[string]int{"a": 1}, queue.WithUnique())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Enqueue(ctx, "derived", map[string]int{"a": 1}, queue.WithUnique()); !errors.Is(err, queue.ErrDuplicate) {
-		t.Fatalf("second WithUnique enqueue: %v, want ErrDuplicate (first %d)", err, u1)
+	if res, err := c.Enqueue(ctx, "derived", map[string]int{"a": 1}, queue.WithUnique()); err != nil || !res.Duplicate || res.ID != u1.ID {
+		t.Fatalf("second WithUnique enqueue: %+v, %v; want a duplicate of %d", res, err, u1.ID)
 	}
 
 	// Keys spread over every shard, and a shard key wins over the others.
@@ -125,16 +129,16 @@ func TestShardedRouting(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if queue.ShardOf(id) != c.ShardFor(k) {
-			t.Fatalf("exclusive key %q went to shard %d, want %d", k, queue.ShardOf(id), c.ShardFor(k))
+		if queue.ShardOf(id.ID) != c.ShardFor(k) {
+			t.Fatalf("exclusive key %q went to shard %d, want %d", k, queue.ShardOf(id.ID), c.ShardFor(k))
 		}
-		hit[queue.ShardOf(id)] = true
+		hit[queue.ShardOf(id.ID)] = true
 		id, err = c.Enqueue(ctx, "keyed", nil, queue.WithLimitKey(k), queue.WithShardKey("pinned"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if queue.ShardOf(id) != c.ShardFor("pinned") {
-			t.Fatalf("WithShardKey(pinned) went to shard %d, want %d", queue.ShardOf(id), c.ShardFor("pinned"))
+		if queue.ShardOf(id.ID) != c.ShardFor("pinned") {
+			t.Fatalf("WithShardKey(pinned) went to shard %d, want %d", queue.ShardOf(id.ID), c.ShardFor("pinned"))
 		}
 	}
 	if len(hit) != 3 {
@@ -176,7 +180,7 @@ func TestShardedByID(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ids = append(ids, id)
+		ids = append(ids, id.ID)
 	}
 	if queue.ShardOf(ids[0]) == queue.ShardOf(ids[1]) {
 		t.Fatalf("ids %v: two tasks in turn went to one shard", ids)
@@ -283,14 +287,14 @@ func TestShardedDependenciesAndGroups(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if queue.ShardOf(a) == queue.ShardOf(b) {
-		t.Fatalf("a %d and b %d on one shard", a, b)
+	if queue.ShardOf(a.ID) == queue.ShardOf(b.ID) {
+		t.Fatalf("a %d and b %d on one shard", a.ID, b.ID)
 	}
-	dep, err := c.Enqueue(ctx, "after-a", nil, queue.WithDependsOn(a))
-	if err != nil || queue.ShardOf(dep) != queue.ShardOf(a) {
-		t.Fatalf("a task depending on %d: %d, %v; want it on shard %d", a, dep, err, queue.ShardOf(a))
+	dep, err := c.Enqueue(ctx, "after-a", nil, queue.WithDependsOn(a.ID))
+	if err != nil || queue.ShardOf(dep.ID) != queue.ShardOf(a.ID) {
+		t.Fatalf("a task depending on %d: %d, %v; want it on shard %d", a.ID, dep.ID, err, queue.ShardOf(a.ID))
 	}
-	_, err = c.Enqueue(ctx, "after-both", nil, queue.WithDependsOn(a, b))
+	_, err = c.Enqueue(ctx, "after-both", nil, queue.WithDependsOn(a.ID, b.ID))
 	if !errors.Is(err, queue.ErrInvalidTask) || !strings.Contains(err.Error(), "one shard") {
 		t.Fatalf("a task depending on two shards: %v, want ErrInvalidTask saying one shard", err)
 	}
@@ -298,31 +302,31 @@ func TestShardedDependenciesAndGroups(t *testing.T) {
 	// A key that routes elsewhere than the dependency.
 	var other string
 	for i := 0; other == ""; i++ {
-		if k := fmt.Sprintf("k%d", i); c.ShardFor(k) != queue.ShardOf(a) {
+		if k := fmt.Sprintf("k%d", i); c.ShardFor(k) != queue.ShardOf(a.ID) {
 			other = k
 		}
 	}
-	if _, err := c.Enqueue(ctx, "x", nil, queue.WithDependsOn(a), queue.WithShardKey(other)); !errors.Is(err, queue.ErrInvalidTask) {
+	if _, err := c.Enqueue(ctx, "x", nil, queue.WithDependsOn(a.ID), queue.WithShardKey(other)); !errors.Is(err, queue.ErrInvalidTask) {
 		t.Fatalf("dependency and key on two shards: %v, want ErrInvalidTask", err)
 	}
 
 	// EnqueueTx on a transaction of one shard.
-	n := queue.ShardOf(b)
+	n := queue.ShardOf(b.ID)
 	tx, err := pools[n].Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	id, err := c.EnqueueTx(ctx, n, tx, "in-tx", nil)
-	if err != nil || queue.ShardOf(id) != n {
-		t.Fatalf("EnqueueTx on shard %d: %d, %v", n, id, err)
+	if err != nil || queue.ShardOf(id.ID) != n {
+		t.Fatalf("EnqueueTx on shard %d: %d, %v", n, id.ID, err)
 	}
-	if _, err := c.EnqueueTx(ctx, n, tx, "in-tx", nil, queue.WithDependsOn(a)); !errors.Is(err, queue.ErrInvalidTask) {
-		t.Fatalf("EnqueueTx on shard %d of a task depending on shard %d: %v", n, queue.ShardOf(a), err)
+	if _, err := c.EnqueueTx(ctx, n, tx, "in-tx", nil, queue.WithDependsOn(a.ID)); !errors.Is(err, queue.ErrInvalidTask) {
+		t.Fatalf("EnqueueTx on shard %d of a task depending on shard %d: %v", n, queue.ShardOf(a.ID), err)
 	}
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Get(ctx, id); !errors.Is(err, queue.ErrNotFound) {
+	if _, err := c.Get(ctx, id.ID); !errors.Is(err, queue.ErrNotFound) {
 		t.Fatalf("a task of a rolled-back EnqueueTx: %v, want ErrNotFound", err)
 	}
 	if _, err := c.EnqueueTx(ctx, 7, tx, "in-tx", nil); !errors.Is(err, queue.ErrUnknownShard) {
@@ -338,7 +342,7 @@ func TestShardedDependenciesAndGroups(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := c.ShardFor("wf-key")
-	for _, id := range []int64{wf.ID, wf.Tasks["fetch"], wf.Tasks["store"]} {
+	for _, id := range []int64{wf.ID, wf.TaskIDs["fetch"], wf.TaskIDs["store"]} {
 		if queue.ShardOf(id) != want {
 			t.Fatalf("workflow id %d on shard %d, want %d", id, queue.ShardOf(id), want)
 		}
@@ -362,7 +366,7 @@ func TestShardedDependenciesAndGroups(t *testing.T) {
 		t.Fatal(err)
 	}
 	want = c.ShardFor("batch-key")
-	for _, id := range append([]int64{bt.ID, bt.OnFinish}, bt.Tasks...) {
+	for _, id := range append([]int64{bt.ID, bt.OnFinishTaskID}, bt.TaskIDs...) {
 		if queue.ShardOf(id) != want {
 			t.Fatalf("batch id %d on shard %d, want %d", id, queue.ShardOf(id), want)
 		}
@@ -387,8 +391,8 @@ func TestShardedPassesOverUnreachable(t *testing.T) {
 	c := newSharded(t, map[int]*pgxpool.Pool{1: pools[1], 2: down})
 	for i := range 6 {
 		id, err := c.Enqueue(ctx, "anywhere", i)
-		if err != nil || queue.ShardOf(id) != 1 {
-			t.Fatalf("enqueue %d with shard 2 down: %d, %v; want it on shard 1", i, id, err)
+		if err != nil || queue.ShardOf(id.ID) != 1 {
+			t.Fatalf("enqueue %d with shard 2 down: %d, %v; want it on shard 1", i, id.ID, err)
 		}
 	}
 	var key string
@@ -426,7 +430,7 @@ func TestShardedEvenWhileOneIsDown(t *testing.T) {
 		if err != nil {
 			t.Fatalf("enqueue %d with shard 2 down: %v", i, err)
 		}
-		per[queue.ShardOf(id)]++
+		per[queue.ShardOf(id.ID)]++
 	}
 	if per[1] < 24 || per[3] < 24 {
 		t.Fatalf("60 tasks with shard 2 down went %d to shard 1 and %d to shard 3; want about 30 each", per[1], per[3])
@@ -449,12 +453,12 @@ func TestShardedEnqueueArgs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := c.ShardFor(fmt.Sprintf("customer:%d", i)); queue.ShardOf(id) != want {
-			t.Fatalf("invoice of customer %d on shard %d, want %d", i, queue.ShardOf(id), want)
+		if want := c.ShardFor(fmt.Sprintf("customer:%d", i)); queue.ShardOf(id.ID) != want {
+			t.Fatalf("invoice of customer %d on shard %d, want %d", i, queue.ShardOf(id.ID), want)
 		}
-		task, err := c.Get(ctx, id)
+		task, err := c.Get(ctx, id.ID)
 		if err != nil || task.Name != "invoice" {
-			t.Fatalf("Get(%d): %v, %v", id, task, err)
+			t.Fatalf("Get(%d): %v, %v", id.ID, task, err)
 		}
 	}
 	if _, err := c.EnqueueArgs(ctx, nil); !errors.Is(err, queue.ErrInvalidTask) {

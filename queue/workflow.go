@@ -131,8 +131,8 @@ type Step struct {
 // EnqueuedWorkflow is what EnqueueWorkflow inserted.
 type EnqueuedWorkflow struct {
 	ID int64
-	// Tasks maps each step's name to its task's ID.
-	Tasks map[string]int64
+	// TaskIDs maps each step's name to its task's ID.
+	TaskIDs map[string]int64
 }
 
 // EnqueueWorkflow inserts a workflow's tasks in one transaction. An
@@ -170,11 +170,11 @@ func (c *Client) EnqueueWorkflowTx(ctx context.Context, tx Executor, wf Workflow
 	if err := x.QueryRow(ctx, reserveIDs, len(rows)).Scan(&now, &ids); err != nil {
 		return EnqueuedWorkflow{}, fmt.Errorf("enqueueing workflow: reserving task ids: %w", err)
 	}
-	out := EnqueuedWorkflow{Tasks: make(map[string]int64, len(rows))}
+	out := EnqueuedWorkflow{TaskIDs: make(map[string]int64, len(rows))}
 	for i, s := range wf.Steps {
-		out.Tasks[s.Name] = ids[i]
+		out.TaskIDs[s.Name] = ids[i]
 	}
-	steps, _ := json.Marshal(out.Tasks)
+	steps, _ := json.Marshal(out.TaskIDs)
 	if out.ID, err = c.queries.WorkflowCreate(ctx, x, db.WorkflowCreateParams{Name: wf.Name, Steps: steps}); err != nil {
 		return EnqueuedWorkflow{}, fmt.Errorf("enqueueing workflow: %w", err)
 	}

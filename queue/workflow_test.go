@@ -56,7 +56,7 @@ func TestWorkflowOptions(t *testing.T) {
 		"plain": {"media", `{"tenant": "ada"}`, "render:ada", "tenant:ada", "cancel", -2, 3, 2 * time.Second, at},
 		"own":   {"gpu", `{"gpu": true}`, "gpu", "tenant:bob", "wait", 5, 1, time.Minute, at.Add(time.Hour)},
 	} {
-		task, err := c.Get(ctx, enq.Tasks[step])
+		task, err := c.Get(ctx, enq.TaskIDs[step])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -67,7 +67,7 @@ func TestWorkflowOptions(t *testing.T) {
 		}
 		var limit, depFailure string
 		err = pool.QueryRow(ctx, `SELECT coalesce(limit_key, ''), coalesce(dependency_failure, '') FROM skiplock_tasks WHERE id = $1`,
-			enq.Tasks[step]).Scan(&limit, &depFailure)
+			enq.TaskIDs[step]).Scan(&limit, &depFailure)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -86,7 +86,7 @@ func TestWorkflowOptions(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, step := range []string{"a", "b"} {
-		task, err := c.Get(ctx, enq.Tasks[step])
+		task, err := c.Get(ctx, enq.TaskIDs[step])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -166,7 +166,7 @@ func TestWorkflowOptionsTaskDefaults(t *testing.T) {
 		queue       string
 		maxAttempts int
 	}{"bare": {"media", 3}, "typed": {"images", 7}} {
-		task, err := c.Get(ctx, enq.Tasks[step])
+		task, err := c.Get(ctx, enq.TaskIDs[step])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -188,12 +188,12 @@ func TestDependsOnLimitKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := c.Enqueue(ctx, "b", nil, queue.WithDependsOn(a), queue.WithLimitKey("tenant:ada"))
+	b, err := c.Enqueue(ctx, "b", nil, queue.WithDependsOn(a.ID), queue.WithLimitKey("tenant:ada"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var key string
-	if err := pool.QueryRow(ctx, `SELECT coalesce(limit_key, '') FROM skiplock_tasks WHERE id = $1`, b).Scan(&key); err != nil {
+	if err := pool.QueryRow(ctx, `SELECT coalesce(limit_key, '') FROM skiplock_tasks WHERE id = $1`, b.ID).Scan(&key); err != nil {
 		t.Fatal(err)
 	}
 	if key != "tenant:ada" {

@@ -49,9 +49,13 @@ func (b *bundle) enqueueMany(t *testing.T, name string, n int, opts ...queue.Opt
 	for i := range tasks {
 		tasks[i] = queue.NewTask{Name: name, Payload: map[string]any{"n": i}, Options: opts}
 	}
-	ids, err := b.client.EnqueueMany(context.Background(), tasks)
+	res, err := b.client.EnqueueMany(context.Background(), tasks)
 	if err != nil {
 		t.Fatal(err)
+	}
+	ids := make([]int64, len(res))
+	for i, r := range res {
+		ids[i] = r.ID
 	}
 	return ids
 }
@@ -246,7 +250,7 @@ func TestHandleBatchTyped(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		good = append(good, id)
+		good = append(good, id.ID)
 	}
 	bad := b.enqueue(t, "row.insert", map[string]any{"n": "three"})
 	var mu sync.Mutex

@@ -113,7 +113,7 @@ func TestBatchCallbacks(t *testing.T) {
 	if info.Completed != 3 || info.Failed != 1 || info.Cancelled != 0 || info.Total != 5 || info.FinishedAt != nil || info.Finished() {
 		t.Fatalf("batch with one member pending: %+v", info)
 	}
-	if _, err := b.client.Cancel(ctx, queue.CancelRequest{IDs: enq.Tasks[4:]}); err != nil {
+	if _, err := b.client.Cancel(ctx, queue.CancelRequest{IDs: enq.TaskIDs[4:]}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 5*time.Second, "the OnFinish callback", func() bool { return len(runs.ran("finished")) == 1 })
@@ -126,7 +126,7 @@ func TestBatchCallbacks(t *testing.T) {
 	if n := len(runs.ran("succeeded")); n != 0 {
 		t.Errorf("OnSuccess ran %d times with a member failed", n)
 	}
-	succ := b.get(t, enq.OnSuccess)
+	succ := b.get(t, enq.OnSuccessTaskID)
 	if succ.Status != queue.StatusCancelled || len(succ.Errors) == 0 || succ.Errors[len(succ.Errors)-1].Outcome != "batch_failed" {
 		t.Errorf("OnSuccess callback is %s with history %+v, want cancelled by batch_failed", succ.Status, succ.Errors)
 	}
@@ -187,10 +187,10 @@ func TestBatchRequeueAfterFinish(t *testing.T) {
 	_, stop := start(t, b.pool, worker.Config{}, handlers)
 	defer stop()
 	waitFor(t, 5*time.Second, "OnFinish", func() bool { return len(runs.ran("finished")) == 1 })
-	waitFor(t, 5*time.Second, "OnSuccess cancelled", func() bool { return b.get(t, enq.OnSuccess).Status == queue.StatusCancelled })
+	waitFor(t, 5*time.Second, "OnSuccess cancelled", func() bool { return b.get(t, enq.OnSuccessTaskID).Status == queue.StatusCancelled })
 
 	healed.Store("yes", true)
-	if _, err := b.client.Requeue(ctx, queue.RequeueRequest{IDs: enq.Tasks[1:]}); err != nil {
+	if _, err := b.client.Requeue(ctx, queue.RequeueRequest{IDs: enq.TaskIDs[1:]}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 5*time.Second, "OnSuccess after the requeue", func() bool { return len(runs.ran("succeeded")) == 1 })
@@ -205,8 +205,8 @@ func TestBatchRequeueAfterFinish(t *testing.T) {
 	// nothing else to do, and the callback is completed, not pending. Its
 	// handler has returned, but the worker may not have written its
 	// outcome yet (outcomes are written in groups).
-	waitFor(t, time.Second, "OnFinish completed", func() bool { return b.get(t, enq.OnFinish).Status == queue.StatusCompleted })
-	if f := b.get(t, enq.OnFinish); f.Attempt != 1 {
+	waitFor(t, time.Second, "OnFinish completed", func() bool { return b.get(t, enq.OnFinishTaskID).Status == queue.StatusCompleted })
+	if f := b.get(t, enq.OnFinishTaskID); f.Attempt != 1 {
 		t.Errorf("OnFinish is %s after %d attempts, want completed after 1", f.Status, f.Attempt)
 	}
 	if n := len(runs.ran("finished")); n != 1 {
@@ -226,10 +226,10 @@ func TestBatchDeletedMembers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.pool.Exec(ctx, "UPDATE skiplock_tasks SET status = 'completed', finished_at = now() WHERE id = $1", enq.Tasks[0]); err != nil {
+	if _, err := b.pool.Exec(ctx, "UPDATE skiplock_tasks SET status = 'completed', finished_at = now() WHERE id = $1", enq.TaskIDs[0]); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.client.Delete(ctx, enq.Tasks[:2]); err != nil {
+	if _, err := b.client.Delete(ctx, enq.TaskIDs[:2]); err != nil {
 		t.Fatal(err)
 	}
 	info, err := b.client.GetBatch(ctx, enq.ID)
@@ -239,10 +239,10 @@ func TestBatchDeletedMembers(t *testing.T) {
 	if info.Completed != 1 || info.Cancelled != 1 || info.Unfinished() != 1 {
 		t.Fatalf("after deleting a completed and a pending member: %+v", info)
 	}
-	if _, err := b.client.Delete(ctx, enq.Tasks[2:]); err != nil {
+	if _, err := b.client.Delete(ctx, enq.TaskIDs[2:]); err != nil {
 		t.Fatal(err)
 	}
-	if got := b.get(t, enq.OnFinish).Status; got != queue.StatusPending {
+	if got := b.get(t, enq.OnFinishTaskID).Status; got != queue.StatusPending {
 		t.Errorf("OnFinish is %s once every member is gone, want pending", got)
 	}
 }
@@ -277,7 +277,7 @@ func TestBatchConcurrentFinishers(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				<-start
-				if _, err := tx.Exec(ctx, "UPDATE skiplock_tasks SET status = 'completed', finished_at = now() WHERE id = $1", enq.Tasks[i]); err != nil {
+				if _, err := tx.Exec(ctx, "UPDATE skiplock_tasks SET status = 'completed', finished_at = now() WHERE id = $1", enq.TaskIDs[i]); err != nil {
 					errs <- err
 					return
 				}
@@ -316,12 +316,12 @@ func TestBatchConcurrentFinishers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer first.Rollback(ctx)
-	if _, err := first.Exec(ctx, "UPDATE skiplock_tasks SET status = 'failed', finished_at = now() WHERE id = $1", enq.Tasks[0]); err != nil {
+	if _, err := first.Exec(ctx, "UPDATE skiplock_tasks SET status = 'failed', finished_at = now() WHERE id = $1", enq.TaskIDs[0]); err != nil {
 		t.Fatal(err)
 	}
 	second := make(chan error, 1)
 	go func() {
-		_, err := b.pool.Exec(ctx, "UPDATE skiplock_tasks SET status = 'completed', finished_at = now() WHERE id = $1", enq.Tasks[1])
+		_, err := b.pool.Exec(ctx, "UPDATE skiplock_tasks SET status = 'completed', finished_at = now() WHERE id = $1", enq.TaskIDs[1])
 		second <- err
 	}()
 	waitFor(t, 5*time.Second, "the second finisher waiting for the batch's row", func() bool {
@@ -344,8 +344,8 @@ func TestBatchConcurrentFinishers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.Completed != 1 || info.Failed != 1 || info.FinishedAt == nil || b.get(t, enq.OnFinish).Status != queue.StatusPending {
-		t.Errorf("after both finishers: %+v, OnFinish %s", info, b.get(t, enq.OnFinish).Status)
+	if info.Completed != 1 || info.Failed != 1 || info.FinishedAt == nil || b.get(t, enq.OnFinishTaskID).Status != queue.StatusPending {
+		t.Errorf("after both finishers: %+v, OnFinish %s", info, b.get(t, enq.OnFinishTaskID).Status)
 	}
 }
 
@@ -483,7 +483,7 @@ func TestBatchAcrossProcesses(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitFor(t, 10*time.Second, "the callback", func() bool {
-			return b.get(t, enq.OnFinish).Status == queue.StatusCompleted
+			return b.get(t, enq.OnFinishTaskID).Status == queue.StatusCompleted
 		})
 		var calls, completed int
 		if err := b.pool.QueryRow(ctx, "SELECT count(*), coalesce(min(completed), 0) FROM batch_calls WHERE batch_id = $1", enq.ID).Scan(&calls, &completed); err != nil {

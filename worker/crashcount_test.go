@@ -108,7 +108,7 @@ func TestClaimsPassSuspectsOver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.exec(t, "UPDATE skiplock_tasks SET crashes = 1 WHERE id = $1", suspect)
+	b.exec(t, "UPDATE skiplock_tasks SET crashes = 1 WHERE id = $1", suspect.ID)
 	p := db.TaskClaimParams{
 		WorkerID: "w", Queue: queue.DefaultQueue, OnlyNames: []string{}, SkipNames: []string{}, OnlyIds: []int64{}, Max: 10,
 		ExclusiveSeed: b.schema.TableOID, CheckFull: true,
@@ -128,12 +128,12 @@ func TestClaimsPassSuspectsOver(t *testing.T) {
 			}
 		}
 		byID := p
-		byID.OnlyIds = []int64{suspect}
+		byID.OnlyIds = []int64{suspect.ID}
 		rows, _, _, err := g.claim(byID, howLimited)
-		if err != nil || len(rows) != 1 || rows[0].ID != suspect {
+		if err != nil || len(rows) != 1 || rows[0].ID != suspect.ID {
 			t.Fatalf("mode %d: the claim by id took %v (%v), want the suspect", mode, rows, err)
 		}
-		b.exec(t, "UPDATE skiplock_tasks SET status = 'pending', attempt = 0, locked_until = NULL WHERE id = $1", suspect)
+		b.exec(t, "UPDATE skiplock_tasks SET status = 'pending', attempt = 0, locked_until = NULL WHERE id = $1", suspect.ID)
 		g.close()
 		b.waitTaskLocksGone(t)
 	}

@@ -31,7 +31,7 @@ func TestDeleteCompleted(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return id
+		return id.ID
 	}
 	failing := enqueue("fails", queue.WithMaxAttempts(1))
 	withOutput := enqueue("outputs")
@@ -46,7 +46,7 @@ func TestDeleteCompleted(t *testing.T) {
 	windowed := enqueue("plain", window...)
 	unique := enqueue("plain", queue.WithUniqueKey("u"))
 	kept := append([]int64{withOutput, parent, child, windowed}, seq...)
-	kept = append(kept, batch.Tasks...)
+	kept = append(kept, batch.TaskIDs...)
 	gone := append([]int64{unique}, plain...)
 	all := len(kept) + len(gone) + 1
 
@@ -114,11 +114,11 @@ func TestDeleteCompleted(t *testing.T) {
 	if n := b.count(t, "true"); n != len(kept)+1 {
 		t.Fatalf("%d tasks left, want %d", n, len(kept)+1)
 	}
-	if id, err := b.client.Enqueue(ctx, "plain", map[string]any{}, window...); !errors.Is(err, queue.ErrDuplicate) || id != windowed {
-		t.Fatalf("windowed key again: %d, %v; want the kept task %d as a duplicate", id, err, windowed)
+	if res, err := b.client.Enqueue(ctx, "plain", map[string]any{}, window...); err != nil || !res.Duplicate || res.ID != windowed {
+		t.Fatalf("windowed key again: %+v, %v; want the kept task %d as a duplicate", res, err, windowed)
 	}
-	if id, err := b.client.Enqueue(ctx, "plain", map[string]any{}, queue.WithUniqueKey("u")); err != nil || id == unique {
-		t.Fatalf("plain unique key again: %d, %v; want a new task", id, err)
+	if res, err := b.client.Enqueue(ctx, "plain", map[string]any{}, queue.WithUniqueKey("u")); err != nil || res.Duplicate || res.ID == unique {
+		t.Fatalf("plain unique key again: %+v, %v; want a new task", res, err)
 	}
 }
 

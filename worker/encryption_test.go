@@ -75,7 +75,7 @@ func TestEncryptRoundTripAndRotation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for id, want := range map[int64]string{id1: "k1", id2: "k2"} {
+	for id, want := range map[int64]string{id1.ID: "k1", id2.ID: "k2"} {
 		if kid, _ := queue.EncryptedKeyID(b.get(t, id).Payload); kid != want {
 			t.Errorf("task %d: key %q; want %q", id, kid, want)
 		}
@@ -89,7 +89,7 @@ func TestEncryptRoundTripAndRotation(t *testing.T) {
 	waitFor(t, 2*time.Second, "both tasks completed", func() bool {
 		return b.count(t, "status = 'completed'") == 2
 	})
-	if got1, got2 := rec.get(id1), rec.get(id2); got1 != "4111-one" || got2 != "4111-two" {
+	if got1, got2 := rec.get(id1.ID), rec.get(id2.ID); got1 != "4111-one" || got2 != "4111-two" {
 		t.Errorf("handler saw %q and %q; want the plaintexts", got1, got2)
 	}
 }
@@ -120,7 +120,7 @@ func TestEncryptUnknownKeyFailsThenRunsAfterRequeue(t *testing.T) {
 	})
 	stop1()
 	stop2()
-	for _, id := range []int64{lacking, none} {
+	for _, id := range []int64{lacking.ID, none.ID} {
 		task := b.get(t, id)
 		if task.Attempt != 1 || len(task.Errors) != 1 {
 			t.Fatalf("task %d: attempt %d, %d errors; want one permanent failure", id, task.Attempt, len(task.Errors))
@@ -130,7 +130,7 @@ func TestEncryptUnknownKeyFailsThenRunsAfterRequeue(t *testing.T) {
 			t.Errorf("task %d: error %+v; want a permanent failure naming key k1", id, e)
 		}
 	}
-	if rec.get(lacking) != "" || rec.get(none) != "" {
+	if rec.get(lacking.ID) != "" || rec.get(none.ID) != "" {
 		t.Error("the handler ran without the plaintext's key")
 	}
 	if l := logs.String(); strings.Contains(l, "4111") || strings.Contains(l, string(encryptionKey('1'))) {
@@ -138,14 +138,14 @@ func TestEncryptUnknownKeyFailsThenRunsAfterRequeue(t *testing.T) {
 	}
 
 	// The key is added: requeued, both run.
-	if _, err := client.Requeue(ctx, queue.RequeueRequest{IDs: []int64{lacking, none}}); err != nil {
+	if _, err := client.Requeue(ctx, queue.RequeueRequest{IDs: []int64{lacking.ID, none.ID}}); err != nil {
 		t.Fatal(err)
 	}
 	start(t, b.pool, worker.Config{Queues: []string{queue.DefaultQueue, "plain"}, Keyring: keyring(t, "k2", "k1", "k2")}, handlers)
 	waitFor(t, 2*time.Second, "both tasks completed after requeue", func() bool {
 		return b.count(t, "status = 'completed'") == 2
 	})
-	if rec.get(lacking) != "4111-secret" || rec.get(none) != "4111-secret" {
+	if rec.get(lacking.ID) != "4111-secret" || rec.get(none.ID) != "4111-secret" {
 		t.Error("the handler did not see the plaintext after requeue")
 	}
 }
@@ -162,7 +162,7 @@ func TestEncryptTamperingDetected(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return id
+		return id.ID
 	}
 	altered, refund, moved := enqueue("charge"), enqueue("refund"), enqueue("charge")
 	// One ciphertext altered; another moved under a task of another name.

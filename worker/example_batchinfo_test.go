@@ -64,7 +64,7 @@ func ExampleBatchInfo() {
 	stop()
 	<-finished
 
-	announce, _ := q.Get(context.Background(), enq.OnSuccess)
+	announce, _ := q.Get(context.Background(), enq.OnSuccessTaskID)
 	fmt.Println("announce:", announce.Status)
 	// Output:
 	// nightly import: 2 completed, 1 failed, 0 cancelled of 3

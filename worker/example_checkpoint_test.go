@@ -61,7 +61,7 @@ func ExampleSaveCheckpoint() {
 	stop() // graceful: the outcome is written before Run returns
 	<-finished
 
-	task, _ := q.Get(context.Background(), id)
+	task, _ := q.Get(context.Background(), id.ID)
 	fmt.Println(task.Status, string(task.Progress), string(task.Checkpoint))
 	// Output:
 	// attempt 2 resumes at page 2

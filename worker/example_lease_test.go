@@ -45,7 +45,7 @@ func ExampleModeLease() {
 	byLock := <-held
 	stop()
 	<-finished
-	task, _ := q.Get(ctx, id)
+	task, _ := q.Get(ctx, id.ID)
 	fmt.Println("advisory lock while running:", byLock)
 	fmt.Println("status:", task.Status)
 	// Output:

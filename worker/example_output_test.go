@@ -44,7 +44,7 @@ func ExampleSetOutput() {
 	stop() // graceful: the outcome, output included, is written before Run returns
 	<-finished
 
-	task, _ := q.Get(context.Background(), id)
+	task, _ := q.Get(context.Background(), id.ID)
 	fmt.Println(task.Status, string(task.Output))
 	// Output:
 	// completed {"url": "s3://thumbs/cat.png", "width": 128}

@@ -51,7 +51,7 @@ func ExampleConfig_onError() {
 	}}
 	for _, p := range []string{"gone", "busy", "flaky"} {
 		id, _ := q.Enqueue(ctx, "crm.push", p)
-		res, _ := w.RunTask(ctx, handlers, id) // one attempt, as Run would make it
+		res, _ := w.RunTask(ctx, handlers, id.ID) // one attempt, as Run would make it
 		fmt.Printf("%s: %s, %s\n", p, res.Outcome, res.Status)
 	}
 	// Output:
@@ -85,7 +85,7 @@ func ExampleWorker_StopAndCancel() {
 	}
 	<-finished
 
-	task, _ := q.Get(ctx, id)
+	task, _ := q.Get(ctx, id.ID)
 	fmt.Println(task.Status, "attempt", task.Attempt, "history:", task.Errors[0].Outcome)
 	// Output:
 	// pending attempt 0 history: shutdown

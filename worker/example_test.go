@@ -46,7 +46,7 @@ func ExampleWorker_Run() {
 	stop() // graceful: the outcome is written before Run returns
 	<-finished
 
-	task, _ := q.Get(context.Background(), id)
+	task, _ := q.Get(context.Background(), id.ID)
 	fmt.Println(task.Status, "after", task.Attempt, "attempts; first error:", task.Errors[0].Error)
 	// Output:
 	// hello, Ada (attempt 2)

@@ -49,7 +49,7 @@ func ExampleHandle() {
 	stop()
 	<-finished
 
-	task, _ := q.Get(context.Background(), id)
+	task, _ := q.Get(context.Background(), id.ID)
 	fmt.Println(task.Status, "max attempts", task.MaxAttempts, "timeout", task.Timeout, "priority", task.Priority)
 	// Output:
 	// to ada@example.com: Welcome (task email.send in queue mail)

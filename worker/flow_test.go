@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -61,20 +62,27 @@ func TestUniqueKeysUnderConcurrentEnqueue(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				id, err := clients[i%3].Enqueue(context.Background(), "unique."+tc.name, map[string]int{"n": 1}, tc.opts...)
+				// Every other producer asks for the error too.
+				opts := tc.opts
+				if i%2 == 1 {
+					opts = append(slices.Clip(opts), queue.WithDuplicateError())
+				}
+				res, err := clients[i%3].Enqueue(context.Background(), "unique."+tc.name, map[string]int{"n": 1}, opts...)
 				var dup *queue.DuplicateError
 				switch {
-				case err == nil:
+				case err == nil && !res.Duplicate:
 					inserted.Add(1)
-				case errors.As(err, &dup) && errors.Is(err, queue.ErrDuplicate):
+				case err == nil && i%2 == 0:
 					duplicates.Add(1)
-					if dup.ExistingID != id {
-						t.Errorf("duplicate reports %d, returns %d", dup.ExistingID, id)
+				case res.Duplicate && errors.As(err, &dup) && errors.Is(err, queue.ErrDuplicate):
+					duplicates.Add(1)
+					if dup.ExistingID != res.ID {
+						t.Errorf("duplicate reports %d, returns %d", dup.ExistingID, res.ID)
 					}
 				default:
-					t.Errorf("Enqueue: %v", err)
+					t.Errorf("Enqueue: %+v, %v", res, err)
 				}
-				ids <- id
+				ids <- res.ID
 			}()
 		}
 		wg.Wait()
@@ -102,9 +110,9 @@ func TestUniqueKeysUnderConcurrentEnqueue(t *testing.T) {
 	if _, err := b.client.Enqueue(context.Background(), "unique.key", nil, queue.WithUniqueKey("report:2026-11")); err != nil {
 		t.Fatalf("key of a finished task: %v", err)
 	}
-	_, err := b.client.Enqueue(context.Background(), "unique.window", nil, queue.WithUniqueKey("digest"), queue.WithUniqueWindow(time.Hour))
-	if !errors.Is(err, queue.ErrDuplicate) {
-		t.Fatalf("windowed key of a finished task: err = %v, want ErrDuplicate", err)
+	res, err := b.client.Enqueue(context.Background(), "unique.window", nil, queue.WithUniqueKey("digest"), queue.WithUniqueWindow(time.Hour))
+	if err != nil || !res.Duplicate {
+		t.Fatalf("windowed key of a finished task: %+v, %v; want a duplicate", res, err)
 	}
 
 	// In a batch, the new ones go in and the duplicates are reported.
@@ -114,9 +122,9 @@ func TestUniqueKeysUnderConcurrentEnqueue(t *testing.T) {
 		{Name: "batch"},
 		{Name: "batch", Options: []queue.Option{queue.WithUniqueKey("report:2026-11")}},
 	})
-	var dup *queue.DuplicateError
-	if !errors.As(err, &dup) || len(ids) != 4 || ids[1] != ids[0] || ids[3] == 0 || ids[2] == ids[0] {
-		t.Fatalf("batch: ids %v, err %v", ids, err)
+	if err != nil || len(ids) != 4 || ids[1].ID != ids[0].ID || ids[3].ID == 0 || ids[2].ID == ids[0].ID ||
+		ids[0].Duplicate || !ids[1].Duplicate || ids[2].Duplicate || !ids[3].Duplicate {
+		t.Fatalf("batch: %+v, err %v", ids, err)
 	}
 	if n := b.count(t, "name = 'batch'"); n != 2 {
 		t.Fatalf("batch inserted %d, want 2", n)

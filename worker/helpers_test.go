@@ -148,7 +148,7 @@ func (b *bundle) enqueue(t *testing.T, name string, payload any, opts ...queue.O
 	if err != nil {
 		t.Fatal(err)
 	}
-	return id
+	return id.ID
 }
 
 func (b *bundle) get(t *testing.T, id int64) *queue.Task {

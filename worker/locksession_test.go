@@ -105,7 +105,7 @@ func TestLaunchAfterLockLoss(t *testing.T) {
 	p := db.TaskClaimParams{WorkerID: w.cfg.WorkerID, Queue: "elsewhere", OnlyNames: []string{}, SkipNames: []string{},
 		OnlyIds: []int64{}, Max: 1, ExclusiveSeed: b.schema.TableOID}
 	rows, gen, _, err := w.guard.claim(p, howPlain)
-	if err != nil || len(rows) != 1 || rows[0].ID != id {
+	if err != nil || len(rows) != 1 || rows[0].ID != id.ID {
 		t.Fatalf("claimed %+v, %v", rows, err)
 	}
 	// The session dies; its next statement finds out and cancels what
@@ -123,16 +123,16 @@ func TestLaunchAfterLockLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.launch(rows[0], gen, nil, false, false)
-	pgtest.Eventually(t, 5*time.Second, "the outcome written", func() bool { return b.status(t, id) != "running" })
+	pgtest.Eventually(t, 5*time.Second, "the outcome written", func() bool { return b.status(t, id.ID) != "running" })
 	select {
 	case got := <-ran:
 		t.Fatalf("ran %s, whose lock was lost before it started", got)
 	default:
 	}
-	if s := b.status(t, id); s != "pending" {
+	if s := b.status(t, id.ID); s != "pending" {
 		t.Fatalf("status %s, want pending", s)
 	}
-	task, err := b.client.Get(ctx, id)
+	task, err := b.client.Get(ctx, id.ID)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -65,7 +65,7 @@ func TestTaskOutput(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ids[name] = id
+		ids[name] = id.ID
 	}
 	start(t, b.pool, worker.Config{MaxOutputSize: 100}, handlers)
 	waitFor(t, 2*time.Second, "every task finished", func() bool {

@@ -63,7 +63,7 @@ func TestCheckpointResume(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ids[name] = id
+		ids[name] = id.ID
 	}
 	start(t, b.pool, worker.Config{}, handlers)
 	waitFor(t, 2*time.Second, "both tasks completed", func() bool { return b.count(t, "status = 'completed'") == 2 })
@@ -112,7 +112,7 @@ func TestProgressWhileRunning(t *testing.T) {
 		return worker.SetProgress(ctx, 1)
 	}})
 	<-reported
-	running, err := b.client.Get(ctx, id)
+	running, err := b.client.Get(ctx, id.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,8 +204,10 @@ func TestProgressErrors(t *testing.T) {
 		t.Errorf("a write after the task was taken changed it")
 	}
 
-	waitFor(t, time.Second, "the limits task finished", func() bool { return b.count(t, "id = $1 AND status <> 'running' AND status <> 'pending'", limits) == 1 })
-	task, err := b.client.Get(ctx, limits)
+	waitFor(t, time.Second, "the limits task finished", func() bool {
+		return b.count(t, "id = $1 AND status <> 'running' AND status <> 'pending'", limits.ID) == 1
+	})
+	task, err := b.client.Get(ctx, limits.ID)
 	if err != nil {
 		t.Fatal(err)
 	}

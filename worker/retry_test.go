@@ -245,24 +245,24 @@ func TestRetryDelays(t *testing.T) {
 
 	for _, c := range []struct {
 		what   string
-		enq    func() (int64, error)
+		enq    func() (queue.EnqueueResult, error)
 		status queue.Status
 		retry  time.Duration
 	}{
-		{"type's backoff", func() (int64, error) { return b.client.EnqueueArgs(ctx, report{Mode: "fail"}) }, queue.StatusPending, 2 * time.Hour},
-		{"handler's RetryAfter", func() (int64, error) { return b.client.EnqueueArgs(ctx, report{Mode: "own"}) }, queue.StatusPending, 5 * time.Minute},
-		{"timeout, type's backoff", func() (int64, error) {
+		{"type's backoff", func() (queue.EnqueueResult, error) { return b.client.EnqueueArgs(ctx, report{Mode: "fail"}) }, queue.StatusPending, 2 * time.Hour},
+		{"handler's RetryAfter", func() (queue.EnqueueResult, error) { return b.client.EnqueueArgs(ctx, report{Mode: "own"}) }, queue.StatusPending, 5 * time.Minute},
+		{"timeout, type's backoff", func() (queue.EnqueueResult, error) {
 			return b.client.EnqueueArgs(ctx, report{Mode: "timeout"}, queue.WithTimeout(20*time.Millisecond))
 		}, queue.StatusPending, 2 * time.Hour},
-		{"panic, the name's policy", func() (int64, error) { return b.client.EnqueueArgs(ctx, report{Mode: "panic"}) }, queue.StatusPending, 7 * time.Hour},
-		{"permanent", func() (int64, error) { return b.client.EnqueueArgs(ctx, report{Mode: "permanent"}) }, queue.StatusFailed, 0},
-		{"hook's RetryAfter", func() (int64, error) { return b.client.Enqueue(ctx, "hooked", nil) }, queue.StatusPending, 3 * time.Hour},
+		{"panic, the name's policy", func() (queue.EnqueueResult, error) { return b.client.EnqueueArgs(ctx, report{Mode: "panic"}) }, queue.StatusPending, 7 * time.Hour},
+		{"permanent", func() (queue.EnqueueResult, error) { return b.client.EnqueueArgs(ctx, report{Mode: "permanent"}) }, queue.StatusFailed, 0},
+		{"hook's RetryAfter", func() (queue.EnqueueResult, error) { return b.client.Enqueue(ctx, "hooked", nil) }, queue.StatusPending, 3 * time.Hour},
 	} {
-		id, err := c.enq()
+		enq, err := c.enq()
 		if err != nil {
 			t.Fatal(err)
 		}
-		res := skiplocktest.Work(ctx, t, w, handlers, id)
+		res := skiplocktest.Work(ctx, t, w, handlers, enq.ID)
 		if res.Status != c.status {
 			t.Errorf("%s: %s (%s), want %s", c.what, res.Status, firstLine(res.Error), c.status)
 			continue

@@ -369,7 +369,7 @@ func TestSequenceSweeperAfterProducerRace(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 2*time.Second, "the sweep released k1, and k2 followed", func() bool {
-		return b.get(t, k2).Status == queue.StatusCompleted
+		return b.get(t, k2.ID).Status == queue.StatusCompleted
 	})
 	if got := log.runs("k"); got != "0@1 1@1 2@1" {
 		t.Fatalf("runs %s", got)

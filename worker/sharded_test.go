@@ -102,7 +102,7 @@ func TestShardedWorkerRunsEveryShard(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ids = append(ids, id)
+		ids = append(ids, id.ID)
 	}
 	var runs runCounter
 	s, err := worker.NewSharded(pools, worker.Config{Concurrency: 12, PollInterval: 50 * time.Millisecond,
@@ -246,7 +246,7 @@ func TestShardedWorkerShardOutage(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		backlog = append(backlog, id)
+		backlog = append(backlog, id.ID)
 	}
 	pgtest.Eventually(t, 5*time.Second, "the backlog to start", func() bool { return runs.count(backlog[0]) > 0 })
 	if _, err := pools[down].Exec(ctx, "CHECKPOINT"); err != nil { // keep the backlog through the crash
@@ -266,10 +266,10 @@ func TestShardedWorkerShardOutage(t *testing.T) {
 			t.Logf("enqueue while shard %d is down: %v", down, err)
 			continue
 		}
-		if queue.ShardOf(id) == down {
-			t.Fatalf("task %d went to the stopped shard", id)
+		if queue.ShardOf(id.ID) == down {
+			t.Fatalf("task %d went to the stopped shard", id.ID)
 		}
-		during = append(during, id)
+		during = append(during, id.ID)
 	}
 	// At most one failure per connection the pool held to the stopped
 	// server (the pool's default size is small).
@@ -350,7 +350,7 @@ func TestShardedWorkerShardDownAtStart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ids = append(ids, id)
+		ids = append(ids, id.ID)
 	}
 	var runs runCounter
 	s, err := worker.NewSharded(pools, worker.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})

@@ -46,8 +46,8 @@ func TestTypedTasksEnqueueDefaults(t *testing.T) {
 		Payload: map[string]any{"number": "A-1", "amount": 100},
 		Queue:   "billing", MaxAttempts: 4, Timeout: 3 * time.Second, Priority: new(-2),
 	})
-	if got.ID != id {
-		t.Fatalf("found task %d, want %d", got.ID, id)
+	if got.ID != id.ID {
+		t.Fatalf("found task %d, want %d", got.ID, id.ID)
 	}
 	// The call's options override the type's, in a transaction too.
 	tx, err := b.pool.Begin(ctx)

@@ -111,7 +111,7 @@ func TestWorkflowFanOutFanIn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.Name != "thumbnails" || len(info.Tasks) != width+2 || info.Steps[enq.Tasks["publish"]] != "publish" {
+	if info.Name != "thumbnails" || len(info.Tasks) != width+2 || info.Steps[enq.TaskIDs["publish"]] != "publish" {
 		t.Fatalf("GetWorkflow = %+v", info)
 	}
 	t.Logf("steps run by each worker: %v", ran)
@@ -167,7 +167,7 @@ func TestWorkflowDependencyFails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := enq.Tasks
+	id := enq.TaskIDs
 	waitFor(t, 5*time.Second, "b failed and d cancelled", func() bool {
 		return b.get(t, id["b"]).Status == queue.StatusFailed && b.get(t, id["d"]).Status == queue.StatusCancelled
 	})
@@ -210,17 +210,17 @@ func TestWorkflowCancelAndDelete(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	leaf, err := b.client.Enqueue(ctx, "leaf", nil, queue.WithDependsOn(mid, root))
+	leaf, err := b.client.Enqueue(ctx, "leaf", nil, queue.WithDependsOn(mid.ID, root))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s := b.get(t, leaf); s.Status != queue.StatusWaiting || s.WaitingFor != 2 || s.WorkflowID == 0 || s.WorkflowID != b.get(t, root).WorkflowID {
+	if s := b.get(t, leaf.ID); s.Status != queue.StatusWaiting || s.WaitingFor != 2 || s.WorkflowID == 0 || s.WorkflowID != b.get(t, root).WorkflowID {
 		t.Fatalf("leaf: %+v", s)
 	}
-	if _, err := b.client.Cancel(ctx, queue.CancelRequest{IDs: []int64{mid}}); err != nil {
+	if _, err := b.client.Cancel(ctx, queue.CancelRequest{IDs: []int64{mid.ID}}); err != nil {
 		t.Fatal(err)
 	}
-	if s := b.get(t, leaf); s.Status != queue.StatusCancelled || s.Errors[0].Outcome != "dependency_cancelled" {
+	if s := b.get(t, leaf.ID); s.Status != queue.StatusCancelled || s.Errors[0].Outcome != "dependency_cancelled" {
 		t.Fatalf("leaf after cancelling mid: %s %+v", s.Status, s.Errors)
 	}
 
@@ -231,7 +231,7 @@ func TestWorkflowCancelAndDelete(t *testing.T) {
 	if _, err := b.client.Delete(ctx, []int64{root}); err != nil {
 		t.Fatal(err)
 	}
-	if s := b.get(t, other); s.Status != queue.StatusCancelled || s.Errors[0].Outcome != "dependency_deleted" {
+	if s := b.get(t, other.ID); s.Status != queue.StatusCancelled || s.Errors[0].Outcome != "dependency_deleted" {
 		t.Fatalf("other after deleting root: %s %+v", s.Status, s.Errors)
 	}
 
@@ -241,14 +241,14 @@ func TestWorkflowCancelAndDelete(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s := b.get(t, late); s.Status != queue.StatusCancelled || !strings.Contains(s.Errors[0].Error, "failed for good") {
+	if s := b.get(t, late.ID); s.Status != queue.StatusCancelled || !strings.Contains(s.Errors[0].Error, "failed for good") {
 		t.Fatalf("late: %s %+v", s.Status, s.Errors)
 	}
 	ready, err := b.client.Enqueue(ctx, "ready", nil, queue.WithDependsOn(done))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s := b.get(t, ready); s.Status != queue.StatusPending {
+	if s := b.get(t, ready.ID); s.Status != queue.StatusPending {
 		t.Fatalf("ready: %s", s.Status)
 	}
 	if _, err := b.client.Enqueue(ctx, "keyed", nil, queue.WithDependsOn(done), queue.WithUniqueKey("k")); !errors.Is(err, queue.ErrInvalidTask) {
@@ -257,8 +257,12 @@ func TestWorkflowCancelAndDelete(t *testing.T) {
 	if _, err := b.client.Enqueue(ctx, "keyed", nil, queue.WithDependsOn(done), queue.WithUniqueKey("k"), queue.WithUniqueWindow(time.Hour)); err != nil {
 		t.Fatalf("WithDependsOn and a windowed unique key: %v", err)
 	}
-	if id, err := b.client.Enqueue(ctx, "keyed", nil, queue.WithDependsOn(done), queue.WithUniqueKey("k"), queue.WithUniqueWindow(time.Hour)); !errors.Is(err, queue.ErrDuplicate) || id == 0 {
-		t.Fatalf("a second windowed duplicate: %d %v", id, err)
+	if res, err := b.client.Enqueue(ctx, "keyed", nil, queue.WithDependsOn(done), queue.WithUniqueKey("k"), queue.WithUniqueWindow(time.Hour)); err != nil || !res.Duplicate || res.ID == 0 {
+		t.Fatalf("a second windowed duplicate: %+v %v", res, err)
+	}
+	if res, err := b.client.Enqueue(ctx, "keyed", nil, queue.WithDependsOn(done), queue.WithUniqueKey("k"), queue.WithUniqueWindow(time.Hour),
+		queue.WithDuplicateError()); !errors.Is(err, queue.ErrDuplicate) || !res.Duplicate || res.ID == 0 {
+		t.Fatalf("a third windowed duplicate, WithDuplicateError: %+v %v", res, err)
 	}
 	if _, err := b.client.Enqueue(ctx, "orphan", nil, queue.WithDependsOn(999999)); !errors.Is(err, queue.ErrInvalidTask) ||
 		!strings.Contains(err.Error(), "do not exist: 999999") {
@@ -371,7 +375,7 @@ func TestWorkflowDependentEnqueuedDuringCompletion(t *testing.T) {
 	select {
 	case <-dependentRan:
 	case <-time.After(pgtest.Patient(10 * time.Second)):
-		t.Fatalf("the dependent never ran: %+v", b.get(t, then))
+		t.Fatalf("the dependent never ran: %+v", b.get(t, then.ID))
 	}
 }
 
@@ -395,7 +399,7 @@ func TestWorkflowKilledBetweenCompletionAndRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	first, then := enq.Tasks["first"], enq.Tasks["then"]
+	first, then := enq.TaskIDs["first"], enq.TaskIDs["then"]
 	conn, err := pgx.ConnectConfig(ctx, pgtest.Config(t, b.schema).ConnConfig)
 	if err != nil {
 		t.Fatal(err)
@@ -505,15 +509,15 @@ func TestWorkflowLongChain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	head := enq.Tasks["s0"]
+	head := enq.TaskIDs["s0"]
 	if _, err := b.client.Cancel(ctx, queue.CancelRequest{IDs: []int64{head}}); err != nil {
 		t.Fatal(err)
 	}
 	if got := b.count(t, "status = 'cancelled'"); got != n {
 		t.Fatalf("%d of %d tasks cancelled", got, n)
 	}
-	last := b.get(t, enq.Tasks[fmt.Sprint("s", n-1)])
-	if want := fmt.Sprintf("dependency %d (step) was cancelled", enq.Tasks[fmt.Sprint("s", n-2)]); last.Errors[0].Error != want {
+	last := b.get(t, enq.TaskIDs[fmt.Sprint("s", n-1)])
+	if want := fmt.Sprintf("dependency %d (step) was cancelled", enq.TaskIDs[fmt.Sprint("s", n-2)]); last.Errors[0].Error != want {
 		t.Fatalf("the last task's reason: %q, want %q", last.Errors[0].Error, want)
 	}
 	if _, err := b.client.Requeue(ctx, queue.RequeueRequest{IDs: []int64{head}, Filter: queue.Filter{Statuses: []queue.Status{queue.StatusCancelled}}}); err != nil {

@@ -100,32 +100,32 @@ func run(ctx context.Context, stdout io.Writer, databaseURL string) error {
 	// Producer side.
 	var ids []int64
 	for _, to := range []string{"ada@example.com", "grace@example.com", "linus@example.com"} {
-		id, err := client.Enqueue(ctx, "email.send", email{To: to, Subject: "Welcome"})
+		res, err := client.Enqueue(ctx, "email.send", email{To: to, Subject: "Welcome"})
 		if err != nil {
 			return err
 		}
-		ids = append(ids, id)
+		ids = append(ids, res.ID)
 	}
 	// Enqueued in the caller's transaction: it exists only because the
 	// transaction commits.
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		id, err := client.EnqueueTx(ctx, tx, "report.build", map[string]string{"period": "2026-11"}, queue.WithPriority(-1))
-		ids = append(ids, id)
+		res, err := client.EnqueueTx(ctx, tx, "report.build", map[string]string{"period": "2026-11"}, queue.WithPriority(-1))
+		ids = append(ids, res.ID)
 		return err
 	})
 	if err != nil {
 		return err
 	}
-	id, err := client.Enqueue(ctx, "payment.capture", map[string]int{"cents": 4200}, queue.WithMaxAttempts(3))
+	res, err := client.Enqueue(ctx, "payment.capture", map[string]int{"cents": 4200}, queue.WithMaxAttempts(3))
 	if err != nil {
 		return err
 	}
-	ids = append(ids, id)
-	id, err = client.Enqueue(ctx, "image.resize", map[string]string{"url": "broken.png"}, queue.WithMaxAttempts(2))
+	ids = append(ids, res.ID)
+	res, err = client.Enqueue(ctx, "image.resize", map[string]string{"url": "broken.png"}, queue.WithMaxAttempts(2))
 	if err != nil {
 		return err
 	}
-	ids = append(ids, id)
+	ids = append(ids, res.ID)
 	fmt.Fprintf(out, "Enqueued %d tasks.\n", len(ids))
 
 	// Consumer side.

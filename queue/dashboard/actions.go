@@ -358,7 +358,7 @@ func (h *handler) enqueue(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	id, err := h.client.Enqueue(ctx, f.name, f.payload, f.opts...)
+	res, err := h.client.Enqueue(ctx, f.name, f.payload, f.opts...)
 	var dup *queue.DuplicateError
 	if errors.As(err, &dup) && dup.ExistingID != 0 {
 		h.doneAt(w, r, fmt.Sprintf("/tasks/%d", dup.ExistingID), "Not enqueued: task %d holds unique key %s.", dup.ExistingID, dup.Key)
@@ -368,7 +368,7 @@ func (h *handler) enqueue(w http.ResponseWriter, r *http.Request) {
 		h.actionFailed(w, r, err)
 		return
 	}
-	h.doneAt(w, r, fmt.Sprintf("/tasks/%d", id), "Enqueued task %d.", id)
+	h.doneAt(w, r, fmt.Sprintf("/tasks/%d", res.ID), "Enqueued task %d.", res.ID)
 }
 
 type enqueueForm struct {
@@ -418,7 +418,8 @@ func readEnqueueForm(r *http.Request) (enqueueForm, error) {
 		f.opts = append(f.opts, queue.WithDelay(d))
 	}
 	if v := strings.TrimSpace(r.PostFormValue("unique_key")); v != "" {
-		f.opts = append(f.opts, queue.WithUniqueKey(v))
+		// WithDuplicateError: enqueue reports the holder and the key.
+		f.opts = append(f.opts, queue.WithUniqueKey(v), queue.WithDuplicateError())
 	}
 	if v := strings.TrimSpace(r.PostFormValue("exclusive_key")); v != "" {
 		f.opts = append(f.opts, queue.WithExclusiveKey(v))

@@ -24,8 +24,8 @@ func TestBatchPages(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, q := range []string{
-		fmt.Sprintf(`UPDATE skiplock_tasks SET status = 'completed', attempt = 1, finished_at = now() WHERE id = %d`, enq.Tasks[0]),
-		fmt.Sprintf(`UPDATE skiplock_tasks SET status = 'failed', attempt = 1, finished_at = now() WHERE id = %d`, enq.Tasks[1]),
+		fmt.Sprintf(`UPDATE skiplock_tasks SET status = 'completed', attempt = 1, finished_at = now() WHERE id = %d`, enq.TaskIDs[0]),
+		fmt.Sprintf(`UPDATE skiplock_tasks SET status = 'failed', attempt = 1, finished_at = now() WHERE id = %d`, enq.TaskIDs[1]),
 	} {
 		if _, err := b.pool.Exec(ctx, q); err != nil {
 			t.Fatal(err)
@@ -40,7 +40,7 @@ func TestBatchPages(t *testing.T) {
 		fmt.Sprintf(`<a href="/batches/%d">%d</a>`, enq.ID, enq.ID),
 		"nightly import",
 		`<span class="badge completed">finished</span>`,
-		fmt.Sprintf(`<a href="/tasks/%d">#%d</a>`, enq.OnFinish, enq.OnFinish),
+		fmt.Sprintf(`<a href="/tasks/%d">#%d</a>`, enq.OnFinishTaskID, enq.OnFinishTaskID),
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("batches page lacks %q", want)
@@ -69,7 +69,7 @@ func TestBatchPages(t *testing.T) {
 	if code, _ := get(t, http.DefaultClient, b.url+"/batches/999999"); code != http.StatusNotFound {
 		t.Errorf("unknown batch: %d", code)
 	}
-	_, body = get(t, http.DefaultClient, fmt.Sprintf("%s/tasks/%d", b.url, enq.Tasks[0]))
+	_, body = get(t, http.DefaultClient, fmt.Sprintf("%s/tasks/%d", b.url, enq.TaskIDs[0]))
 	if !strings.Contains(body, fmt.Sprintf(`<a href="/batches/%d" id="batch">`, enq.ID)) {
 		t.Errorf("a member's page does not link its batch")
 	}

@@ -25,9 +25,9 @@ func TestEncryptedPayloadShown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	code, body := get(t, http.DefaultClient, fmt.Sprintf("%s/tasks/%d", b.url, id))
+	code, body := get(t, http.DefaultClient, fmt.Sprintf("%s/tasks/%d", b.url, id.ID))
 	if code != http.StatusOK || !strings.Contains(body, `<p class="payload" id="payload">encrypted (key k1)`) || strings.Contains(body, "skiplock_encrypted") {
-		t.Fatalf("GET /tasks/%d: %d\n%s", id, code, body)
+		t.Fatalf("GET /tasks/%d: %d\n%s", id.ID, code, body)
 	}
 	code, body = get(t, http.DefaultClient, b.url+"/tasks")
 	if code != http.StatusOK || !strings.Contains(body, `<code>encrypted (key k1)</code>`) || strings.Contains(body, "skiplock_encrypted") {

@@ -25,11 +25,11 @@ func TestTaskPageReplaceKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	code, body := get(t, http.DefaultClient, fmt.Sprintf("%s/tasks/%d", b.url, keyed))
+	code, body := get(t, http.DefaultClient, fmt.Sprintf("%s/tasks/%d", b.url, keyed.ID))
 	if code != http.StatusOK || !strings.Contains(body, `<dt>Replace key</dt><dd id="replace-key">doc:&lt;42&gt;</dd>`) {
 		t.Fatalf("keyed task's page: %d, no replace key:\n%s", code, body)
 	}
-	code, body = get(t, http.DefaultClient, fmt.Sprintf("%s/tasks/%d", b.url, plain))
+	code, body = get(t, http.DefaultClient, fmt.Sprintf("%s/tasks/%d", b.url, plain.ID))
 	if code != http.StatusOK || strings.Contains(body, "Replace key") {
 		t.Fatalf("plain task's page: %d, shows a replace key", code)
 	}

@@ -27,8 +27,8 @@ func seedWorkflow(t *testing.T, b *bundle) queue.EnqueuedWorkflow {
 		t.Fatal(err)
 	}
 	for _, q := range []string{
-		fmt.Sprintf(`UPDATE skiplock_tasks SET status = 'completed', attempt = 1, finished_at = now() WHERE id = %d`, enq.Tasks["fetch"]),
-		fmt.Sprintf(`UPDATE skiplock_tasks SET status = 'failed', attempt = 1, finished_at = now() WHERE id = %d`, enq.Tasks["small"]),
+		fmt.Sprintf(`UPDATE skiplock_tasks SET status = 'completed', attempt = 1, finished_at = now() WHERE id = %d`, enq.TaskIDs["fetch"]),
+		fmt.Sprintf(`UPDATE skiplock_tasks SET status = 'failed', attempt = 1, finished_at = now() WHERE id = %d`, enq.TaskIDs["small"]),
 	} {
 		if _, err := b.pool.Exec(ctx, q); err != nil {
 			t.Fatal(err)
@@ -48,9 +48,9 @@ func TestWorkflowPage(t *testing.T) {
 	for _, want := range []string{
 		`<span class="name">thumbnails</span>`,
 		"4 tasks: 1 pending, 1 completed, 1 failed, 1 cancelled",
-		fmt.Sprintf(`<a class="node cancelled" href="/tasks/%d"`, enq.Tasks["publish"]),
+		fmt.Sprintf(`<a class="node cancelled" href="/tasks/%d"`, enq.TaskIDs["publish"]),
 		"after small, large",
-		fmt.Sprintf("dependency %d (resize) failed for good", enq.Tasks["small"]),
+		fmt.Sprintf("dependency %d (resize) failed for good", enq.TaskIDs["small"]),
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("workflow page lacks %q", want)
@@ -59,7 +59,7 @@ func TestWorkflowPage(t *testing.T) {
 	if code, _ := get(t, http.DefaultClient, b.url+"/workflows/999999"); code != http.StatusNotFound {
 		t.Errorf("unknown workflow: %d", code)
 	}
-	_, body = get(t, http.DefaultClient, fmt.Sprintf("%s/tasks/%d", b.url, enq.Tasks["publish"]))
+	_, body = get(t, http.DefaultClient, fmt.Sprintf("%s/tasks/%d", b.url, enq.TaskIDs["publish"]))
 	if !strings.Contains(body, fmt.Sprintf(`<a href="/workflows/%d" id="workflow">`, enq.ID)) {
 		t.Errorf("a workflow task's page does not link its workflow")
 	}

@@ -75,7 +75,7 @@ func TestLogging(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				ids[n] = id
+				ids[n] = id.ID
 			}
 			stop := b.run(t, worker.Config{Middleware: []worker.Middleware{observe.Logging(logger, c.opts)}}, handlers())
 			b.waitFinished(t)

@@ -85,7 +85,7 @@ func enqueue(t *testing.T, c *queue.Client, name string, opts ...queue.Option) i
 	if err != nil {
 		t.Fatal(err)
 	}
-	return id
+	return id.ID
 }
 
 // waitFinishedExcept is waitFinished for every queue but skip.

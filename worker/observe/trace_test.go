@@ -45,7 +45,7 @@ func TestTracing(t *testing.T) {
 			producer.End()
 
 			// The trace context travels in the task's metadata.
-			task, err := client.Get(ctx, okLinkedID)
+			task, err := client.Get(ctx, okLinkedID.ID)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -67,7 +67,7 @@ func TestTracing(t *testing.T) {
 				}
 			}
 			want := producer.SpanContext()
-			for _, id := range []int64{boomCtxID, okLinkedID} {
+			for _, id := range []int64{boomCtxID.ID, okLinkedID.ID} {
 				s, ok := byID[itoa(id)]
 				if !ok {
 					t.Fatalf("no span for task %d among %d spans", id, len(exp.GetSpans()))
@@ -88,7 +88,7 @@ func TestTracing(t *testing.T) {
 					t.Errorf("task %d: span is in the producer's trace; want a new root with a link", id)
 				}
 			}
-			boom := byID[itoa(boomCtxID)]
+			boom := byID[itoa(boomCtxID.ID)]
 			if boom.Status.Code != codes.Error || boom.Status.Description != "boom" {
 				t.Errorf("boom span status = %+v, want error \"boom\"", boom.Status)
 			}

@@ -106,8 +106,8 @@ func TestRequireEnqueued(t *testing.T) {
 		Queue:    "mail", Priority: new(-1), MaxAttempts: 5, Timeout: time.Second, Status: queue.StatusPending,
 	})
 	r.passes(t, "every field matching, in the transaction")
-	if got == nil || got.ID != id {
-		t.Fatalf("RequireEnqueued returned %+v, want task %d", got, id)
+	if got == nil || got.ID != id.ID {
+		t.Fatalf("RequireEnqueued returned %+v, want task %d", got, id.ID)
 	}
 	skiplocktest.RequireEnqueued(r, tx, "email.send", nil)
 	r.passes(t, "nil Want")
@@ -122,7 +122,7 @@ func TestRequireEnqueued(t *testing.T) {
 		says []string
 	}{
 		{"payload value", skiplocktest.Want{Payload: map[string]any{"to": "bob@example.com"}},
-			[]string{`no task "email.send" matches`, fmt.Sprintf("task %d: payload", id), `does not contain {"to":"bob@example.com"}`}},
+			[]string{`no task "email.send" matches`, fmt.Sprintf("task %d: payload", id.ID), `does not contain {"to":"bob@example.com"}`}},
 		{"payload key", skiplocktest.Want{Payload: map[string]any{"cc": "x"}}, []string{"does not contain"}},
 		{"array element", skiplocktest.Want{Payload: map[string]any{"tags": []string{"vip"}}}, []string{"does not contain"}},
 		{"queue", skiplocktest.Want{Queue: "default"}, []string{`queue "mail", want "default"`}},
@@ -180,7 +180,7 @@ func TestRequireNotEnqueued(t *testing.T) {
 		t.Fatal(err)
 	}
 	skiplocktest.RequireNotEnqueued(r, b.pool, "report.build", nil)
-	r.fails(t, "any task of the name", `expected no task "report.build"`, fmt.Sprintf("task %d", id))
+	r.fails(t, "any task of the name", `expected no task "report.build"`, fmt.Sprintf("task %d", id.ID))
 	skiplocktest.RequireNotEnqueued(r, b.pool, "report.build", &skiplocktest.Want{Payload: map[string]string{"month": "2026-11"}})
 	r.fails(t, "matching payload", "found 1")
 	skiplocktest.RequireNotEnqueued(r, b.pool, "report.build", &skiplocktest.Want{Payload: map[string]string{"month": "2026-12"}})
@@ -212,20 +212,20 @@ func TestRequireManyEnqueued(t *testing.T) {
 		{Name: "a"},
 	})
 	r.passes(t, "in order, other names ignored")
-	if len(got) != 3 || got[0].ID != ids[0] || got[1].ID != ids[1] || got[2].ID != ids[2] {
+	if len(got) != 3 || got[0].ID != ids[0].ID || got[1].ID != ids[1].ID || got[2].ID != ids[2].ID {
 		t.Errorf("RequireManyEnqueued returned %v, want tasks %v", got, ids[:3])
 	}
 
 	skiplocktest.RequireManyEnqueued(r, b.pool, []skiplocktest.Expected{{Name: "b"}, {Name: "a"}, {Name: "a"}})
-	r.fails(t, "wrong order", `#0 (task `+fmt.Sprint(ids[0])+`): name "a", want "b"`, "seen, in order")
+	r.fails(t, "wrong order", `#0 (task `+fmt.Sprint(ids[0].ID)+`): name "a", want "b"`, "seen, in order")
 	skiplocktest.RequireManyEnqueued(r, b.pool, []skiplocktest.Expected{{Name: "a"}, {Name: "b"}})
-	r.fails(t, "one too few expected", `#2 (task `+fmt.Sprint(ids[2])+`): unexpected task "a"`)
+	r.fails(t, "one too few expected", `#2 (task `+fmt.Sprint(ids[2].ID)+`): unexpected task "a"`)
 	skiplocktest.RequireManyEnqueued(r, b.pool, []skiplocktest.Expected{{Name: "a"}, {Name: "b"}, {Name: "a"}, {Name: "b"}})
 	r.fails(t, "one too many expected", `#3: want a task "b", missing`)
 	skiplocktest.RequireManyEnqueued(r, b.pool, []skiplocktest.Expected{
 		{Name: "a"}, {Name: "b"}, {Name: "a", Want: skiplocktest.Want{Payload: map[string]int{"n": 4}}},
 	})
-	r.fails(t, "payload of the third", `#2 (task `+fmt.Sprint(ids[2])+`, "a"): payload`)
+	r.fails(t, "payload of the third", `#2 (task `+fmt.Sprint(ids[2].ID)+`, "a"): payload`)
 }
 
 // TestWork runs single tasks through a worker's real path: middleware,
@@ -263,7 +263,7 @@ func TestWork(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return id
+		return id.ID
 	}
 
 	for _, c := range []struct {
@@ -364,7 +364,7 @@ func TestWorkBesideRunningWorker(t *testing.T) {
 		var leases []time.Time
 		pgtest.Eventually(t, 3*time.Second, "four lease renewals", func() bool {
 			var until time.Time
-			if err := b.pool.QueryRow(ctx, "SELECT locked_until FROM skiplock_tasks WHERE id = $1", id).Scan(&until); err != nil {
+			if err := b.pool.QueryRow(ctx, "SELECT locked_until FROM skiplock_tasks WHERE id = $1", id.ID).Scan(&until); err != nil {
 				t.Error(err)
 				return true
 			}
@@ -374,7 +374,7 @@ func TestWorkBesideRunningWorker(t *testing.T) {
 			return len(leases) >= 5
 		})
 		return nil
-	}}, id)
+	}}, id.ID)
 	if res.Status != queue.StatusCompleted || res.Task.WorkerID != "test" || res.Task.Attempt != 1 || len(res.Task.Errors) != 0 {
 		t.Errorf("task %+v, want completed by worker test on attempt 1 with no error history", res.Task)
 	}
@@ -478,10 +478,10 @@ func TestWorkSequence(t *testing.T) {
 	w := worker.New(b.pool, worker.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	handlers := worker.Handlers{"apply": func(context.Context, *worker.Task) error { return nil }}
 	r := &recorder{}
-	skiplocktest.Work(ctx, r, w, handlers, second)
+	skiplocktest.Work(ctx, r, w, handlers, second.ID)
 	r.fails(t, "a task waiting its turn", "not pending", "waiting")
-	skiplocktest.Work(ctx, t, w, handlers, first)
-	if res := skiplocktest.Work(ctx, t, w, handlers, second); res.Status != queue.StatusCompleted {
+	skiplocktest.Work(ctx, t, w, handlers, first.ID)
+	if res := skiplocktest.Work(ctx, t, w, handlers, second.ID); res.Status != queue.StatusCompleted {
 		t.Errorf("the next task: %s, want completed", res.Status)
 	}
 }
@@ -497,7 +497,7 @@ func TestWorkReleasesDependents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	second, err := b.q.Enqueue(ctx, "load", nil, queue.WithDependsOn(first))
+	second, err := b.q.Enqueue(ctx, "load", nil, queue.WithDependsOn(first.ID))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -506,12 +506,12 @@ func TestWorkReleasesDependents(t *testing.T) {
 	w := worker.New(b.pool, worker.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	handlers := worker.Handlers{"extract": func(context.Context, *worker.Task) error { return nil }, "load": func(context.Context, *worker.Task) error { return nil }}
 	r := &recorder{}
-	skiplocktest.Work(ctx, r, w, handlers, second)
+	skiplocktest.Work(ctx, r, w, handlers, second.ID)
 	r.fails(t, "a waiting task", "not pending", "waiting")
 
-	skiplocktest.Work(ctx, t, w, handlers, first)
+	skiplocktest.Work(ctx, t, w, handlers, first.ID)
 	skiplocktest.RequireEnqueued(t, b.pool, "load", &skiplocktest.Want{Status: queue.StatusPending})
-	if res := skiplocktest.Work(ctx, t, w, handlers, second); res.Status != queue.StatusCompleted {
+	if res := skiplocktest.Work(ctx, t, w, handlers, second.ID); res.Status != queue.StatusCompleted {
 		t.Errorf("released task: %s, want completed", res.Status)
 	}
 }
@@ -531,7 +531,7 @@ func TestWorkCallerCancels(t *testing.T) {
 		cancel()
 		<-hctx.Done()
 		return hctx.Err()
-	}}, id)
+	}}, id.ID)
 	if res.Outcome != worker.OutcomeError || res.Status != queue.StatusPending || res.Task.Attempt != 1 || !strings.Contains(res.Error, "context canceled") {
 		t.Errorf("outcome %q, status %s, attempt %d, error %q; want error, pending, 1, context canceled", res.Outcome, res.Status, res.Task.Attempt, res.Error)
 	}

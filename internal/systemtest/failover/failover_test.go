@@ -394,7 +394,7 @@ func runFailover(t *testing.T, mode, kind string) {
 		t.Fatal(err)
 	}
 	for i, id := range ids {
-		acked[backlog[i].Payload.(string)] = ack{id, time.Now()}
+		acked[backlog[i].Payload.(string)] = ack{id.ID, time.Now()}
 	}
 	stopProducers := make(chan struct{})
 	var producing sync.WaitGroup
@@ -414,7 +414,7 @@ func runFailover(t *testing.T, mode, kind string) {
 				cancel()
 				ackMu.Lock()
 				if err == nil {
-					acked[payload] = ack{id, time.Now()}
+					acked[payload] = ack{id.ID, time.Now()}
 				} else {
 					enqueueErrors++
 				}

@@ -72,7 +72,7 @@ func TestRescuerEndsCutOffWorker(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, 10*time.Second, "A running the task", func() bool { return b.get(t, id).WorkerID == a.ID() })
+			waitFor(t, 10*time.Second, "A running the task", func() bool { return b.get(t, id.ID).WorkerID == a.ID() })
 			bw, _ := start(t, pgtest.PoolAs(t, b.schema, roleB), worker.Config{
 				StaleAfter: stale, PingTimeout: ping, Logger: logsB.logger(),
 			}, worker.Handlers{"hold": func(context.Context, *worker.Task) error { return nil }})
@@ -87,7 +87,7 @@ func TestRescuerEndsCutOffWorker(t *testing.T) {
 			waitFor(t, 20*time.Second, "B's log line", func() bool { return strings.Contains(logsB.String(), c.wantLogLine) })
 			if c.terminated {
 				waitFor(t, 10*time.Second, "B completing A's task", func() bool {
-					task := b.get(t, id)
+					task := b.get(t, id.ID)
 					return task.Status == queue.StatusCompleted && task.WorkerID == bw.ID()
 				})
 				if alive(t, b.admin, zombie) {
@@ -104,7 +104,7 @@ func TestRescuerEndsCutOffWorker(t *testing.T) {
 			if !alive(t, b.admin, zombie) {
 				t.Fatalf("A's lock session (backend %d) was ended by another role", zombie)
 			}
-			if task := b.get(t, id); task.Status != queue.StatusRunning || task.WorkerID != a.ID() {
+			if task := b.get(t, id.ID); task.Status != queue.StatusRunning || task.WorkerID != a.ID() {
 				t.Fatalf("task %s by %s, want still running by A: its lock is held", task.Status, task.WorkerID)
 			}
 			// Once: B's heartbeats go on (each a round of its health

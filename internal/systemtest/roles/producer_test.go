@@ -33,11 +33,15 @@ func TestProducerEnqueues(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Enqueue: %v", err)
 	}
-	if _, err := c.Enqueue(ctx, "unique", nil, queue.WithUniqueKey("u1")); err != nil {
+	u1, err := c.Enqueue(ctx, "unique", nil, queue.WithUniqueKey("u1"))
+	if err != nil {
 		t.Fatalf("Enqueue with a unique key: %v", err)
 	}
-	if _, err := c.Enqueue(ctx, "unique", nil, queue.WithUniqueKey("u1")); !errors.Is(err, queue.ErrDuplicate) {
-		t.Fatalf("second Enqueue of unique key u1: %v, want ErrDuplicate", err)
+	if res, err := c.Enqueue(ctx, "unique", nil, queue.WithUniqueKey("u1")); err != nil || !res.Duplicate || res.ID != u1.ID {
+		t.Fatalf("second Enqueue of unique key u1: %+v, %v; want a duplicate of %d", res, err, u1.ID)
+	}
+	if _, err := c.Enqueue(ctx, "unique", nil, queue.WithUniqueKey("u1"), queue.WithDuplicateError()); !errors.Is(err, queue.ErrDuplicate) {
+		t.Fatalf("third Enqueue of unique key u1, WithDuplicateError: %v, want ErrDuplicate", err)
 	}
 	if _, err := c.Enqueue(ctx, "windowed", nil, queue.WithUnique(), queue.WithUniqueWindow(time.Hour)); err != nil {
 		t.Fatalf("Enqueue with a unique window: %v", err)
@@ -63,12 +67,12 @@ func TestProducerEnqueues(t *testing.T) {
 	wf, err := c.EnqueueWorkflow(ctx, queue.Workflow{Name: "wf", Steps: []queue.Step{
 		{Name: "a"}, {Name: "b", DependsOn: []string{"a"}}, {Name: "c", DependsOn: []string{"a", "b"}},
 	}})
-	if err != nil || len(wf.Tasks) != 3 {
+	if err != nil || len(wf.TaskIDs) != 3 {
 		t.Fatalf("EnqueueWorkflow: %+v, %v", wf, err)
 	}
 	// A dependent of tasks already enqueued is recorded on them, under
 	// their row locks.
-	if _, err := c.Enqueue(ctx, "after", nil, queue.WithDependsOn(first, wf.Tasks["c"])); err != nil {
+	if _, err := c.Enqueue(ctx, "after", nil, queue.WithDependsOn(first.ID, wf.TaskIDs["c"])); err != nil {
 		t.Fatalf("Enqueue WithDependsOn: %v", err)
 	}
 	for range 2 {
@@ -143,7 +147,7 @@ func TestProducerCannotChange(t *testing.T) {
 		_, pool := b.as(t, kind)
 		c := queue.New(pool)
 		who := string(kind) + ": "
-		_, err := c.Cancel(ctx, queue.CancelRequest{IDs: []int64{pending}})
+		_, err := c.Cancel(ctx, queue.CancelRequest{IDs: []int64{pending.ID}})
 		wantDenied(t, who+"Cancel", err)
 		_, err = c.Requeue(ctx, queue.RequeueRequest{IDs: []int64{failed}})
 		wantDenied(t, who+"Requeue", err)
@@ -151,7 +155,7 @@ func TestProducerCannotChange(t *testing.T) {
 		wantDenied(t, who+"Delete", err)
 		_, err = c.Purge(ctx, queue.PurgeRequest{Filter: queue.Filter{FinishedBefore: time.Now().Add(time.Hour)}})
 		wantDenied(t, who+"Purge", err)
-		_, err = c.RunNow(ctx, []int64{pending})
+		_, err = c.RunNow(ctx, []int64{pending.ID})
 		wantDenied(t, who+"RunNow", err)
 		wantDenied(t, who+"PauseQueue", c.PauseQueue(ctx, "default"))
 		wantDenied(t, who+"SetLimit", c.SetLimit(ctx, queue.Limit{Queue: "default", Max: 1}))

@@ -43,17 +43,17 @@ func TestReplaceKeyRoles(t *testing.T) {
 	if _, err := b.admin.Exec(ctx, grant); err != nil {
 		t.Fatal(err)
 	}
-	var replaced bool
-	if _, err := c.Enqueue(ctx, "sync", 3, queue.WithDebounce("k", time.Second), queue.Replaced(&replaced)); err != nil || !replaced {
-		t.Fatalf("producer with the grant: replaced %v, %v", replaced, err)
+	if res, err := c.Enqueue(ctx, "sync", 3, queue.WithDebounce("k", time.Second)); err != nil || !res.Replaced {
+		t.Fatalf("producer with the grant: %+v, %v", res, err)
 	}
+	var replaced bool
 	if err := pool.QueryRow(ctx, "SELECT replaced FROM skiplock_enqueue_replace('sync', '4', replace_key => 'k')").Scan(&replaced); err != nil || !replaced {
 		t.Fatalf("producer with the grant, from SQL: replaced %v, %v", replaced, err)
 	}
 
 	_, wpool := b.as(t, migrations.Worker)
-	if _, err := queue.New(wpool).Enqueue(ctx, "sync", 5, queue.WithReplaceKey("k"), queue.Replaced(&replaced)); err != nil || !replaced {
-		t.Fatalf("worker: replaced %v, %v", replaced, err)
+	if res, err := queue.New(wpool).Enqueue(ctx, "sync", 5, queue.WithReplaceKey("k")); err != nil || !res.Replaced {
+		t.Fatalf("worker: %+v, %v", res, err)
 	}
 	if got := b.count(t, "replace_key = 'k'"); got != 1 {
 		t.Fatalf("%d tasks of key k, want 1", got)

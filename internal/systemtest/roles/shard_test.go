@@ -34,8 +34,8 @@ func TestShardedRoles(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Enqueue as a producer: %v", err)
 	}
-	if queue.ShardOf(id) != 4 {
-		t.Fatalf("task %d of shard %d, want 4", id, queue.ShardOf(id))
+	if queue.ShardOf(id.ID) != 4 {
+		t.Fatalf("task %d of shard %d, want 4", id.ID, queue.ShardOf(id.ID))
 	}
 	sw, err := worker.NewSharded(map[int]*pgxpool.Pool{4: consumer}, worker.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
@@ -51,7 +51,7 @@ func TestShardedRoles(t *testing.T) {
 			t.Fatalf("Run as a worker role returned: %v", err)
 		default:
 		}
-		return b.count(t, "id = $1 AND status = 'completed'", id) == 1
+		return b.count(t, "id = $1 AND status = 'completed'", id.ID) == 1
 	})
 	stopCtx, cancel := context.WithTimeout(ctx, pgtest.Patient(5*time.Second))
 	defer cancel()

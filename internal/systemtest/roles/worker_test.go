@@ -86,7 +86,7 @@ func TestWorkersRunEverything(t *testing.T) {
 		if err != nil {
 			t.Fatalf("enqueueing %s: %v", name, err)
 		}
-		return id
+		return id.ID
 	}
 	for range 5 {
 		enqueue("job")
@@ -116,7 +116,7 @@ func TestWorkersRunEverything(t *testing.T) {
 	for _, c := range []struct {
 		id   int64
 		want queue.Status
-	}{{flaky, queue.StatusCompleted}, {snoozed, queue.StatusCompleted}, {doomed, queue.StatusFailed}, {hung, queue.StatusCancelled}, {wf.Tasks["c"], queue.StatusCompleted}} {
+	}{{flaky, queue.StatusCompleted}, {snoozed, queue.StatusCompleted}, {doomed, queue.StatusFailed}, {hung, queue.StatusCancelled}, {wf.TaskIDs["c"], queue.StatusCompleted}} {
 		if task := b.get(t, c.id); task.Status != c.want {
 			t.Errorf("task %d (%s): %s, want %s; history %+v", c.id, task.Name, task.Status, c.want, task.Errors)
 		}
@@ -124,7 +124,7 @@ func TestWorkersRunEverything(t *testing.T) {
 	if n := b.count(t, "status = 'completed' AND name = 'job' AND payload = 'null'"); n != 18 {
 		t.Errorf("%d plain tasks completed, want 18", n)
 	}
-	if task := b.get(t, wf.Tasks["c"]); string(task.Output) == "" {
+	if task := b.get(t, wf.TaskIDs["c"]); string(task.Output) == "" {
 		t.Errorf("the workflow's last step recorded no output")
 	}
 	waitFor(t, 5*time.Second, "a periodic tick completed", func() bool {
@@ -157,16 +157,16 @@ func TestWorkerRescuesAnother(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "A running the task", func() bool { return b.get(t, id).WorkerID == a.ID() })
+	waitFor(t, 10*time.Second, "A running the task", func() bool { return b.get(t, id.ID).WorkerID == a.ID() })
 	bw, _ := start(t, pgtest.PoolAs(t, b.schema, role), worker.Config{Logger: logs[1].logger()},
 		worker.Handlers{"job": func(context.Context, *worker.Task) error { return nil }})
 
 	terminateLockSession(t, b.admin, a.ID())
 	waitFor(t, 10*time.Second, "B completing A's task", func() bool {
-		task := b.get(t, id)
+		task := b.get(t, id.ID)
 		return task.Status == queue.StatusCompleted && task.WorkerID == bw.ID()
 	})
-	task := b.get(t, id)
+	task := b.get(t, id.ID)
 	if len(task.Errors) != 1 || task.Errors[0].Outcome != "rescued" || task.Errors[0].WorkerID != a.ID() {
 		t.Fatalf("history %+v, want one rescue of A's attempt", task.Errors)
 	}
@@ -204,12 +204,12 @@ func TestWorkerRetentionAndLeases(t *testing.T) {
 	}
 	var first time.Time
 	waitFor(t, 10*time.Second, "the slow task leased", func() bool {
-		task := b.get(t, slow)
-		return task.Status == queue.StatusRunning && lockedUntil(t, b.admin, slow, &first)
+		task := b.get(t, slow.ID)
+		return task.Status == queue.StatusRunning && lockedUntil(t, b.admin, slow.ID, &first)
 	})
 	waitFor(t, 10*time.Second, "its lease renewed", func() bool {
 		var again time.Time
-		return lockedUntil(t, b.admin, slow, &again) && again.After(first)
+		return lockedUntil(t, b.admin, slow.ID, &again) && again.After(first)
 	})
 	once.Do(func() { close(proceed) })
 	waitFor(t, 10*time.Second, "finished tasks deleted by retention", func() bool { return b.count(t, "true") == 0 })

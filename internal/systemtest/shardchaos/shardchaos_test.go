@@ -481,7 +481,7 @@ func startProducers(t *testing.T, ctx context.Context, sc *queue.ShardedClient, 
 		}
 		return out
 	}
-	enqueue := func(name string, work int, opts ...queue.Option) (int64, error) {
+	enqueue := func(name string, work int, opts ...queue.Option) (queue.EnqueueResult, error) {
 		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		return sc.Enqueue(ctx, name, payload{WorkMs: work}, opts...)
@@ -539,7 +539,8 @@ func startProducers(t *testing.T, ctx context.Context, sc *queue.ShardedClient, 
 					pause(20 * time.Millisecond)
 					continue
 				}
-				id, err := enqueue("plain", 50)
+				res, err := enqueue("plain", 50)
+				id := res.ID
 				if err != nil {
 					p.failedPlain.Add(1)
 					pause(20 * time.Millisecond)
@@ -567,7 +568,8 @@ func startProducers(t *testing.T, ctx context.Context, sc *queue.ShardedClient, 
 				if err == nil && waiting >= 4 {
 					continue
 				}
-				id, err := enqueue("seq", 5, queue.WithSequence(key))
+				res, err := enqueue("seq", 5, queue.WithSequence(key))
+				id := res.ID
 				if err != nil {
 					p.failedKeyed.Add(1)
 					continue
@@ -584,13 +586,13 @@ func startProducers(t *testing.T, ctx context.Context, sc *queue.ShardedClient, 
 		defer p.wg.Done()
 		for pause(10 * time.Millisecond) {
 			key := uniq[rand.IntN(len(uniq))]
-			id, err := enqueue("uniq", 50, queue.WithUniqueKey(key))
-			if errors.Is(err, queue.ErrDuplicate) {
+			res, err := enqueue("uniq", 50, queue.WithUniqueKey(key))
+			id := res.ID
+			if err == nil && res.Duplicate {
 				p.dupes.Add(1)
 				if id == 0 {
 					continue // the task that held the key finished meanwhile
 				}
-				err = nil // the ID is the task that holds the key
 			}
 			if err != nil {
 				p.failedKeyed.Add(1)

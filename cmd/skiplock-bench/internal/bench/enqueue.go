@@ -108,7 +108,7 @@ func (b *bencher) enqueueSingle(ctx context.Context) error {
 // producers runs Options.Producers goroutines calling enqueue for
 // EnqueueDuration.
 func (b *bencher) producers(ctx context.Context, s *schema, label, metric string,
-	enqueue func(ctx context.Context, name string, payload any, opts ...queue.Option) (int64, error)) ([]measure, error) {
+	enqueue func(ctx context.Context, name string, payload any, opts ...queue.Option) (queue.EnqueueResult, error)) ([]measure, error) {
 	o := b.opts
 	if err := warmPool(ctx, s.pool, o.PoolConns); err != nil {
 		return nil, err

@@ -84,8 +84,8 @@ func (b *bencher) latencyRun(ctx context.Context, perSec float64, label string) 
 			if err != nil {
 				return nil, err
 			}
-			commits[id] = time.Now()
-			ids = append(ids, id)
+			commits[id.ID] = time.Now()
+			ids = append(ids, id.ID)
 			b.prog.status("%s: %s %d/%d", label, what, i+1, n)
 		}
 		deadline := time.Now().Add(30 * time.Second)

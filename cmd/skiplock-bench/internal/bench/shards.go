@@ -173,8 +173,8 @@ func (b *bencher) workShards(ctx context.Context, tasks, shards, concurrency int
 				return err
 			}
 			ids, err := c.EnqueueMany(ctx, ts)
-			if err == nil && len(ids) > 0 && queue.ShardOf(ids[0]) != n {
-				err = fmt.Errorf("shard %d handed out task ID %d of shard %d", n, ids[0], queue.ShardOf(ids[0]))
+			if err == nil && len(ids) > 0 && queue.ShardOf(ids[0].ID) != n {
+				err = fmt.Errorf("shard %d handed out task ID %d of shard %d", n, ids[0].ID, queue.ShardOf(ids[0].ID))
 			}
 			return err
 		}

@@ -187,7 +187,7 @@ func TestRequeueWhileWorkersRun(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		slow = append(slow, id)
+		slow = append(slow, id.ID)
 	}
 	const flaky = 30
 	for i := range flaky {

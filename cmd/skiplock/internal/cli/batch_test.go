@@ -26,14 +26,14 @@ func TestBatchListShow(t *testing.T) {
 	// Two members finish: one completes, one fails for good; the third is
 	// cancelled, which finishes the batch.
 	for _, q := range []string{
-		fmt.Sprintf(`UPDATE skiplock_tasks SET status = 'completed', attempt = 1, finished_at = now() WHERE id = %d`, enq.Tasks[0]),
-		fmt.Sprintf(`UPDATE skiplock_tasks SET status = 'failed', attempt = 1, finished_at = now() WHERE id = %d`, enq.Tasks[1]),
+		fmt.Sprintf(`UPDATE skiplock_tasks SET status = 'completed', attempt = 1, finished_at = now() WHERE id = %d`, enq.TaskIDs[0]),
+		fmt.Sprintf(`UPDATE skiplock_tasks SET status = 'failed', attempt = 1, finished_at = now() WHERE id = %d`, enq.TaskIDs[1]),
 	} {
 		if _, err := b.pool.Exec(ctx, q); err != nil {
 			t.Fatal(err)
 		}
 	}
-	b.run(t, "cancel", fmt.Sprint(enq.Tasks[2])).ok(t)
+	b.run(t, "cancel", fmt.Sprint(enq.TaskIDs[2])).ok(t)
 
 	list := b.run(t, "batch", "list").ok(t).stdout
 	rows := map[string]bool{}
@@ -41,7 +41,7 @@ func TestBatchListShow(t *testing.T) {
 		rows[strings.Join(strings.Fields(line), " ")] = true
 	}
 	for _, want := range []string{
-		fmt.Sprintf("%d import finished 3 1 1 1 #%d #%d", enq.ID, enq.OnFinish, enq.OnSuccess),
+		fmt.Sprintf("%d import finished 3 1 1 1 #%d #%d", enq.ID, enq.OnFinishTaskID, enq.OnSuccessTaskID),
 		fmt.Sprintf("%d - running 1 0 0 0 - -", other.ID),
 	} {
 		found := false
@@ -68,8 +68,8 @@ func TestBatchListShow(t *testing.T) {
 		fmt.Sprintf("Batch %d import, created", enq.ID),
 		"3 members: 1 completed, 1 failed, 1 cancelled, 0 not finished",
 		"Finished:",
-		fmt.Sprintf("on_finish %d report default pending", enq.OnFinish),
-		fmt.Sprintf("on_success %d announce default cancelled", enq.OnSuccess),
+		fmt.Sprintf("on_finish %d report default pending", enq.OnFinishTaskID),
+		fmt.Sprintf("on_success %d announce default cancelled", enq.OnSuccessTaskID),
 		fmt.Sprintf("batch %d finished with 1 completed, 1 failed and 1 cancelled of 3", enq.ID),
 	} {
 		if !strings.Contains(flat, want) {
@@ -90,7 +90,7 @@ func TestBatchListShow(t *testing.T) {
 	}
 
 	// show of one task names its batch.
-	if s := b.run(t, "show", fmt.Sprint(enq.Tasks[0])).ok(t).stdout; !strings.Contains(strings.Join(strings.Fields(s), " "), fmt.Sprintf("Batch: %d (skiplock batch show %d)", enq.ID, enq.ID)) {
+	if s := b.run(t, "show", fmt.Sprint(enq.TaskIDs[0])).ok(t).stdout; !strings.Contains(strings.Join(strings.Fields(s), " "), fmt.Sprintf("Batch: %d (skiplock batch show %d)", enq.ID, enq.ID)) {
 		t.Errorf("show of a batch member:\n%s", s)
 	}
 	if r := b.run(t, "batch", "show", "999999"); r.code == 0 || !strings.Contains(r.stderr, "batch not found: 999999") {

@@ -23,14 +23,14 @@ func TestShowEncryptedPayload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	human := b.run(t, "show", fmt.Sprint(id)).ok(t).stdout
+	human := b.run(t, "show", fmt.Sprint(id.ID)).ok(t).stdout
 	if !strings.Contains(human, "  Payload:   encrypted (key k1)\n") || strings.Contains(human, "skiplock_encrypted") {
 		t.Fatalf("show does not name the key:\n%s", human)
 	}
 	var shown struct {
 		PayloadKeyID string `json:"payload_key_id"`
 	}
-	b.run(t, "show", fmt.Sprint(id), "--json").ok(t).decode(t, &shown)
+	b.run(t, "show", fmt.Sprint(id.ID), "--json").ok(t).decode(t, &shown)
 	if shown.PayloadKeyID != "k1" {
 		t.Fatalf("show --json payload_key_id = %q; want k1", shown.PayloadKeyID)
 	}

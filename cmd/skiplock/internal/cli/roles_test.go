@@ -261,7 +261,7 @@ func TestOperatorCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.pool.Exec(ctx, "UPDATE skiplock_tasks SET status = 'failed', attempt = 1, finished_at = now() WHERE id = $1", head); err != nil {
+	if _, err := b.pool.Exec(ctx, "UPDATE skiplock_tasks SET status = 'failed', attempt = 1, finished_at = now() WHERE id = $1", head.ID); err != nil {
 		t.Fatal(err)
 	}
 
@@ -270,11 +270,11 @@ func TestOperatorCommands(t *testing.T) {
 	for _, args := range [][]string{
 		{"requeue", id(failed)},
 		{"cancel", id(pending)},
-		{"run-now", id(scheduled)},
+		{"run-now", id(scheduled.ID)},
 		{"delete", id(gone), "--yes"},
 		{"purge", "--older-than", "0s", "--status", "completed", "--yes"},
-		{"requeue", id(head)},
-		{"cancel", id(head)},
+		{"requeue", id(head.ID)},
+		{"cancel", id(head.ID)},
 		{"queue", "pause", "q"},
 		{"queue", "resume", "q"},
 		{"limit", "set", "--queue", "q", "--max", "2"},
@@ -290,12 +290,12 @@ func TestOperatorCommands(t *testing.T) {
 	for _, c := range []struct {
 		id   int64
 		want queue.Status
-	}{{failed, queue.StatusPending}, {pending, queue.StatusCancelled}, {head, queue.StatusCancelled}, {next, queue.StatusPending}} {
+	}{{failed, queue.StatusPending}, {pending, queue.StatusCancelled}, {head.ID, queue.StatusCancelled}, {next.ID, queue.StatusPending}} {
 		if got := b.status(t, c.id); got != c.want {
 			t.Errorf("task %d: %s, want %s", c.id, got, c.want)
 		}
 	}
-	if task, err := b.client.Get(ctx, scheduled); err != nil || task.RunAt.After(time.Now()) {
+	if task, err := b.client.Get(ctx, scheduled.ID); err != nil || task.RunAt.After(time.Now()) {
 		t.Errorf("run-now: %+v, %v", task, err)
 	}
 	if n := b.count(t, "id = ANY($1)", []int64{gone, old}); n != 0 {

@@ -20,7 +20,7 @@ func TestSequenceShow(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ids = append(ids, id)
+		ids = append(ids, id.ID)
 	}
 	// The first completes, the second fails for good and holds the rest.
 	for _, q := range []string{

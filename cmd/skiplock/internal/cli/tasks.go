@@ -633,11 +633,12 @@ now, so a burst of calls runs once, D after the last.`,
 			if uniqueFor != 0 && uniqueKey == "" && !unique {
 				return usageErrorf("--unique-window needs --unique-key or --unique")
 			}
+			// WithDuplicateError: the error names the key, derived or not.
 			switch {
 			case uniqueKey != "":
-				opts = append(opts, queue.WithUniqueKey(uniqueKey))
+				opts = append(opts, queue.WithUniqueKey(uniqueKey), queue.WithDuplicateError())
 			case unique:
-				opts = append(opts, queue.WithUnique())
+				opts = append(opts, queue.WithUnique(), queue.WithDuplicateError())
 			}
 			if uniqueFor != 0 {
 				if uniqueFor < time.Second {
@@ -660,14 +661,13 @@ now, so a burst of calls runs once, D after the last.`,
 				}
 				opts = append(opts, queue.WithSequenceHold())
 			}
-			var replaced bool
 			switch {
 			case cmd.Flags().Changed("debounce") && !cmd.Flags().Changed("replace-key"):
 				return usageErrorf("--debounce needs --replace-key")
 			case cmd.Flags().Changed("debounce"):
-				opts = append(opts, queue.WithDebounce(replaceKey, debounce), queue.Replaced(&replaced))
+				opts = append(opts, queue.WithDebounce(replaceKey, debounce))
 			case cmd.Flags().Changed("replace-key"):
-				opts = append(opts, queue.WithReplaceKey(replaceKey), queue.Replaced(&replaced))
+				opts = append(opts, queue.WithReplaceKey(replaceKey))
 			}
 			// Names, keys and sizes are checked by the client, which
 			// reports them to Go code: bad input all the same (ExitUsage).
@@ -676,11 +676,11 @@ now, so a burst of calls runs once, D after the last.`,
 				return err
 			}
 			defer done()
-			id, err := client.Enqueue(cmd.Context(), args[0], payload, opts...)
+			res, err := client.Enqueue(cmd.Context(), args[0], payload, opts...)
 			var dup *queue.DuplicateError
 			if errors.As(err, &dup) && dup.ExistingID != 0 {
 				fmt.Fprintf(a.env.Stderr, "skiplock: enqueue: not enqueued: task %d holds unique key %q\n", dup.ExistingID, dup.Key)
-				id, err = dup.ExistingID, nil
+				err = nil
 			}
 			if errors.Is(err, queue.ErrInvalidTask) {
 				return invalidInput(err)
@@ -688,14 +688,14 @@ now, so a burst of calls runs once, D after the last.`,
 			if err != nil {
 				return err
 			}
-			if replaced {
-				fmt.Fprintf(a.env.Stderr, "skiplock: enqueue: replaced pending task %d of replace key %q\n", id, replaceKey)
+			if res.Replaced {
+				fmt.Fprintf(a.env.Stderr, "skiplock: enqueue: replaced pending task %d of replace key %q\n", res.ID, replaceKey)
 			}
 			if !a.json {
-				fmt.Fprintln(a.env.Stdout, id)
+				fmt.Fprintln(a.env.Stdout, res.ID)
 				return nil
 			}
-			t, err := client.Get(cmd.Context(), id)
+			t, err := client.Get(cmd.Context(), res.ID)
 			if err != nil {
 				return err
 			}

@@ -25,8 +25,8 @@ func TestWorkflowShow(t *testing.T) {
 	// fetch completes (releasing small and large), then small fails for
 	// good, which cancels publish.
 	for _, q := range []string{
-		fmt.Sprintf(`UPDATE skiplock_tasks SET status = 'completed', attempt = 1, finished_at = now() WHERE id = %d`, enq.Tasks["fetch"]),
-		fmt.Sprintf(`UPDATE skiplock_tasks SET status = 'failed', attempt = 1, finished_at = now() WHERE id = %d`, enq.Tasks["small"]),
+		fmt.Sprintf(`UPDATE skiplock_tasks SET status = 'completed', attempt = 1, finished_at = now() WHERE id = %d`, enq.TaskIDs["fetch"]),
+		fmt.Sprintf(`UPDATE skiplock_tasks SET status = 'failed', attempt = 1, finished_at = now() WHERE id = %d`, enq.TaskIDs["small"]),
 	} {
 		if _, err := b.pool.Exec(ctx, q); err != nil {
 			t.Fatal(err)
@@ -38,7 +38,7 @@ func TestWorkflowShow(t *testing.T) {
 		fmt.Sprintf("Workflow %d thumbnails, created", enq.ID),
 		"4 tasks: 1 pending, 1 completed, 1 failed, 1 cancelled",
 		"LEVEL  STEP     TASK",
-		fmt.Sprintf("publish cancelled: dependency %d (resize) failed for good", enq.Tasks["small"]),
+		fmt.Sprintf("publish cancelled: dependency %d (resize) failed for good", enq.TaskIDs["small"]),
 	} {
 		if !strings.Contains(human, want) {
 			t.Errorf("workflow show lacks %q:\n%s", want, human)
@@ -49,10 +49,10 @@ func TestWorkflowShow(t *testing.T) {
 		rows[strings.Join(strings.Fields(line), " ")] = true
 	}
 	for _, want := range []string{
-		fmt.Sprintf("0 fetch %d fetch completed -", enq.Tasks["fetch"]),
-		fmt.Sprintf("1 small %d resize failed fetch", enq.Tasks["small"]),
-		fmt.Sprintf("1 large %d resize pending fetch", enq.Tasks["large"]),
-		fmt.Sprintf("2 publish %d publish cancelled small, large", enq.Tasks["publish"]),
+		fmt.Sprintf("0 fetch %d fetch completed -", enq.TaskIDs["fetch"]),
+		fmt.Sprintf("1 small %d resize failed fetch", enq.TaskIDs["small"]),
+		fmt.Sprintf("1 large %d resize pending fetch", enq.TaskIDs["large"]),
+		fmt.Sprintf("2 publish %d publish cancelled small, large", enq.TaskIDs["publish"]),
 	} {
 		if !rows[want] {
 			t.Errorf("workflow show lacks the row %q:\n%s", want, human)
@@ -75,9 +75,9 @@ func TestWorkflowShow(t *testing.T) {
 	}
 
 	// show of one task names its workflow and dependencies.
-	show := b.run(t, "show", fmt.Sprint(enq.Tasks["large"])).ok(t).stdout
+	show := b.run(t, "show", fmt.Sprint(enq.TaskIDs["large"])).ok(t).stdout
 	if !strings.Contains(show, fmt.Sprintf("Workflow:    %d (skiplock workflow show %d)", enq.ID, enq.ID)) ||
-		!strings.Contains(show, fmt.Sprintf("Depends on:  %d (0 not completed)", enq.Tasks["fetch"])) {
+		!strings.Contains(show, fmt.Sprintf("Depends on:  %d (0 not completed)", enq.TaskIDs["fetch"])) {
 		t.Errorf("show of a workflow task:\n%s", show)
 	}
 

@@ -307,7 +307,7 @@ func TestBrowserRequeue(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ids = append(ids, id)
+		ids = append(ids, id.ID)
 	}
 	for _, id := range ids {
 		b.waitStatus(t, id, queue.StatusFailed)
@@ -583,7 +583,7 @@ func TestBrowserActions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.waitStatus(t, permanent, queue.StatusFailed)
+	b.waitStatus(t, permanent.ID, queue.StatusFailed)
 	exhausted := b.insert(t, "images", "image.resize", queue.StatusFailed, "", failure("timeout"), time.Minute)
 	if _, err := b.pool.Exec(bg, `UPDATE skiplock_tasks SET attempt = max_attempts WHERE id = $1`, exhausted); err != nil {
 		t.Fatal(err)
@@ -595,7 +595,7 @@ func TestBrowserActions(t *testing.T) {
 	b.insert(t, "mail", "email.digest", queue.StatusPending, "", "", 0)
 
 	// A permanent failure is told apart, on its page and in the list.
-	do(t, ctx, chromedp.Navigate(fmt.Sprintf("%s/tasks/%d", b.url, permanent)), chromedp.WaitVisible(chromedp.CSS("h1")))
+	do(t, ctx, chromedp.Navigate(fmt.Sprintf("%s/tasks/%d", b.url, permanent.ID)), chromedp.WaitVisible(chromedp.CSS("h1")))
 	if got := text(t, ctx, "h1"); !strings.Contains(got, "failed") || !strings.Contains(got, "permanent") {
 		t.Errorf("permanently failed task's title %q", got)
 	}
@@ -604,7 +604,7 @@ func TestBrowserActions(t *testing.T) {
 	}
 	do(t, ctx, chromedp.Navigate(b.url+"/failed"), chromedp.WaitVisible(chromedp.CSS("table.tasks")))
 	badges := eval[map[string]string](t, ctx, `Object.fromEntries([...document.querySelectorAll("table.tasks tbody tr")].map(tr => [tr.querySelector("td.n a").textContent, tr.querySelector("td:has(> .badge)").textContent.trim()]))`)
-	if badges[fmt.Sprint(permanent)] != "failed permanent" || badges[fmt.Sprint(exhausted)] != "failed" {
+	if badges[fmt.Sprint(permanent.ID)] != "failed permanent" || badges[fmt.Sprint(exhausted)] != "failed" {
 		t.Errorf("failed page badges %v", badges)
 	}
 

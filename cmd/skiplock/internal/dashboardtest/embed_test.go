@@ -77,7 +77,7 @@ func seedEmbedded(t *testing.T, b *bundle) (failed int64, more []string) {
 	if err := b.client.PauseQueue(context.Background(), "reports"); err != nil {
 		t.Fatal(err)
 	}
-	return failed, []string{fmt.Sprintf("%s/tasks/%d", b.url, failed), fmt.Sprintf("%s/tasks/%d", b.url, wf.Tasks["publish"]),
+	return failed, []string{fmt.Sprintf("%s/tasks/%d", b.url, failed), fmt.Sprintf("%s/tasks/%d", b.url, wf.TaskIDs["publish"]),
 		fmt.Sprintf("%s/tasks/%d", b.url, seq[2])}
 }
 

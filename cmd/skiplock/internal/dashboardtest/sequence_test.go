@@ -26,7 +26,7 @@ func seedSequence(t *testing.T, b *bundle) (string, []int64) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ids = append(ids, id)
+		ids = append(ids, id.ID)
 	}
 	for _, q := range []string{
 		fmt.Sprintf(`UPDATE skiplock_tasks SET status = 'completed', attempt = 1, finished_at = now() WHERE id = %d`, ids[0]),

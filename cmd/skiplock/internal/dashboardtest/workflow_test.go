@@ -29,8 +29,8 @@ func seedWorkflow(t *testing.T, b *bundle) queue.EnqueuedWorkflow {
 		t.Fatal(err)
 	}
 	for _, q := range []string{
-		fmt.Sprintf(`UPDATE skiplock_tasks SET status = 'completed', attempt = 1, finished_at = now() WHERE id = %d`, enq.Tasks["fetch"]),
-		fmt.Sprintf(`UPDATE skiplock_tasks SET status = 'failed', attempt = 1, finished_at = now() WHERE id = %d`, enq.Tasks["small"]),
+		fmt.Sprintf(`UPDATE skiplock_tasks SET status = 'completed', attempt = 1, finished_at = now() WHERE id = %d`, enq.TaskIDs["fetch"]),
+		fmt.Sprintf(`UPDATE skiplock_tasks SET status = 'failed', attempt = 1, finished_at = now() WHERE id = %d`, enq.TaskIDs["small"]),
 	} {
 		if _, err := b.pool.Exec(ctx, q); err != nil {
 			t.Fatal(err)
@@ -49,7 +49,7 @@ func TestBrowserWorkflow(t *testing.T) {
 	do(t, ctx, chromedp.EmulateViewport(1400, 800))
 
 	// From a task of it, by the link.
-	do(t, ctx, chromedp.Navigate(fmt.Sprintf("%s/tasks/%d", b.url, enq.Tasks["large"])), chromedp.WaitVisible(chromedp.ID("workflow")))
+	do(t, ctx, chromedp.Navigate(fmt.Sprintf("%s/tasks/%d", b.url, enq.TaskIDs["large"])), chromedp.WaitVisible(chromedp.ID("workflow")))
 	do(t, ctx, chromedp.Click(chromedp.ID("workflow"), chromedp.NodeVisible))
 	waitJS(t, ctx, "the workflow page", `!!document.querySelector(".dag")`)
 	live(t, ctx, false)
@@ -68,7 +68,7 @@ func TestBrowserWorkflow(t *testing.T) {
 	}
 	screenshot(t, ctx, "workflow")
 
-	do(t, ctx, chromedp.Click(chromedp.CSS(fmt.Sprintf("#task-%d", enq.Tasks["publish"])), chromedp.NodeVisible))
+	do(t, ctx, chromedp.Click(chromedp.CSS(fmt.Sprintf("#task-%d", enq.TaskIDs["publish"])), chromedp.NodeVisible))
 	waitJS(t, ctx, "publish's page", `!!document.querySelector("dd.deps")`)
 	if got := text(t, ctx, "table.attempts"); !strings.Contains(got, "failed for good") {
 		t.Errorf("publish's history: %q", got)
