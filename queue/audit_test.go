@@ -80,7 +80,7 @@ func TestAuditEveryChange(t *testing.T) {
 		change   func(ctx context.Context) error
 	}{
 		{queue.AuditRequeue, 2, `"ids": [`, func(ctx context.Context) error {
-			_, err := c.Requeue(ctx, queue.RequeueRequest{IDs: failed(2)})
+			_, err := c.Requeue(ctx, queue.RequeueRequest{Filter: queue.Filter{IDs: failed(2)}})
 			return err
 		}},
 		{queue.AuditRequeue, 3, `"queues": ["mail"]`, func(ctx context.Context) error {
@@ -89,7 +89,7 @@ func TestAuditEveryChange(t *testing.T) {
 			return err
 		}},
 		{queue.AuditCancel, 1, `"ids": [`, func(ctx context.Context) error {
-			_, err := c.Cancel(ctx, queue.CancelRequest{IDs: failed(1)})
+			_, err := c.Cancel(ctx, queue.CancelRequest{Filter: queue.Filter{IDs: failed(1)}})
 			return err
 		}},
 		{queue.AuditCancel, 2, `"filter": {`, func(ctx context.Context) error {
@@ -205,7 +205,7 @@ func TestAuditTxAndProducers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res, err := c.RequeueTx(ctx, tx, queue.RequeueRequest{IDs: []int64{id}}); err != nil || res.Requeued != 1 {
+	if res, err := c.RequeueTx(ctx, tx, queue.RequeueRequest{Filter: queue.Filter{IDs: []int64{id}}}); err != nil || res.Requeued != 1 {
 		t.Fatalf("RequeueTx: %+v, %v", res, err)
 	}
 	if err := tx.Rollback(ctx); err != nil {
@@ -251,7 +251,7 @@ func TestAuditFailureFailsTheChange(t *testing.T) {
 		t.Fatalf("Purge = %d, %v; want an error and nothing purged", n, err)
 	}
 	failed := insert(t, pool, "mail", "send", queue.StatusFailed, 1, 1, failedHistory("down"))
-	for _, req := range []queue.RequeueRequest{{IDs: []int64{failed}}, {Filter: queue.Filter{Queues: []string{"mail"}}}} {
+	for _, req := range []queue.RequeueRequest{{Filter: queue.Filter{IDs: []int64{failed}}}, {Filter: queue.Filter{Queues: []string{"mail"}}}} {
 		if res, err := c.Requeue(ctx, req); err == nil || res.Requeued != 0 {
 			t.Fatalf("Requeue(%+v) = %+v, %v; want an error and nothing requeued", req, res, err)
 		}

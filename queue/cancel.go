@@ -17,16 +17,15 @@ import (
 // DefaultCancelBatch is how many tasks one cancel transaction changes.
 const DefaultCancelBatch = 5000
 
-// CancelRequest says which pending or failed tasks Cancel cancels. Name
-// tasks with IDs, or select them with Filter.
+// CancelRequest says which tasks Cancel cancels: pending, scheduled,
+// retrying, waiting or failed ones.
 type CancelRequest struct {
-	// IDs names the tasks to cancel. With IDs, only Filter.Statuses may be
-	// set, and every named task is reported: cancelled, or skipped with its
-	// status.
-	IDs []int64
-	// Filter selects the tasks to cancel when IDs is empty; an empty Filter
-	// selects every pending and failed task. Its Statuses may be
-	// StatusPending and StatusFailed; they default to both.
+	// Filter selects the tasks to cancel: named by Filter.IDs (every named
+	// task is reported: cancelled, or skipped with its status), or matched
+	// by its other fields; an empty Filter selects every task Cancel
+	// applies to. Its Statuses may be StatusWaiting, StatusScheduled,
+	// StatusPending, StatusRetrying and StatusFailed; they default to all
+	// five.
 	Filter Filter
 	// BatchSize bounds how many tasks one transaction cancels. Defaults to
 	// DefaultCancelBatch (5,000), at most MaxBatch.
@@ -34,11 +33,11 @@ type CancelRequest struct {
 	// Progress, if set, is called after each committed batch with the number
 	// of tasks cancelled so far.
 	Progress func(cancelled int64)
-	// Running, with IDs, also asks the workers running any of the named
+	// Running, with Filter.IDs, also asks the workers running any of the named
 	// tasks to cancel them, as CancelRunning does, in the same transaction
 	// and the same audit record: one operator change, one record. Those
 	// tasks are listed in CancelResult.Requested (and in Skipped, as
-	// running). Ignored without IDs (see CancelRunningMatching).
+	// running). Ignored without Filter.IDs (see CancelRunningMatching).
 	Running bool
 }
 
@@ -56,7 +55,7 @@ type CancelResult struct {
 	Requested []int64
 }
 
-// Cancel cancels pending and failed tasks: they become cancelled, with
+// Cancel cancels pending (scheduled, retrying) and failed tasks: they become cancelled, with
 // finished_at set, and are never claimed again unless requeued. Running
 // tasks are not changed. It works in batches like Requeue, with the same
 // safety while workers run: a pending task that a worker claims first is
@@ -76,28 +75,31 @@ func (c *Client) CancelTx(ctx context.Context, tx Executor, req CancelRequest) (
 // Validate returns the error, wrapping ErrInvalidRequest, that Cancel would
 // return for r before reading or changing anything; nil when r is valid.
 func (r CancelRequest) Validate() error {
-	_, _, _, err := r.check()
+	_, _, _, _, err := r.check()
 	return err
 }
 
-// check validates r and returns its statuses, batch size and IDs.
-func (r CancelRequest) check() (statuses []string, batch int, ids []int64, err error) {
-	cancellable := []Status{StatusPending, StatusWaiting, StatusFailed}
-	if statuses, err = r.Filter.statuses("cancel", cancellable, cancellable); err != nil {
-		return nil, 0, nil, err
+// cancellable lists the statuses Cancel applies to.
+var cancellable = []Status{StatusWaiting, StatusScheduled, StatusPending, StatusRetrying, StatusFailed}
+
+// check validates r and returns its stored statuses and waits, batch size
+// and IDs.
+func (r CancelRequest) check() (statuses, waits []string, batch int, ids []int64, err error) {
+	if statuses, waits, err = r.Filter.selection("cancel", cancellable, cancellable); err != nil {
+		return nil, nil, 0, nil, err
 	}
 	if batch, err = batchSize(r.BatchSize, DefaultCancelBatch); err != nil {
-		return nil, 0, nil, err
+		return nil, nil, 0, nil, err
 	}
-	ids, err = checkIDs(r.IDs, r.Filter)
-	return statuses, batch, ids, err
+	ids, err = checkIDs(r.Filter)
+	return statuses, waits, batch, ids, err
 }
 
 // cancel is Cancel through tx, the caller's transaction, or through
 // transactions of its own when tx is nil.
 func (c *Client) cancel(ctx context.Context, tx pgerr.Executor, req CancelRequest) (CancelResult, error) {
 	var res CancelResult
-	statuses, batch, ids, err := req.check()
+	statuses, waits, batch, ids, err := req.check()
 	if err != nil {
 		return res, err
 	}
@@ -105,7 +107,10 @@ func (c *Client) cancel(ctx context.Context, tx pgerr.Executor, req CancelReques
 	if len(ids) > 0 {
 		request = idsRequest(ids)
 	}
-	request["statuses"] = statuses
+	request["statuses"] = req.Filter.Statuses
+	if len(req.Filter.Statuses) == 0 {
+		request["statuses"] = cancellable
+	}
 	running := req.Running && len(ids) > 0
 	if running {
 		request["running"] = true
@@ -129,7 +134,7 @@ func (c *Client) cancel(ctx context.Context, tx pgerr.Executor, req CancelReques
 			res.Cancelled = done - int64(len(requested))
 			progress()
 		}, func(x pgerr.Executor, chunk []int64) ([]int64, error) {
-			done, err := c.queries.TaskCancelMany(ctx, x, db.TaskCancelManyParams{Ids: chunk, Statuses: statuses})
+			done, err := c.queries.TaskCancelMany(ctx, x, db.TaskCancelManyParams{Ids: chunk, Statuses: statuses, Waits: nonNil(waits)})
 			if err != nil {
 				return nil, fmt.Errorf("cancelling tasks: %w", err)
 			}
@@ -171,6 +176,8 @@ func (c *Client) cancel(ctx context.Context, tx pgerr.Executor, req CancelReques
 				Since:          optTime(f.Since),
 				FinishedBefore: optTime(f.FinishedBefore),
 				ErrorContains:  optString(f.ErrorContains),
+				Waits:          nonNil(waits),
+				SequenceKey:    optString(f.Sequence),
 				BatchSize:      int32(batch),
 			})
 			if err != nil {
@@ -245,7 +252,7 @@ func (c *Client) cancelRunning(ctx context.Context, tx pgerr.Executor, ids []int
 // page, like a batched Requeue.
 func (c *Client) CancelRunningMatching(ctx context.Context, f Filter) (int64, error) {
 	running := []Status{StatusRunning}
-	if _, err := f.statuses("cancel running", running, running); err != nil {
+	if _, _, err := f.selection("cancel running", running, running); err != nil {
 		return 0, err
 	}
 	f.Statuses = running
@@ -258,7 +265,7 @@ func (c *Client) CancelRunningMatching(ctx context.Context, f Filter) (int64, er
 	}
 	var requested, before int64
 	for {
-		tasks, err := c.List(ctx, ListFilter{Filter: f, Limit: MaxListLimit, BeforeID: before})
+		tasks, err := c.List(ctx, f, Page{Limit: MaxListLimit, BeforeID: before})
 		if err != nil || len(tasks) == 0 {
 			return requested, a.finish(ctx, err)
 		}

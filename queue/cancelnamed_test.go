@@ -19,7 +19,7 @@ func TestCancelNamedRunning(t *testing.T) {
 	pending := insert(t, pool, "a", "n", queue.StatusPending, 0, 1, `[]`)
 	running := insert(t, pool, "a", "n", queue.StatusRunning, 1, 1, `[]`)
 	done := insert(t, pool, "a", "n", queue.StatusCompleted, 1, 1, `[]`)
-	res, err := c.Cancel(ctx, queue.CancelRequest{IDs: []int64{pending, running, done}, Running: true})
+	res, err := c.Cancel(ctx, queue.CancelRequest{Filter: queue.Filter{IDs: []int64{pending, running, done}}, Running: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +43,7 @@ func TestCancelNamedRunning(t *testing.T) {
 
 	// Without Running, a running task is left alone, as before.
 	other := insert(t, pool, "a", "n", queue.StatusRunning, 1, 1, `[]`)
-	res, err = c.Cancel(ctx, queue.CancelRequest{IDs: []int64{other}})
+	res, err = c.Cancel(ctx, queue.CancelRequest{Filter: queue.Filter{IDs: []int64{other}}})
 	if err != nil || res.Cancelled != 0 || len(res.Requested) != 0 || count(t, pool, "cancel_requested_at IS NOT NULL") != 1 {
 		t.Fatalf("Cancel without Running = %+v, %v; want nothing changed", res, err)
 	}

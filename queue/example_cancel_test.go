@@ -21,7 +21,7 @@ func ExampleClient_Cancel() {
 	q := queue.New(pool)
 
 	later, _ := q.Enqueue(ctx, "newsletter.send", nil, queue.WithDelay(time.Hour))
-	res, err := q.Cancel(ctx, queue.CancelRequest{IDs: []int64{later, 424242}})
+	res, err := q.Cancel(ctx, queue.CancelRequest{Filter: queue.Filter{IDs: []int64{later, 424242}}})
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -102,7 +102,7 @@ func TestSequenceEnqueueAndRelease(t *testing.T) {
 		t.Fatalf("after a2 failed with hold: %s", got)
 	}
 	// Requeued, it is the head again, ahead of a3.
-	res, err := c.Requeue(ctx, queue.RequeueRequest{IDs: []int64{a2}})
+	res, err := c.Requeue(ctx, queue.RequeueRequest{Filter: queue.Filter{IDs: []int64{a2}}})
 	if err != nil || res.Requeued != 1 {
 		t.Fatalf("requeue: %+v, %v", res, err)
 	}
@@ -111,7 +111,7 @@ func TestSequenceEnqueueAndRelease(t *testing.T) {
 	}
 	// Failed again, then cancelled: a3 goes.
 	setStatus(t, pool, "failed", a2)
-	if _, err := c.Cancel(ctx, queue.CancelRequest{IDs: []int64{a2}}); err != nil {
+	if _, err := c.Cancel(ctx, queue.CancelRequest{Filter: queue.Filter{IDs: []int64{a2}}}); err != nil {
 		t.Fatal(err)
 	}
 	if got := statuses(t, pool, a2, a3); got != "cancelled pending" {
@@ -123,7 +123,7 @@ func TestSequenceEnqueueAndRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Requeue(ctx, queue.RequeueRequest{IDs: []int64{a2}, Filter: queue.Filter{Statuses: []queue.Status{queue.StatusCancelled}}}); err != nil {
+	if _, err := c.Requeue(ctx, queue.RequeueRequest{Filter: queue.Filter{IDs: []int64{a2}, Statuses: []queue.Status{queue.StatusCancelled}}}); err != nil {
 		t.Fatal(err)
 	}
 	if got := statuses(t, pool, a2, a3, a4); got != "waiting pending waiting" {
@@ -159,14 +159,14 @@ func TestSequenceEnqueueAndRelease(t *testing.T) {
 		seq.Counts[queue.StatusCompleted] != 2 || seq.Counts[queue.StatusPending] != 1 {
 		t.Fatalf("GetSequence = %v, head %d, counts %v", got, seq.Head, seq.Counts)
 	}
-	listed, err := c.List(ctx, queue.ListFilter{Sequence: "account:2"})
+	listed, err := c.List(ctx, queue.Filter{Sequence: "account:2"}, queue.Page{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(listed) != 2 || listed[0].ID != b2 || listed[1].ID != b1 {
 		t.Fatalf("List(Sequence) = %v", listed)
 	}
-	if n, err := c.Count(ctx, queue.ListFilter{Sequence: "account:2", Filter: queue.Filter{Statuses: []queue.Status{queue.StatusPending}}}); err != nil || n != 1 {
+	if n, err := c.Count(ctx, queue.Filter{Statuses: []queue.Status{queue.StatusPending}, Sequence: "account:2"}); err != nil || n != 1 {
 		t.Fatalf("Count(Sequence, pending) = %d, %v", n, err)
 	}
 }
@@ -224,7 +224,7 @@ func TestSequenceInvalid(t *testing.T) {
 	if _, err := c.GetSequence(ctx, ""); !errors.Is(err, queue.ErrInvalidRequest) {
 		t.Errorf("GetSequence(\"\") = %v", err)
 	}
-	if _, err := c.List(ctx, queue.ListFilter{Sequence: strings.Repeat("k", 1025)}); !errors.Is(err, queue.ErrInvalidRequest) {
+	if _, err := c.List(ctx, queue.Filter{Sequence: strings.Repeat("k", 1025)}, queue.Page{}); !errors.Is(err, queue.ErrInvalidRequest) {
 		t.Errorf("List(long sequence) = %v", err)
 	}
 }
@@ -395,7 +395,7 @@ func TestSequenceRequeueTogether(t *testing.T) {
 		setStatus(t, pool, "completed", ids[3])
 		var err error
 		if byID {
-			_, err = c.Requeue(ctx, queue.RequeueRequest{IDs: ids[:3]})
+			_, err = c.Requeue(ctx, queue.RequeueRequest{Filter: queue.Filter{IDs: ids[:3]}})
 		} else {
 			_, err = c.Requeue(ctx, queue.RequeueRequest{Filter: queue.Filter{Names: []string{"t"}}, BatchSize: 2})
 		}
@@ -445,7 +445,7 @@ func TestSequenceReadsIndexes(t *testing.T) {
 	if _, err := c.EnqueueTx(ctx, tx, "t", nil, queue.WithSequence("k1")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.RequeueTx(ctx, tx, queue.RequeueRequest{IDs: []int64{failed}}); err != nil {
+	if _, err := c.RequeueTx(ctx, tx, queue.RequeueRequest{Filter: queue.Filter{IDs: []int64{failed}}}); err != nil {
 		t.Fatal(err)
 	}
 	var seqScans, released int64

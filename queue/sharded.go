@@ -436,9 +436,9 @@ func (s *ShardedClient) Requeue(ctx context.Context, req RequeueRequest) (Requeu
 	if err := req.Validate(); err != nil {
 		return RequeueResult{}, err
 	}
-	return eachShard(ctx, s, req.IDs, func(c *Client, ids []int64, res *RequeueResult) error {
+	return eachShard(ctx, s, req.Filter.IDs, func(c *Client, ids []int64, res *RequeueResult) error {
 		sub := req
-		sub.IDs = ids
+		sub.Filter.IDs = ids
 		if req.Progress != nil {
 			done := res.Requeued
 			sub.Progress = func(k int64) { req.Progress(done + k) }
@@ -456,9 +456,9 @@ func (s *ShardedClient) Cancel(ctx context.Context, req CancelRequest) (CancelRe
 	if err := req.Validate(); err != nil {
 		return CancelResult{}, err
 	}
-	return eachShard(ctx, s, req.IDs, func(c *Client, ids []int64, res *CancelResult) error {
+	return eachShard(ctx, s, req.Filter.IDs, func(c *Client, ids []int64, res *CancelResult) error {
 		sub := req
-		sub.IDs = ids
+		sub.Filter.IDs = ids
 		if req.Progress != nil {
 			done := res.Cancelled
 			sub.Progress = func(k int64) { req.Progress(done + k) }

@@ -46,7 +46,7 @@ func ExampleRateLimit_perKey() {
 	<-finished
 
 	for _, s := range []queue.Status{queue.StatusCompleted, queue.StatusPending} {
-		n, _ := q.Count(ctx, queue.ListFilter{Filter: queue.Filter{Statuses: []queue.Status{s}}})
+		n, _ := q.Count(ctx, queue.Filter{Statuses: []queue.Status{s}})
 		fmt.Println(s, n)
 	}
 	keyed, _ := q.RateKeys(ctx)

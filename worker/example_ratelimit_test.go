@@ -44,7 +44,7 @@ func ExampleRateLimit() {
 	<-finished
 
 	for _, s := range []queue.Status{queue.StatusCompleted, queue.StatusPending} {
-		n, _ := q.Count(ctx, queue.ListFilter{Filter: queue.Filter{Statuses: []queue.Status{s}}})
+		n, _ := q.Count(ctx, queue.Filter{Statuses: []queue.Status{s}})
 		fmt.Println(s, n)
 	}
 	limits, _ := q.RateLimits(ctx)

@@ -165,7 +165,7 @@ func run(ctx context.Context, stdout io.Writer, databaseURL string) error {
 	go func() { done <- w.Run(workCtx, handlers) }()
 
 	fmt.Fprintln(out, "Worker running:")
-	unfinished := queue.ListFilter{IDs: ids, Filter: queue.Filter{Statuses: []queue.Status{queue.StatusPending, queue.StatusRunning}}}
+	unfinished := queue.Filter{Statuses: []queue.Status{queue.StatusPending, queue.StatusRunning}, IDs: ids}
 	for {
 		n, err := client.Count(ctx, unfinished)
 		if err != nil {

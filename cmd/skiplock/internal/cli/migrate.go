@@ -197,7 +197,7 @@ Asks for confirmation (--yes skips it; without a terminal it is required).`,
 				} else {
 					var tasks int64
 					if !before.Dirty {
-						if tasks, err = queue.New(pool).Count(cmd.Context(), queue.ListFilter{}); err != nil {
+						if tasks, err = queue.New(pool).Count(cmd.Context(), queue.Filter{}); err != nil {
 							return err
 						}
 					}
