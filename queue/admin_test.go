@@ -86,7 +86,7 @@ func TestRequeueByID(t *testing.T) {
 
 	// Cancelled tasks when asked, with attempts reset.
 	res, err = c.Requeue(ctx, queue.RequeueRequest{
-		Filter: queue.Filter{IDs: []int64{cancelled}, Statuses: []queue.Status{queue.StatusFailed, queue.StatusCancelled}},
+		Filter:        queue.Filter{IDs: []int64{cancelled}, Statuses: []queue.Status{queue.StatusFailed, queue.StatusCancelled}},
 		ResetAttempts: true, Reason: "by test",
 	})
 	if err != nil || res.Requeued != 1 || len(res.Skipped) != 0 {
@@ -716,7 +716,7 @@ func TestStatusesOfPendingTasks(t *testing.T) {
 		}
 		var ids []int64
 		for _, task := range tasks {
-			if !slices.Contains(sts, task.Status) {
+			if len(sts) > 0 && !slices.Contains(sts, task.Status) {
 				t.Errorf("List(%v) has task %d, %s", sts, task.ID, task.Status)
 			}
 			ids = append(ids, task.ID)
