@@ -327,8 +327,8 @@ func (q *Queries) QueueList(ctx context.Context, db DBTX) ([]QueueListRow, error
 const queueStats = `-- name: QueueStats :many
 WITH counts AS (
     SELECT t.queue,
-           count(*) FILTER (WHERE t.status = 'pending') AS pending,
-           count(*) FILTER (WHERE t.status = 'pending' AND t.run_at <= now()) AS due,
+           count(*) FILTER (WHERE t.status = 'waiting') AS waiting,
+           count(*) FILTER (WHERE t.status = 'pending' AND t.run_at <= now()) AS pending,
            count(*) FILTER (WHERE t.status = 'pending' AND t.run_at > now() AND t.attempt > 0) AS retrying,
            count(*) FILTER (WHERE t.status = 'pending' AND t.run_at > now() AND t.attempt = 0) AS scheduled,
            count(*) FILTER (WHERE t.status = 'running') AS running,
@@ -346,8 +346,8 @@ WITH counts AS (
     GROUP BY t.queue
 )
 SELECT coalesce(c.queue, q.name)::text AS queue,
+       coalesce(c.waiting, 0)::bigint AS waiting,
        coalesce(c.pending, 0)::bigint AS pending,
-       coalesce(c.due, 0)::bigint AS due,
        coalesce(c.retrying, 0)::bigint AS retrying,
        coalesce(c.scheduled, 0)::bigint AS scheduled,
        coalesce(c.running, 0)::bigint AS running,
@@ -370,8 +370,8 @@ ORDER BY 1
 
 type QueueStatsRow struct {
 	Queue            string
+	Waiting          int64
 	Pending          int64
-	Due              int64
 	Retrying         int64
 	Scheduled        int64
 	Running          int64
@@ -403,8 +403,8 @@ func (q *Queries) QueueStats(ctx context.Context, db DBTX) ([]QueueStatsRow, err
 		var i QueueStatsRow
 		if err := rows.Scan(
 			&i.Queue,
+			&i.Waiting,
 			&i.Pending,
-			&i.Due,
 			&i.Retrying,
 			&i.Scheduled,
 			&i.Running,
@@ -536,8 +536,11 @@ WITH picked AS MATERIALIZED (
       AND ($6::timestamptz IS NULL OR t.finished_at < $6::timestamptz)
       AND ($7::text IS NULL
            OR strpos(lower(t.errors -> -1 ->> 'error'), lower($7::text)) > 0)
+      AND (cardinality($8::text[]) = 0 OR t.status <> 'pending'
+           OR (CASE WHEN t.run_at <= now() THEN 'due' WHEN t.attempt > 0 THEN 'retrying' ELSE 'scheduled' END) = ANY($8::text[]))
+      AND ($9::text IS NULL OR t.sequence_key = $9::text)
     ORDER BY t.id
-    LIMIT $8::integer
+    LIMIT $10::integer
     FOR UPDATE SKIP LOCKED
 ), cancelled AS (
     UPDATE skiplock_tasks AS t
@@ -562,6 +565,8 @@ type TaskCancelBatchParams struct {
 	Since          *time.Time
 	FinishedBefore *time.Time
 	ErrorContains  *string
+	Waits          []string
+	SequenceKey    *string
 	BatchSize      int32
 }
 
@@ -571,7 +576,8 @@ type TaskCancelBatchRow struct {
 	Cancelled int64
 }
 
-// Cancels one batch of pending, waiting or failed tasks matching the filter. Running
+// Cancels one batch of pending, waiting or failed tasks matching the filter
+// (waits narrows pending tasks as in TaskList). Running
 // tasks are never touched: they are not in the statuses a cancel accepts,
 // and a task claimed after the scan fails the re-check. Loop as with
 // TaskRequeueBatch.
@@ -584,6 +590,8 @@ func (q *Queries) TaskCancelBatch(ctx context.Context, db DBTX, arg TaskCancelBa
 		arg.Since,
 		arg.FinishedBefore,
 		arg.ErrorContains,
+		arg.Waits,
+		arg.SequenceKey,
 		arg.BatchSize,
 	)
 	var i TaskCancelBatchRow
@@ -597,6 +605,8 @@ WITH picked AS MATERIALIZED (
     FROM skiplock_tasks AS t
     WHERE t.id = ANY($2::bigint[])
       AND t.status = ANY($1::text[])
+      AND (cardinality($3::text[]) = 0 OR t.status <> 'pending'
+           OR (CASE WHEN t.run_at <= now() THEN 'due' WHEN t.attempt > 0 THEN 'retrying' ELSE 'scheduled' END) = ANY($3::text[]))
     ORDER BY t.id
     FOR UPDATE
 )
@@ -613,13 +623,15 @@ RETURNING t.id
 type TaskCancelManyParams struct {
 	Statuses []string
 	Ids      []int64
+	Waits    []string
 }
 
-// Cancels the named tasks that are pending, waiting or failed, waiting for (not
+// Cancels the named tasks that are pending (narrowed by waits as in
+// TaskList), waiting or failed, waiting for (not
 // skipping) rows another transaction holds: a worker's claim holds a row for
 // one statement, after which the task is running and is left alone.
 func (q *Queries) TaskCancelMany(ctx context.Context, db DBTX, arg TaskCancelManyParams) ([]int64, error) {
-	rows, err := db.Query(ctx, taskCancelMany, arg.Statuses, arg.Ids)
+	rows, err := db.Query(ctx, taskCancelMany, arg.Statuses, arg.Ids, arg.Waits)
 	if err != nil {
 		return nil, err
 	}
@@ -980,8 +992,9 @@ WITH picked AS MATERIALIZED (
       AND ($6::timestamptz IS NULL OR t.finished_at < $6::timestamptz)
       AND ($7::text IS NULL
            OR strpos(lower(t.errors -> -1 ->> 'error'), lower($7::text)) > 0)
+      AND ($8::text IS NULL OR t.sequence_key = $8::text)
     ORDER BY t.id
-    LIMIT $8::integer
+    LIMIT $9::integer
     FOR UPDATE SKIP LOCKED
 ), requeued AS (
     UPDATE skiplock_tasks AS t
@@ -992,13 +1005,13 @@ WITH picked AS MATERIALIZED (
         run_at = now(),
         finished_at = NULL,
         worker_id = NULL,
-        attempt = CASE WHEN $9::boolean THEN 0 ELSE t.attempt END,
+        attempt = CASE WHEN $10::boolean THEN 0 ELSE t.attempt END,
         crashes = 0,
-        max_attempts = CASE WHEN $9::boolean THEN t.max_attempts ELSE greatest(t.max_attempts, t.attempt + 1) END,
+        max_attempts = CASE WHEN $10::boolean THEN t.max_attempts ELSE greatest(t.max_attempts, t.attempt + 1) END,
         errors = t.errors || jsonb_build_array(jsonb_build_object(
             'attempt', t.attempt,
             'outcome', 'requeued',
-            'error', $10::text,
+            'error', $11::text,
             'finished_at', now()
         ))
     FROM picked
@@ -1007,7 +1020,7 @@ WITH picked AS MATERIALIZED (
       AND t.status IN ('failed', 'cancelled')
     RETURNING t.id, t.queue
 ), notified AS (
-    SELECT pg_notify($11::text, q.queue)
+    SELECT pg_notify($12::text, q.queue)
     FROM (SELECT DISTINCT requeued.queue FROM requeued) AS q
 )
 SELECT (SELECT count(*) FROM picked)::bigint AS picked,
@@ -1024,6 +1037,7 @@ type TaskRequeueBatchParams struct {
 	Since          *time.Time
 	FinishedBefore *time.Time
 	ErrorContains  *string
+	SequenceKey    *string
 	BatchSize      int32
 	ResetAttempts  bool
 	Reason         string
@@ -1066,6 +1080,7 @@ func (q *Queries) TaskRequeueBatch(ctx context.Context, db DBTX, arg TaskRequeue
 		arg.Since,
 		arg.FinishedBefore,
 		arg.ErrorContains,
+		arg.SequenceKey,
 		arg.BatchSize,
 		arg.ResetAttempts,
 		arg.Reason,
@@ -1194,7 +1209,9 @@ func (q *Queries) TaskRunNowMany(ctx context.Context, db DBTX, arg TaskRunNowMan
 }
 
 const taskStatusMany = `-- name: TaskStatusMany :many
-SELECT t.id, t.status
+SELECT t.id,
+       (CASE WHEN t.status <> 'pending' OR t.run_at <= now() THEN t.status
+             WHEN t.attempt > 0 THEN 'retrying' ELSE 'scheduled' END)::text AS status
 FROM skiplock_tasks AS t
 WHERE t.id = ANY($1::bigint[])
 ORDER BY t.id
@@ -1205,7 +1222,9 @@ type TaskStatusManyRow struct {
 	Status string
 }
 
-// The current status of each of the given tasks that exists.
+// The current status of each of the given tasks that exists, a pending
+// task's told apart as queue.Status does: pending (due), retrying or
+// scheduled.
 func (q *Queries) TaskStatusMany(ctx context.Context, db DBTX, ids []int64) ([]TaskStatusManyRow, error) {
 	rows, err := db.Query(ctx, taskStatusMany, ids)
 	if err != nil {

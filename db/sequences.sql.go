@@ -12,10 +12,12 @@ import (
 )
 
 const sequenceCounts = `-- name: SequenceCounts :many
-SELECT t.status, count(*)::bigint AS count
+SELECT (CASE WHEN t.status <> 'pending' OR t.run_at <= now() THEN t.status
+             WHEN t.attempt > 0 THEN 'retrying' ELSE 'scheduled' END)::text AS status,
+       count(*)::bigint AS count
 FROM skiplock_tasks AS t
 WHERE t.sequence_key = $1::text
-GROUP BY t.status
+GROUP BY 1
 `
 
 type SequenceCountsRow struct {
@@ -23,7 +25,8 @@ type SequenceCountsRow struct {
 	Count  int64
 }
 
-// How many tasks of a sequence are in each status.
+// How many tasks of a sequence are in each status, pending tasks told
+// apart as in TaskStatusMany.
 func (q *Queries) SequenceCounts(ctx context.Context, db DBTX, sequenceKey string) ([]SequenceCountsRow, error) {
 	rows, err := db.Query(ctx, sequenceCounts, sequenceKey)
 	if err != nil {

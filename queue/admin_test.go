@@ -51,7 +51,7 @@ func TestRequeueByID(t *testing.T) {
 	completed := insert(t, pool, "mail", "send", queue.StatusCompleted, 1, 3, `[]`)
 	pending := insert(t, pool, "mail", "send", queue.StatusPending, 0, 3, `[]`)
 
-	res, err := c.Requeue(ctx, queue.RequeueRequest{IDs: []int64{completed, failed, running, cancelled, pending, 999999, failed}})
+	res, err := c.Requeue(ctx, queue.RequeueRequest{Filter: queue.Filter{IDs: []int64{completed, failed, running, cancelled, pending, 999999, failed}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func TestRequeueByID(t *testing.T) {
 
 	// Cancelled tasks when asked, with attempts reset.
 	res, err = c.Requeue(ctx, queue.RequeueRequest{
-		IDs: []int64{cancelled}, Filter: queue.Filter{Statuses: []queue.Status{queue.StatusFailed, queue.StatusCancelled}},
+		Filter:        queue.Filter{IDs: []int64{cancelled}, Statuses: []queue.Status{queue.StatusFailed, queue.StatusCancelled}},
 		ResetAttempts: true, Reason: "by test",
 	})
 	if err != nil || res.Changed != 1 || len(res.Skipped) != 0 {
@@ -161,7 +161,7 @@ func TestRequeueWakesWorkers(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if _, err := c.Requeue(ctx, queue.RequeueRequest{IDs: []int64{id}}); err != nil {
+	if _, err := c.Requeue(ctx, queue.RequeueRequest{Filter: queue.Filter{IDs: []int64{id}}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.Requeue(ctx, queue.RequeueRequest{Filter: queue.Filter{Queues: []string{"reports"}}}); err != nil {
@@ -230,7 +230,7 @@ func TestCancel(t *testing.T) {
 	failed := insert(t, pool, "q", "a", queue.StatusFailed, 3, 3, `[]`)
 	running := insert(t, pool, "q", "a", queue.StatusRunning, 1, 3, `[]`)
 	completed := insert(t, pool, "q", "a", queue.StatusCompleted, 1, 3, `[]`)
-	res, err := c.Cancel(ctx, queue.CancelRequest{IDs: []int64{running, failed, pending, completed, 424242}})
+	res, err := c.Cancel(ctx, queue.CancelRequest{Filter: queue.Filter{IDs: []int64{running, failed, pending, completed, 424242}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,15 +313,15 @@ func TestList(t *testing.T) {
 		st := []queue.Status{queue.StatusPending, queue.StatusFailed, queue.StatusCompleted}[i%3]
 		ids = append(ids, insert(t, pool, fmt.Sprint("q", i%2), "n", st, 1, 3, failedHistory(fmt.Sprint("err ", i))))
 	}
-	all, err := c.List(ctx, queue.ListFilter{})
+	all, err := c.List(ctx, queue.Filter{}, queue.Page{})
 	if err != nil || len(all) != 12 || all[0].ID != ids[11] {
 		t.Fatalf("List all: %d tasks, %v", len(all), err)
 	}
-	page, err := c.List(ctx, queue.ListFilter{Limit: 5, BeforeID: ids[6]})
+	page, err := c.List(ctx, queue.Filter{}, queue.Page{Limit: 5, BeforeID: ids[6]})
 	if err != nil || len(page) != 5 || page[0].ID != ids[5] || page[4].ID != ids[1] {
 		t.Fatalf("page = %v, %v", page, err)
 	}
-	failed, err := c.List(ctx, queue.ListFilter{Filter: queue.Filter{Statuses: []queue.Status{queue.StatusFailed}, Queues: []string{"q1"}}})
+	failed, err := c.List(ctx, queue.Filter{Statuses: []queue.Status{queue.StatusFailed}, Queues: []string{"q1"}}, queue.Page{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -332,11 +332,11 @@ func TestList(t *testing.T) {
 	if !slices.Equal(got, []int64{ids[7], ids[1]}) {
 		t.Fatalf("failed in q1 = %v, want %v", got, []int64{ids[7], ids[1]})
 	}
-	byErr, err := c.List(ctx, queue.ListFilter{Filter: queue.Filter{ErrorContains: "ERR 10"}})
+	byErr, err := c.List(ctx, queue.Filter{ErrorContains: "ERR 10"}, queue.Page{})
 	if err != nil || len(byErr) != 1 || byErr[0].ID != ids[10] {
 		t.Fatalf("by error: %v, %v", byErr, err)
 	}
-	byID, err := c.List(ctx, queue.ListFilter{IDs: []int64{ids[3], ids[4]}})
+	byID, err := c.List(ctx, queue.Filter{IDs: []int64{ids[3], ids[4]}}, queue.Page{})
 	if err != nil || len(byID) != 2 {
 		t.Fatalf("by ID: %v, %v", byID, err)
 	}
@@ -352,6 +352,7 @@ func TestStats(t *testing.T) {
 	}
 	insert(t, pool, "a", "n", queue.StatusFailed, 1, 1, `[]`)
 	insert(t, pool, "a", "n", queue.StatusRunning, 1, 1, `[]`)
+	insert(t, pool, "a", "n", queue.StatusWaiting, 0, 1, `[]`)
 	due := insert(t, pool, "b", "n", queue.StatusPending, 0, 1, `[]`)
 	insert(t, pool, "b", "n", queue.StatusCancelled, 1, 1, `[]`)
 	if _, err := queue.New(pool).Enqueue(ctx, "later", nil, queue.WithQueue("b"), queue.WithDelay(time.Hour)); err != nil {
@@ -374,16 +375,16 @@ func TestStats(t *testing.T) {
 		t.Fatalf("queues = %+v", s.Queues)
 	}
 	a, b := s.Queues[0], s.Queues[1]
-	if a.Completed != 4 || a.Failed != 1 || a.Running != 1 || a.Pending != 0 || a.Due != 0 || a.OldestDue != 0 {
+	if a.Completed != 4 || a.Failed != 1 || a.Running != 1 || a.Waiting != 1 || a.Pending != 0 || a.Scheduled != 0 || a.OldestDue != 0 {
 		t.Fatalf("a = %+v", a)
 	}
 	if w := a.Recent; w[0].Completed != 3 || w[0].Failed != 1 || w[2].Completed != 4 || w[0].FailureRate() != 0.25 || w[0].PerMinute() != 3 {
 		t.Fatalf("a.Recent = %+v", w)
 	}
-	if b.Pending != 2 || b.Due != 1 || b.Cancelled != 1 || b.OldestDue < 89*time.Second || b.OldestDue > 5*time.Minute {
+	if b.Pending != 1 || b.Scheduled != 1 || b.Retrying != 0 || b.Waiting != 0 || b.Cancelled != 1 || b.OldestDue < 89*time.Second || b.OldestDue > 5*time.Minute {
 		t.Fatalf("b = %+v", b)
 	}
-	if s.Total.Completed != 4 || s.Total.Pending != 2 || s.Total.OldestDue != b.OldestDue || s.Total.Recent[2].Completed != 4 {
+	if s.Total.Completed != 4 || s.Total.Pending != 1 || s.Total.Scheduled != 1 || s.Total.Waiting != 1 || s.Total.OldestDue != b.OldestDue || s.Total.Recent[2].Completed != 4 {
 		t.Fatalf("total = %+v", s.Total)
 	}
 }
@@ -407,8 +408,8 @@ func TestAdminInvalid(t *testing.T) {
 
 	requeue("requeue running", queue.RequeueRequest{Filter: queue.Filter{Statuses: running}})
 	requeue("unknown status", queue.RequeueRequest{Filter: queue.Filter{Statuses: []queue.Status{"bogus"}}})
-	requeue("IDs with a filter", queue.RequeueRequest{IDs: []int64{id}, Filter: queue.Filter{Queues: []string{"q"}}})
-	requeue("negative ID", queue.RequeueRequest{IDs: []int64{-1}})
+	requeue("IDs with a filter", queue.RequeueRequest{Filter: queue.Filter{IDs: []int64{id}, Queues: []string{"q"}}})
+	requeue("negative ID", queue.RequeueRequest{Filter: queue.Filter{IDs: []int64{-1}}})
 	requeue("batch size", queue.RequeueRequest{BatchSize: -1})
 	cancel := queue.CancelRequest{Filter: queue.Filter{Statuses: []queue.Status{queue.StatusRunning, queue.StatusCompleted}}}
 	_, err := c.Cancel(ctx, cancel)
@@ -422,9 +423,15 @@ func TestAdminInvalid(t *testing.T) {
 	purge = queue.PurgeRequest{Filter: queue.Filter{FinishedBefore: time.Now(), Statuses: []queue.Status{queue.StatusPending}}}
 	_, err = c.Purge(ctx, purge)
 	checks = append(checks, check{"purge pending", err, purge.Validate()})
-	list := queue.ListFilter{Limit: queue.MaxListLimit + 1}
-	_, err = c.List(ctx, list)
-	checks = append(checks, check{"list limit", err, list.Validate()})
+	page := queue.Page{Limit: queue.MaxListLimit + 1}
+	_, err = c.List(ctx, queue.Filter{}, page)
+	checks = append(checks, check{"list limit", err, page.Validate()})
+	bogus := queue.Filter{Statuses: []queue.Status{"due"}}
+	_, err = c.List(ctx, bogus, queue.Page{})
+	checks = append(checks, check{"list unknown status", err, bogus.Validate()})
+	named := queue.CancelRequest{Filter: queue.Filter{IDs: []int64{id}, Sequence: "s"}}
+	_, err = c.Cancel(ctx, named)
+	checks = append(checks, check{"cancel IDs with a sequence", err, named.Validate()})
 	for _, ch := range checks {
 		if !errors.Is(ch.err, queue.ErrInvalidRequest) {
 			t.Errorf("%s: err = %v, want ErrInvalidRequest", ch.what, ch.err)
@@ -438,7 +445,7 @@ func TestAdminInvalid(t *testing.T) {
 	}
 	for _, err := range []error{
 		queue.RequeueRequest{}.Validate(), queue.CancelRequest{}.Validate(),
-		queue.PurgeRequest{Filter: queue.Filter{FinishedBefore: time.Now()}}.Validate(), queue.ListFilter{}.Validate(),
+		queue.PurgeRequest{Filter: queue.Filter{FinishedBefore: time.Now()}}.Validate(), queue.Filter{}.Validate(),
 	} {
 		if err != nil {
 			t.Errorf("a request of defaults is invalid: %v", err)
@@ -464,7 +471,7 @@ func TestTxTwins(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := c.RequeueTx(ctx, tx, queue.RequeueRequest{IDs: ids})
+		res, err := c.RequeueTx(ctx, tx, queue.RequeueRequest{Filter: queue.Filter{IDs: ids}})
 		if err != nil || !slices.Equal(res.IDs, []int64{failed}) || !slices.Equal(res.Skipped, want) {
 			t.Fatalf("RequeueTx = %+v, %v", res, err)
 		}
@@ -487,7 +494,7 @@ func TestTxTwins(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cancelled, err := c.CancelTx(ctx, tx, queue.CancelRequest{IDs: ids})
+	cancelled, err := c.CancelTx(ctx, tx, queue.CancelRequest{Filter: queue.Filter{IDs: ids}})
 	if err != nil || !slices.Equal(cancelled.IDs, []int64{failed}) || !slices.Equal(cancelled.Skipped, want) {
 		t.Fatalf("CancelTx = %+v, %v", cancelled, err)
 	}
@@ -548,7 +555,7 @@ func TestAdminNotMigrated(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	c := queue.New(pgtest.NewPool(t, pgtest.Schema(t, false)))
-	_, err1 := c.List(ctx, queue.ListFilter{})
+	_, err1 := c.List(ctx, queue.Filter{}, queue.Page{})
 	_, err2 := c.Requeue(ctx, queue.RequeueRequest{})
 	_, err3 := c.Stats(ctx)
 	_, err4 := c.Purge(ctx, queue.PurgeRequest{Filter: queue.Filter{FinishedBefore: time.Now()}})
@@ -562,4 +569,75 @@ func TestAdminNotMigrated(t *testing.T) {
 func workChannel(name string) string {
 	work, _ := schema.Channels(name)
 	return work
+}
+
+// Task.Status tells stored pending tasks apart, and a Filter's Statuses
+// select by the same values: in List, Count and Cancel.
+func TestStatusesOfPendingTasks(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t, pgtest.Schema(t, true))
+	c := queue.New(pool)
+	due := insert(t, pool, "q", "n", queue.StatusPending, 0, 3, `[]`)
+	dueAgain := insert(t, pool, "q", "n", queue.StatusPending, 1, 3, failedHistory("boom"))
+	scheduled := insert(t, pool, "q", "n", queue.StatusPending, 0, 3, `[]`)
+	retrying := insert(t, pool, "q", "n", queue.StatusPending, 1, 3, failedHistory("boom"))
+	waiting := insert(t, pool, "q", "n", queue.StatusWaiting, 0, 3, `[]`)
+	failed := insert(t, pool, "q", "n", queue.StatusFailed, 3, 3, failedHistory("boom"))
+	if _, err := pool.Exec(ctx, "UPDATE skiplock_tasks SET run_at = now() + interval '1 hour' WHERE id = ANY($1)", []int64{scheduled, retrying}); err != nil {
+		t.Fatal(err)
+	}
+	want := map[int64]queue.Status{due: queue.StatusPending, dueAgain: queue.StatusPending, scheduled: queue.StatusScheduled,
+		retrying: queue.StatusRetrying, waiting: queue.StatusWaiting, failed: queue.StatusFailed}
+	for id, st := range want {
+		if got := get(t, c, id); got.Status != st {
+			t.Errorf("task %d: status %s, want %s", id, got.Status, st)
+		}
+	}
+	list := func(sts ...queue.Status) []int64 {
+		t.Helper()
+		f := queue.Filter{Statuses: sts}
+		tasks, err := c.List(ctx, f, queue.Page{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []int64
+		for _, task := range tasks {
+			if len(sts) > 0 && !slices.Contains(sts, task.Status) {
+				t.Errorf("List(%v) has task %d, %s", sts, task.ID, task.Status)
+			}
+			ids = append(ids, task.ID)
+		}
+		slices.Sort(ids)
+		return ids
+	}
+	for _, tc := range []struct {
+		sts  []queue.Status
+		want []int64
+	}{
+		{[]queue.Status{queue.StatusPending}, []int64{due, dueAgain}},
+		{[]queue.Status{queue.StatusScheduled}, []int64{scheduled}},
+		{[]queue.Status{queue.StatusRetrying, queue.StatusFailed}, []int64{retrying, failed}},
+		{[]queue.Status{queue.StatusScheduled, queue.StatusPending, queue.StatusRetrying}, []int64{due, dueAgain, scheduled, retrying}},
+		{nil, []int64{due, dueAgain, scheduled, retrying, waiting, failed}},
+	} {
+		if got := list(tc.sts...); !slices.Equal(got, tc.want) {
+			t.Errorf("List(%v) = %v, want %v", tc.sts, got, tc.want)
+		}
+	}
+
+	// Cancel by filter: the scheduled task only.
+	res, err := c.Cancel(ctx, queue.CancelRequest{Filter: queue.Filter{Statuses: []queue.Status{queue.StatusScheduled}}})
+	if err != nil || res.Changed != 1 || get(t, c, scheduled).Status != queue.StatusCancelled {
+		t.Fatalf("cancel scheduled = %+v, %v", res, err)
+	}
+	// Cancel by IDs: the retrying task; the due one is reported as pending.
+	res, err = c.Cancel(ctx, queue.CancelRequest{Filter: queue.Filter{IDs: []int64{due, retrying}, Statuses: []queue.Status{queue.StatusRetrying}}})
+	if err != nil || !slices.Equal(res.IDs, []int64{retrying}) ||
+		!slices.Equal(res.Skipped, []queue.SkippedTask{{ID: due, Status: queue.StatusPending}}) {
+		t.Fatalf("cancel retrying by ID = %+v, %v", res, err)
+	}
+	if got := list(queue.StatusScheduled, queue.StatusPending, queue.StatusRetrying); !slices.Equal(got, []int64{due, dueAgain}) {
+		t.Fatalf("pending after the cancels = %v", got)
+	}
 }

@@ -489,5 +489,8 @@ func filterRequest(f Filter) map[string]any {
 	if f.ErrorContains != "" {
 		m["error_contains"] = f.ErrorContains
 	}
+	if f.Sequence != "" {
+		m["sequence"] = f.Sequence
+	}
 	return map[string]any{"filter": m}
 }

@@ -81,7 +81,7 @@ func TestAuditEveryChange(t *testing.T) {
 		change   func(ctx context.Context) error
 	}{
 		{queue.AuditRequeue, 2, `"ids": [`, func(ctx context.Context) error {
-			_, err := c.Requeue(ctx, queue.RequeueRequest{IDs: failed(2)})
+			_, err := c.Requeue(ctx, queue.RequeueRequest{Filter: queue.Filter{IDs: failed(2)}})
 			return err
 		}},
 		{queue.AuditRequeue, 3, `"queues": ["mail"]`, func(ctx context.Context) error {
@@ -90,7 +90,7 @@ func TestAuditEveryChange(t *testing.T) {
 			return err
 		}},
 		{queue.AuditCancel, 1, `"ids": [`, func(ctx context.Context) error {
-			_, err := c.Cancel(ctx, queue.CancelRequest{IDs: failed(1)})
+			_, err := c.Cancel(ctx, queue.CancelRequest{Filter: queue.Filter{IDs: failed(1)}})
 			return err
 		}},
 		{queue.AuditCancel, 2, `"filter": {`, func(ctx context.Context) error {
@@ -99,7 +99,7 @@ func TestAuditEveryChange(t *testing.T) {
 			return err
 		}},
 		{queue.AuditCancelRunning, 1, `"ids": [`, func(ctx context.Context) error {
-			_, err := c.Cancel(ctx, queue.CancelRequest{IDs: []int64{running}, Filter: queue.Filter{Statuses: []queue.Status{queue.StatusRunning}}})
+			_, err := c.Cancel(ctx, queue.CancelRequest{Filter: queue.Filter{IDs: []int64{running}, Statuses: []queue.Status{queue.StatusRunning}}})
 			return err
 		}},
 		{queue.AuditCancelRunning, 1, `"statuses": ["running"]`, func(ctx context.Context) error {
@@ -108,8 +108,8 @@ func TestAuditEveryChange(t *testing.T) {
 		}},
 		// Pending and running tasks in one call: one record of both.
 		{queue.AuditCancel, 2, `"statuses": ["pending", "waiting", "failed", "running"]`, func(ctx context.Context) error {
-			_, err := c.Cancel(ctx, queue.CancelRequest{IDs: []int64{running, failed(1)[0]},
-				Filter: queue.Filter{Statuses: []queue.Status{queue.StatusPending, queue.StatusWaiting, queue.StatusFailed, queue.StatusRunning}}})
+			_, err := c.Cancel(ctx, queue.CancelRequest{Filter: queue.Filter{IDs: []int64{running, failed(1)[0]},
+				Statuses: []queue.Status{queue.StatusPending, queue.StatusWaiting, queue.StatusFailed, queue.StatusRunning}}})
 			return err
 		}},
 		{queue.AuditRunNow, 1, `"ids": [`, func(ctx context.Context) error {
@@ -225,7 +225,7 @@ func TestAuditTxAndProducers(t *testing.T) {
 		t.Fatal(err)
 	}
 	other := insert(t, pool, "mail", "send", queue.StatusFailed, 1, 1, failedHistory("smtp refused"))
-	if res, err := c.RequeueTx(ctx, tx, queue.RequeueRequest{IDs: []int64{id}}); err != nil || res.Changed != 1 {
+	if res, err := c.RequeueTx(ctx, tx, queue.RequeueRequest{Filter: queue.Filter{IDs: []int64{id}}}); err != nil || res.Changed != 1 {
 		t.Fatalf("RequeueTx: %+v, %v", res, err)
 	}
 	if res, err := c.RunNowTx(ctx, tx, []int64{scheduled.ID}); err != nil || res.Changed != 1 || !slices.Equal(res.IDs, []int64{scheduled.ID}) {
@@ -281,7 +281,7 @@ func TestAuditFailureFailsTheChange(t *testing.T) {
 		t.Fatalf("Purge = %+v, %v; want an error and nothing purged", res, err)
 	}
 	failed := insert(t, pool, "mail", "send", queue.StatusFailed, 1, 1, failedHistory("down"))
-	for _, req := range []queue.RequeueRequest{{IDs: []int64{failed}}, {Filter: queue.Filter{Queues: []string{"mail"}}}} {
+	for _, req := range []queue.RequeueRequest{{Filter: queue.Filter{IDs: []int64{failed}}}, {Filter: queue.Filter{Queues: []string{"mail"}}}} {
 		if res, err := c.Requeue(ctx, req); err == nil || res.Changed != 0 {
 			t.Fatalf("Requeue(%+v) = %+v, %v; want an error and nothing requeued", req, res, err)
 		}

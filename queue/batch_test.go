@@ -87,7 +87,7 @@ func TestEnqueueBatch(t *testing.T) {
 
 	// Cancelling every member finishes the batch: OnFinish is released,
 	// OnSuccess cancelled.
-	if _, err := c.Cancel(ctx, queue.CancelRequest{IDs: enq.TaskIDs}); err != nil {
+	if _, err := c.Cancel(ctx, queue.CancelRequest{Filter: queue.Filter{IDs: enq.TaskIDs}}); err != nil {
 		t.Fatal(err)
 	}
 	info, err = c.GetBatch(ctx, enq.ID)

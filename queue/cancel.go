@@ -11,25 +11,22 @@ import (
 	"github.com/skiplock/skiplock/internal/pgerr"
 )
 
-// Cancelling tasks: Cancel, for pending, waiting and failed tasks, and
+// Cancelling tasks: Cancel, for waiting, pending and failed tasks, and
 // for running ones by a request to the workers that run them.
 
 // DefaultCancelBatch is how many tasks one cancel transaction changes.
 const DefaultCancelBatch = 5000
 
-// CancelRequest says which tasks Cancel cancels. Name tasks with IDs, or
-// select them with Filter.
+// CancelRequest says which tasks Cancel cancels.
 type CancelRequest struct {
-	// IDs names the tasks to cancel. With IDs, only Filter.Statuses may be
-	// set, and every named task is reported: cancelled, or skipped with its
-	// status.
-	IDs []int64
-	// Filter selects the tasks to cancel when IDs is empty; an empty Filter
-	// selects every pending, waiting and failed task. Its Statuses may be
-	// StatusPending, StatusWaiting, StatusFailed and StatusRunning; they
-	// default to all but running, with IDs as with a Filter.
-	// StatusRunning asks the workers running the tasks to cancel them (see
-	// Cancel), in the same call and audit record.
+	// Filter selects the tasks to cancel: named by Filter.IDs (every named
+	// task is reported: cancelled, or skipped with its status), or matched
+	// by its other fields; an empty Filter selects every task Cancel
+	// applies to. Its Statuses may be StatusWaiting, StatusScheduled,
+	// StatusPending, StatusRetrying, StatusFailed and StatusRunning; they
+	// default to all but running. StatusRunning asks the workers running
+	// the tasks to cancel them (see Cancel), in the same call and audit
+	// record.
 	Filter Filter
 	// BatchSize bounds how many tasks one transaction cancels. Defaults to
 	// DefaultCancelBatch (5,000), at most MaxBatch.
@@ -39,7 +36,8 @@ type CancelRequest struct {
 	Progress func(cancelled int64)
 }
 
-// Cancel cancels pending, waiting and failed tasks: they become cancelled,
+// Cancel cancels waiting, scheduled, pending, retrying and failed tasks:
+// they become cancelled,
 // with finished_at set, and are never claimed again unless requeued. It
 // works in batches like Requeue, with the same safety while workers run: a
 // pending task that a worker claims first is running by the time its
@@ -73,17 +71,22 @@ func (c *Client) CancelTx(ctx context.Context, tx Executor, req CancelRequest) (
 // Validate returns the error, wrapping ErrInvalidRequest, that Cancel would
 // return for r before reading or changing anything; nil when r is valid.
 func (r CancelRequest) Validate() error {
-	_, _, _, _, err := r.check()
+	_, _, _, _, _, err := r.check()
 	return err
 }
 
-// check validates r and returns the statuses it cancels (running not
-// among them), whether it asks running tasks, its batch size and IDs.
-func (r CancelRequest) check() (statuses []string, running bool, batch int, ids []int64, err error) {
-	allowed := []Status{StatusPending, StatusWaiting, StatusFailed, StatusRunning}
-	all, err := r.Filter.statuses("cancel", allowed, allowed[:3])
+// cancellable lists the statuses Cancel cancels, its default; StatusRunning
+// asks instead.
+var cancellable = []Status{StatusWaiting, StatusScheduled, StatusPending, StatusRetrying, StatusFailed}
+
+// check validates r and returns the stored statuses it cancels (running not
+// among them) and the kinds of pending tasks (waits), whether it asks
+// running tasks, its batch size and IDs.
+func (r CancelRequest) check() (statuses, waits []string, running bool, batch int, ids []int64, err error) {
+	allowed := append(slices.Clone(cancellable), StatusRunning)
+	all, waits, err := r.Filter.selection("cancel", allowed, cancellable)
 	if err != nil {
-		return nil, false, 0, nil, err
+		return nil, nil, false, 0, nil, err
 	}
 	for _, s := range all {
 		if s == string(StatusRunning) {
@@ -93,17 +96,17 @@ func (r CancelRequest) check() (statuses []string, running bool, batch int, ids 
 		}
 	}
 	if batch, err = batchSize(r.BatchSize, DefaultCancelBatch); err != nil {
-		return nil, false, 0, nil, err
+		return nil, nil, false, 0, nil, err
 	}
-	ids, err = checkIDs(r.IDs, r.Filter)
-	return statuses, running, batch, ids, err
+	ids, err = checkIDs(r.Filter)
+	return statuses, waits, running, batch, ids, err
 }
 
 // cancel is Cancel through tx, the caller's transaction, or through
 // transactions of its own when tx is nil.
 func (c *Client) cancel(ctx context.Context, tx pgerr.Executor, req CancelRequest) (ChangeResult, error) {
 	var res ChangeResult
-	statuses, running, batch, ids, err := req.check()
+	statuses, waits, running, batch, ids, err := req.check()
 	if err != nil {
 		return res, err
 	}
@@ -115,11 +118,11 @@ func (c *Client) cancel(ctx context.Context, tx pgerr.Executor, req CancelReques
 	if len(ids) > 0 {
 		request = idsRequest(ids)
 	}
-	all := slices.Clone(statuses)
-	if running {
-		all = append(all, string(StatusRunning))
+	asked := req.Filter.Statuses
+	if len(asked) == 0 {
+		asked = cancellable
 	}
-	request["statuses"] = all
+	request["statuses"] = asked
 	a, err := c.newAudit(ctx, tx, action, request)
 	if err != nil {
 		return res, err
@@ -144,7 +147,7 @@ func (c *Client) cancel(ctx context.Context, tx pgerr.Executor, req CancelReques
 			var done []int64
 			if len(statuses) > 0 {
 				var err error
-				done, err = c.queries.TaskCancelMany(ctx, x, db.TaskCancelManyParams{Ids: chunk, Statuses: statuses})
+				done, err = c.queries.TaskCancelMany(ctx, x, db.TaskCancelManyParams{Ids: chunk, Statuses: statuses, Waits: nonNil(waits)})
 				if err != nil {
 					return nil, fmt.Errorf("cancelling tasks: %w", err)
 				}
@@ -190,6 +193,8 @@ func (c *Client) cancel(ctx context.Context, tx pgerr.Executor, req CancelReques
 				Since:          optTime(f.Since),
 				FinishedBefore: optTime(f.FinishedBefore),
 				ErrorContains:  optString(f.ErrorContains),
+				Waits:          nonNil(waits),
+				SequenceKey:    optString(f.Sequence),
 				BatchSize:      int32(batch),
 			})
 			if err != nil {
@@ -246,7 +251,7 @@ func (c *Client) cancelRunningMatching(ctx context.Context, a *audit, f Filter, 
 	f.Statuses = []Status{StatusRunning}
 	var before int64
 	for {
-		tasks, err := c.List(ctx, ListFilter{Filter: f, Limit: MaxListLimit, BeforeID: before})
+		tasks, err := c.List(ctx, f, Page{Limit: MaxListLimit, BeforeID: before})
 		if err != nil || len(tasks) == 0 {
 			return err
 		}

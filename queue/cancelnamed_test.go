@@ -20,8 +20,8 @@ func TestCancelNamedRunning(t *testing.T) {
 	pending := insert(t, pool, "a", "n", queue.StatusPending, 0, 1, `[]`)
 	running := insert(t, pool, "a", "n", queue.StatusRunning, 1, 1, `[]`)
 	done := insert(t, pool, "a", "n", queue.StatusCompleted, 1, 1, `[]`)
-	res, err := c.Cancel(ctx, queue.CancelRequest{IDs: []int64{pending, running, done},
-		Filter: queue.Filter{Statuses: []queue.Status{queue.StatusPending, queue.StatusRunning}}})
+	res, err := c.Cancel(ctx, queue.CancelRequest{Filter: queue.Filter{IDs: []int64{pending, running, done},
+		Statuses: []queue.Status{queue.StatusPending, queue.StatusRunning}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +45,7 @@ func TestCancelNamedRunning(t *testing.T) {
 
 	// By default, a running task is left alone.
 	other := insert(t, pool, "a", "n", queue.StatusRunning, 1, 1, `[]`)
-	res, err = c.Cancel(ctx, queue.CancelRequest{IDs: []int64{other}})
+	res, err = c.Cancel(ctx, queue.CancelRequest{Filter: queue.Filter{IDs: []int64{other}}})
 	if err != nil || res.Changed != 0 || len(res.Requested) != 0 || count(t, pool, "cancel_requested_at IS NOT NULL") != 1 {
 		t.Fatalf("Cancel without StatusRunning = %+v, %v; want nothing changed", res, err)
 	}

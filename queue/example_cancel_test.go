@@ -21,7 +21,7 @@ func ExampleClient_Cancel() {
 	q := queue.New(pool)
 
 	later, _ := q.Enqueue(ctx, "newsletter.send", nil, queue.WithDelay(time.Hour))
-	res, err := q.Cancel(ctx, queue.CancelRequest{IDs: []int64{later.ID, 424242}})
+	res, err := q.Cancel(ctx, queue.CancelRequest{Filter: queue.Filter{IDs: []int64{later.ID, 424242}}})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -62,7 +62,7 @@ func ExampleClient_Cancel_running() {
 
 	<-started
 	res, _ := q.Cancel(ctx, queue.CancelRequest{
-		IDs: []int64{id.ID}, Filter: queue.Filter{Statuses: []queue.Status{queue.StatusRunning}},
+		Filter: queue.Filter{IDs: []int64{id.ID}, Statuses: []queue.Status{queue.StatusRunning}},
 	})
 	fmt.Println("asked to cancel:", len(res.Requested))
 	<-stopped

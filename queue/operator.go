@@ -13,6 +13,6 @@ import (
 func init() {
 	clientaccess.Exec = func(c any) pgerr.Executor { return c.(*Client).exec }
 	clientaccess.Count = func(ctx context.Context, c, f any) (int64, error) {
-		return c.(*Client).count(ctx, f.(ListFilter))
+		return c.(*Client).count(ctx, f.(Filter))
 	}
 }

@@ -102,7 +102,7 @@ func (r PurgeRequest) Validate() error {
 // check validates r and returns its statuses and batch size.
 func (r PurgeRequest) check() (statuses []string, batch int, err error) {
 	finished := []Status{StatusCompleted, StatusFailed, StatusCancelled}
-	if statuses, err = r.Filter.statuses("purge", finished, finished); err != nil {
+	if statuses, _, err = r.Filter.selection("purge", finished, finished); err != nil {
 		return nil, 0, err
 	}
 	if r.Filter.FinishedBefore.IsZero() {

@@ -232,7 +232,11 @@ func TestEnqueueManyOptions(t *testing.T) {
 		if got[i], err = client.Get(ctx, id.ID); err != nil {
 			t.Fatal(err)
 		}
-		if got[i].Name != tasks[i].Name || got[i].Status != queue.StatusPending {
+		want := queue.StatusPending
+		if tasks[i].Name == "delayed" || tasks[i].Name == "at" {
+			want = queue.StatusScheduled
+		}
+		if got[i].Name != tasks[i].Name || got[i].Status != want {
 			t.Fatalf("ids[%d] is %+v", i, got[i])
 		}
 	}

@@ -272,14 +272,14 @@ func TestReplaceKeyAfterStart(t *testing.T) {
 	// Cancelled before it started, then a new one, then the cancelled one
 	// requeued: it comes back with a history, beside the new one, with no
 	// conflict.
-	if _, err := c.Cancel(ctx, queue.CancelRequest{IDs: []int64{d}}); err != nil {
+	if _, err := c.Cancel(ctx, queue.CancelRequest{Filter: queue.Filter{IDs: []int64{d}}}); err != nil {
 		t.Fatal(err)
 	}
 	e, replaced := enqueue(7)
 	if replaced || e == d {
 		t.Fatalf("after cancel: id %d, replaced %v", e, replaced)
 	}
-	res, err := c.Requeue(ctx, queue.RequeueRequest{IDs: []int64{d}, Filter: queue.Filter{Statuses: []queue.Status{queue.StatusCancelled}}, ResetAttempts: true})
+	res, err := c.Requeue(ctx, queue.RequeueRequest{Filter: queue.Filter{IDs: []int64{d}, Statuses: []queue.Status{queue.StatusCancelled}}, ResetAttempts: true})
 	if err != nil || res.Changed != 1 {
 		t.Fatalf("requeue: %+v, %v", res, err)
 	}

@@ -25,11 +25,18 @@ const MaxBatch = 100000
 // task named. Nothing was read or changed.
 var ErrInvalidRequest = errors.New("skiplock: invalid request")
 
-// Filter selects tasks. Every field is optional; an empty field matches
-// every task, and the fields that are set must all match.
+// Filter selects tasks: the ones List reads, and the ones an operator
+// change (RequeueRequest, CancelRequest) applies to. Every field is
+// optional; an empty field matches every task, and the fields that are set
+// must all match.
 type Filter struct {
-	// Statuses keeps tasks in any of these statuses. Each operation has its
-	// own default and accepts only some statuses; see its request.
+	// IDs keeps only these tasks. A change that names IDs takes no other
+	// field but Statuses, and reports every named task: changed, or
+	// skipped with its status.
+	IDs []int64
+	// Statuses keeps tasks in any of these statuses (StatusPending: the due
+	// ones). List accepts every status and defaults to all of them; each
+	// change accepts only some, with its own default (see its request).
 	Statuses []Status
 	// Queues keeps tasks in any of these queues.
 	Queues []string
@@ -45,33 +52,50 @@ type Filter struct {
 	// ErrorContains keeps tasks whose last recorded error contains it,
 	// ignoring case.
 	ErrorContains string
+	// Sequence keeps the tasks of this sequence (WithSequence).
+	Sequence string
 }
 
-func (f Filter) isZero() bool {
-	return len(f.Statuses) == 0 && len(f.Queues) == 0 && len(f.Names) == 0 &&
-		f.Since.IsZero() && f.FinishedBefore.IsZero() && f.ErrorContains == ""
+// Validate returns the error, wrapping ErrInvalidRequest, that List would
+// return for f before reading anything; nil when f is valid. A change's
+// request validates its Filter against the statuses it accepts.
+func (f Filter) Validate() error {
+	_, _, err := f.selection("list", Statuses, Statuses)
+	return err
 }
 
-// statuses validates f.Statuses against allowed and returns them as text,
-// or def when f.Statuses is empty.
-func (f Filter) statuses(op string, allowed, def []Status) ([]string, error) {
+// selection validates f for op, whose statuses are allowed (def when
+// f.Statuses is empty), and returns the stored statuses to read and the
+// kinds of stored pending tasks to keep (the queries' waits; none for
+// every pending task).
+func (f Filter) selection(op string, allowed, def []Status) (statuses, waits []string, err error) {
+	if len(f.Sequence) > MaxKeyLength {
+		return nil, nil, fmt.Errorf("%w: sequence key must be at most %d bytes, got %d", ErrInvalidRequest, MaxKeyLength, len(f.Sequence))
+	}
 	in := f.Statuses
 	if len(in) == 0 {
 		in = def
 	}
-	out := make([]string, 0, len(in))
+	kinds := 0
 	for _, s := range in {
 		if !slices.Contains(Statuses, s) {
-			return nil, fmt.Errorf("%w: unknown status %q (want one of %s)", ErrInvalidRequest, s, joinStatuses(Statuses))
+			return nil, nil, fmt.Errorf("%w: unknown status %q (want one of %s)", ErrInvalidRequest, s, joinStatuses(Statuses))
 		}
 		if !slices.Contains(allowed, s) {
-			return nil, fmt.Errorf("%w: %s applies to %s tasks, not %s", ErrInvalidRequest, op, joinStatuses(allowed), s)
+			return nil, nil, fmt.Errorf("%w: %s applies to %s tasks, not %s", ErrInvalidRequest, op, joinStatuses(allowed), s)
 		}
-		if !slices.Contains(out, string(s)) {
-			out = append(out, string(s))
+		if st := string(s.stored()); !slices.Contains(statuses, st) {
+			statuses = append(statuses, st)
+		}
+		if w := s.wait(); w != "" && !slices.Contains(waits, w) {
+			waits = append(waits, w)
+			kinds++
 		}
 	}
-	return out, nil
+	if kinds == 3 {
+		waits = nil // every pending task
+	}
+	return statuses, waits, nil
 }
 
 func joinStatuses(ss []Status) string {
@@ -128,18 +152,16 @@ func batchSize(n, def int) (int, error) {
 	return n, nil
 }
 
-// checkIDs validates the IDs of a request and returns them sorted, without
-// duplicates.
-func checkIDs(ids []int64, f Filter) ([]int64, error) {
-	if len(ids) == 0 {
+// checkIDs validates the IDs of a change's filter and returns them sorted,
+// without duplicates.
+func checkIDs(f Filter) ([]int64, error) {
+	if len(f.IDs) == 0 {
 		return nil, nil
 	}
-	rest := f
-	rest.Statuses = nil
-	if !rest.isZero() {
-		return nil, fmt.Errorf("%w: a request that names IDs takes no filter but Statuses", ErrInvalidRequest)
+	if len(f.Queues) > 0 || len(f.Names) > 0 || !f.Since.IsZero() || !f.FinishedBefore.IsZero() || f.ErrorContains != "" || f.Sequence != "" {
+		return nil, fmt.Errorf("%w: a filter that names IDs takes no other field but Statuses", ErrInvalidRequest)
 	}
-	out := slices.Clone(ids)
+	out := slices.Clone(f.IDs)
 	slices.Sort(out)
 	out = slices.Compact(out)
 	if out[0] <= 0 {
@@ -231,5 +253,5 @@ func namedIDs(ids []int64) ([]int64, error) {
 	if len(ids) == 0 {
 		return nil, fmt.Errorf("%w: name at least one task", ErrInvalidRequest)
 	}
-	return checkIDs(ids, Filter{})
+	return checkIDs(Filter{IDs: ids})
 }

@@ -22,14 +22,12 @@ const (
 )
 
 // RequeueRequest says which failed or cancelled tasks Requeue returns to
-// pending. Name tasks with IDs, or select them with Filter.
+// pending.
 type RequeueRequest struct {
-	// IDs names the tasks to requeue. With IDs, only Filter.Statuses may be
-	// set, and every named task is reported: requeued, or skipped with its
-	// status.
-	IDs []int64
-	// Filter selects the tasks to requeue when IDs is empty. Its Statuses
-	// may be StatusFailed and StatusCancelled; they default to failed only.
+	// Filter selects the tasks to requeue: named by Filter.IDs (every
+	// named task is reported: requeued, or skipped with its status), or
+	// matched by its other fields. Its Statuses may be StatusFailed and
+	// StatusCancelled; they default to failed only.
 	Filter Filter
 	// ResetAttempts starts a requeued task's attempts again from zero, so it
 	// gets all its MaxAttempts again. Without it a task keeps its attempt
@@ -87,13 +85,13 @@ func (r RequeueRequest) Validate() error {
 
 // check validates r and returns its statuses, batch size and IDs.
 func (r RequeueRequest) check() (statuses []string, batch int, ids []int64, err error) {
-	if statuses, err = r.Filter.statuses("requeue", []Status{StatusFailed, StatusCancelled}, []Status{StatusFailed}); err != nil {
+	if statuses, _, err = r.Filter.selection("requeue", []Status{StatusFailed, StatusCancelled}, []Status{StatusFailed}); err != nil {
 		return nil, 0, nil, err
 	}
 	if batch, err = batchSize(r.BatchSize, DefaultRequeueBatch); err != nil {
 		return nil, 0, nil, err
 	}
-	ids, err = checkIDs(r.IDs, r.Filter)
+	ids, err = checkIDs(r.Filter)
 	return statuses, batch, ids, err
 }
 
@@ -170,6 +168,7 @@ func (c *Client) requeue(ctx context.Context, tx pgerr.Executor, req RequeueRequ
 				Since:          optTime(f.Since),
 				FinishedBefore: optTime(f.FinishedBefore),
 				ErrorContains:  optString(f.ErrorContains),
+				SequenceKey:    optString(f.Sequence),
 				BatchSize:      int32(batch),
 				ResetAttempts:  req.ResetAttempts,
 				Reason:         reason,

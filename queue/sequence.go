@@ -55,13 +55,13 @@ func WithSequenceHold() Option { return func(o *options) { o.sequenceHold = true
 // SequenceInfo is a sequence as stored: the tasks of one key, in order.
 type SequenceInfo struct {
 	Key string
-	// Tasks in sequence order: the unfinished ones (pending, running,
-	// waiting, failed) from the first, at most 1,000 of them, and
+	// Tasks in sequence order: the unfinished ones (waiting, scheduled,
+	// pending, retrying, running, failed) from the first, at most 1,000 of them, and
 	// the latest finished ones (completed, cancelled), at most
 	// 100. Counts has the whole sequence.
 	Tasks []*Task
-	// Head is the ID of the task that runs now or next: the one pending,
-	// running, or failed and holding the rest, else the first waiting (a
+	// Head is the ID of the task that runs now or next: the one pending
+	// (or scheduled, or retrying), running, or failed and holding the rest, else the first waiting (a
 	// release the rescuer's pass makes within a RescueInterval). 0 when no
 	// task is left to run.
 	Head int64
@@ -70,7 +70,7 @@ type SequenceInfo struct {
 }
 
 // Summary returns how many tasks the sequence has and Counts in words, in
-// status order: "3 completed, 1 running, 2 waiting".
+// status order: "2 waiting, 1 running, 3 completed".
 func (s *SequenceInfo) Summary() (total int64, words string) {
 	var parts []string
 	for _, st := range Statuses {
@@ -121,7 +121,7 @@ func (c *Client) GetSequence(ctx context.Context, key string) (*SequenceInfo, er
 		}
 		out.Tasks = append(out.Tasks, t)
 		switch {
-		case t.Status == StatusPending || t.Status == StatusRunning || (t.Status == StatusFailed && t.SequenceHold):
+		case t.Status.stored() == StatusPending || t.Status == StatusRunning || (t.Status == StatusFailed && t.SequenceHold):
 			if out.Head == 0 {
 				out.Head = t.ID
 			}

@@ -102,7 +102,7 @@ func TestSequenceEnqueueAndRelease(t *testing.T) {
 		t.Fatalf("after a2 failed with hold: %s", got)
 	}
 	// Requeued, it is the head again, ahead of a3.
-	res, err := c.Requeue(ctx, queue.RequeueRequest{IDs: []int64{a2.ID}})
+	res, err := c.Requeue(ctx, queue.RequeueRequest{Filter: queue.Filter{IDs: []int64{a2.ID}}})
 	if err != nil || res.Changed != 1 {
 		t.Fatalf("requeue: %+v, %v", res, err)
 	}
@@ -111,7 +111,7 @@ func TestSequenceEnqueueAndRelease(t *testing.T) {
 	}
 	// Failed again, then cancelled: a3 goes.
 	setStatus(t, pool, "failed", a2.ID)
-	if _, err := c.Cancel(ctx, queue.CancelRequest{IDs: []int64{a2.ID}}); err != nil {
+	if _, err := c.Cancel(ctx, queue.CancelRequest{Filter: queue.Filter{IDs: []int64{a2.ID}}}); err != nil {
 		t.Fatal(err)
 	}
 	if got := statuses(t, pool, a2.ID, a3); got != "cancelled pending" {
@@ -123,7 +123,7 @@ func TestSequenceEnqueueAndRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Requeue(ctx, queue.RequeueRequest{IDs: []int64{a2.ID}, Filter: queue.Filter{Statuses: []queue.Status{queue.StatusCancelled}}}); err != nil {
+	if _, err := c.Requeue(ctx, queue.RequeueRequest{Filter: queue.Filter{IDs: []int64{a2.ID}, Statuses: []queue.Status{queue.StatusCancelled}}}); err != nil {
 		t.Fatal(err)
 	}
 	if got := statuses(t, pool, a2.ID, a3, a4.ID); got != "waiting pending waiting" {
@@ -159,7 +159,7 @@ func TestSequenceEnqueueAndRelease(t *testing.T) {
 		seq.Counts[queue.StatusCompleted] != 2 || seq.Counts[queue.StatusPending] != 1 {
 		t.Fatalf("GetSequence = %v, head %d, counts %v", got, seq.Head, seq.Counts)
 	}
-	listed, err := c.List(ctx, queue.ListFilter{Sequence: "account:2"})
+	listed, err := c.List(ctx, queue.Filter{Sequence: "account:2"}, queue.Page{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +221,7 @@ func TestSequenceInvalid(t *testing.T) {
 	if _, err := c.GetSequence(ctx, ""); !errors.Is(err, queue.ErrInvalidRequest) {
 		t.Errorf("GetSequence(\"\") = %v", err)
 	}
-	if _, err := c.List(ctx, queue.ListFilter{Sequence: strings.Repeat("k", 1025)}); !errors.Is(err, queue.ErrInvalidRequest) {
+	if _, err := c.List(ctx, queue.Filter{Sequence: strings.Repeat("k", 1025)}, queue.Page{}); !errors.Is(err, queue.ErrInvalidRequest) {
 		t.Errorf("List(long sequence) = %v", err)
 	}
 }
@@ -392,7 +392,7 @@ func TestSequenceRequeueTogether(t *testing.T) {
 		setStatus(t, pool, "completed", ids[3])
 		var err error
 		if byID {
-			_, err = c.Requeue(ctx, queue.RequeueRequest{IDs: ids[:3]})
+			_, err = c.Requeue(ctx, queue.RequeueRequest{Filter: queue.Filter{IDs: ids[:3]}})
 		} else {
 			_, err = c.Requeue(ctx, queue.RequeueRequest{Filter: queue.Filter{Names: []string{"t"}}, BatchSize: 2})
 		}
@@ -442,7 +442,7 @@ func TestSequenceReadsIndexes(t *testing.T) {
 	if _, err := c.EnqueueTx(ctx, tx, "t", nil, queue.WithSequence("k1")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.RequeueTx(ctx, tx, queue.RequeueRequest{IDs: []int64{failed}}); err != nil {
+	if _, err := c.RequeueTx(ctx, tx, queue.RequeueRequest{Filter: queue.Filter{IDs: []int64{failed}}}); err != nil {
 		t.Fatal(err)
 	}
 	var seqScans, released int64

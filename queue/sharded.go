@@ -445,9 +445,9 @@ func (s *ShardedClient) Requeue(ctx context.Context, req RequeueRequest) (Change
 	if err := req.Validate(); err != nil {
 		return ChangeResult{}, err
 	}
-	return eachShard(ctx, s, req.IDs, func(c *Client, ids []int64, done int64) (ChangeResult, error) {
+	return eachShard(ctx, s, req.Filter.IDs, func(c *Client, ids []int64, done int64) (ChangeResult, error) {
 		sub := req
-		sub.IDs = ids
+		sub.Filter.IDs = ids
 		if req.Progress != nil {
 			sub.Progress = func(k int64) { req.Progress(done + k) }
 		}
@@ -460,9 +460,9 @@ func (s *ShardedClient) Cancel(ctx context.Context, req CancelRequest) (ChangeRe
 	if err := req.Validate(); err != nil {
 		return ChangeResult{}, err
 	}
-	return eachShard(ctx, s, req.IDs, func(c *Client, ids []int64, done int64) (ChangeResult, error) {
+	return eachShard(ctx, s, req.Filter.IDs, func(c *Client, ids []int64, done int64) (ChangeResult, error) {
 		sub := req
-		sub.IDs = ids
+		sub.Filter.IDs = ids
 		if req.Progress != nil {
 			sub.Progress = func(k int64) { req.Progress(done + k) }
 		}

@@ -193,7 +193,7 @@ func TestShardedByID(t *testing.T) {
 		t.Fatalf("Get of shard 9's task: %v, want ErrUnknownShard naming shard 9", err)
 	}
 	t.Logf("unknown shard: %v", err)
-	res, err := c.Cancel(ctx, queue.CancelRequest{IDs: append([]int64{foreign}, ids...)})
+	res, err := c.Cancel(ctx, queue.CancelRequest{Filter: queue.Filter{IDs: append([]int64{foreign}, ids...)}})
 	if !errors.Is(err, queue.ErrUnknownShard) || res.Changed != 0 {
 		t.Fatalf("Cancel naming shard 9's task: %+v, %v; want ErrUnknownShard and nothing cancelled", res, err)
 	}
@@ -204,11 +204,11 @@ func TestShardedByID(t *testing.T) {
 	}
 
 	// Cancel and Requeue by ID reach every shard named.
-	res, err = c.Cancel(ctx, queue.CancelRequest{IDs: ids})
+	res, err = c.Cancel(ctx, queue.CancelRequest{Filter: queue.Filter{IDs: ids}})
 	if err != nil || res.Changed != 4 || len(res.IDs) != 4 {
 		t.Fatalf("Cancel over two shards: %+v, %v", res, err)
 	}
-	rq, err := c.Requeue(ctx, queue.RequeueRequest{IDs: append(ids, ids[0]+1000), Filter: queue.Filter{Statuses: []queue.Status{queue.StatusCancelled}}})
+	rq, err := c.Requeue(ctx, queue.RequeueRequest{Filter: queue.Filter{IDs: append(ids, ids[0]+1000), Statuses: []queue.Status{queue.StatusCancelled}}})
 	if err != nil || rq.Changed != 4 || len(rq.Skipped) != 1 || rq.Skipped[0].ID != ids[0]+1000 {
 		t.Fatalf("Requeue over two shards: %+v, %v", rq, err)
 	}

@@ -17,25 +17,23 @@ type Stats struct {
 	Total QueueStats
 }
 
-// QueueStats summarizes one queue's tasks.
+// QueueStats summarizes one queue's tasks: how many are in each status
+// (Pending counts the due ones: the backlog).
 type QueueStats struct {
 	Queue     string
+	Waiting   int64
+	Scheduled int64
 	Pending   int64
+	Retrying  int64
 	Running   int64
 	Completed int64
 	Failed    int64
 	Cancelled int64
-	// Due counts the pending tasks whose run time has come: the backlog.
-	Due int64
-	// Retrying and Scheduled count the pending tasks that wait for a later
-	// run time: after a failed attempt, or as enqueued.
-	Retrying  int64
-	Scheduled int64
 	// PausedAt is when the queue was paused; nil when it is not (and in
 	// the total).
 	PausedAt *time.Time
-	// OldestDue is how long the oldest due pending task has waited past its
-	// run time; zero when none is due.
+	// OldestDue is how long the oldest pending (due) task has waited past
+	// its run time; zero when none is.
 	OldestDue time.Duration
 	// Recent counts the tasks that finished over the last 1, 5 and 15
 	// minutes, in that order. It counts the finished tasks still stored:
@@ -87,8 +85,8 @@ func (c *Client) Stats(ctx context.Context) (*Stats, error) {
 	}
 	for _, r := range rows {
 		q := QueueStats{
-			Queue: r.Queue, Pending: r.Pending, Running: r.Running, Completed: r.Completed,
-			Failed: r.Failed, Cancelled: r.Cancelled, Due: r.Due, Retrying: r.Retrying, Scheduled: r.Scheduled,
+			Queue: r.Queue, Waiting: r.Waiting, Scheduled: r.Scheduled, Pending: r.Pending, Retrying: r.Retrying,
+			Running: r.Running, Completed: r.Completed, Failed: r.Failed, Cancelled: r.Cancelled,
 			OldestDue: seconds(r.OldestDueSeconds), PausedAt: r.PausedAt,
 			Recent: []WindowStats{
 				{Window: StatsWindows[0], Completed: r.Completed1m, Failed: r.Failed1m},
@@ -107,14 +105,14 @@ func (c *Client) Stats(ctx context.Context) (*Stats, error) {
 // totals of several shards add up): counts and windows add, the oldest due
 // wait is the longer of the two.
 func (s *QueueStats) Add(q QueueStats) {
+	s.Waiting += q.Waiting
+	s.Scheduled += q.Scheduled
 	s.Pending += q.Pending
+	s.Retrying += q.Retrying
 	s.Running += q.Running
 	s.Completed += q.Completed
 	s.Failed += q.Failed
 	s.Cancelled += q.Cancelled
-	s.Due += q.Due
-	s.Retrying += q.Retrying
-	s.Scheduled += q.Scheduled
 	s.OldestDue = max(s.OldestDue, q.OldestDue)
 	for i, w := range q.Recent {
 		if i >= len(s.Recent) {

@@ -9,14 +9,29 @@ import (
 	"github.com/skiplock/skiplock/db"
 )
 
-// Status is where a task is in its life, as stored in its status column:
-// what the operator methods' filters select and what a worker's claim
-// reads. Task.Phase tells pending tasks apart by why they wait.
+// Status is where a task is in its life. The database stores fewer
+// statuses than there are: a stored pending task is StatusPending when it
+// is due, StatusScheduled or StatusRetrying while its run time is ahead.
+// Task.Status is derived from the stored status, run time and attempt
+// when the task is read; Filter.Statuses selects by the same values.
 type Status string
 
 const (
-	// StatusPending tasks wait to be claimed, now or at their RunAt.
+	// StatusWaiting tasks wait for the tasks they depend on (WithDependsOn,
+	// a Workflow's DependsOn) to complete, or for their turn in their
+	// sequence (WithSequence). The claim never reads them: they are
+	// outside its index. The completion of their last dependency, or the
+	// end of the task ahead of them in their sequence, makes them pending
+	// (or scheduled), in the same transaction.
+	StatusWaiting Status = "waiting"
+	// StatusScheduled tasks were enqueued to run later: attempt 0, RunAt
+	// ahead. They become pending at RunAt.
+	StatusScheduled Status = "scheduled"
+	// StatusPending tasks are due: a worker may claim them now.
 	StatusPending Status = "pending"
+	// StatusRetrying tasks failed an attempt and wait out the retry
+	// backoff: attempt above 0, RunAt ahead. They become pending at RunAt.
+	StatusRetrying Status = "retrying"
 	// StatusRunning tasks are held by a worker, guarded by its advisory lock.
 	StatusRunning Status = "running"
 	// StatusCompleted tasks' handlers returned nil.
@@ -29,15 +44,49 @@ const (
 )
 
 // Statuses lists every status in life order.
-var Statuses = []Status{StatusWaiting, StatusPending, StatusRunning, StatusCompleted, StatusFailed, StatusCancelled}
+var Statuses = []Status{StatusWaiting, StatusScheduled, StatusPending, StatusRetrying, StatusRunning, StatusCompleted, StatusFailed, StatusCancelled}
+
+// stored is the status column's value for s: pending for the three kinds
+// of pending task, s itself otherwise.
+func (s Status) stored() Status {
+	switch s {
+	case StatusScheduled, StatusRetrying:
+		return StatusPending
+	}
+	return s
+}
+
+// wait is how the operator queries tell a stored pending task of status s
+// apart (their waits parameter); empty for the statuses stored as they are.
+func (s Status) wait() string {
+	switch s {
+	case StatusPending:
+		return "due"
+	case StatusScheduled, StatusRetrying:
+		return string(s)
+	}
+	return ""
+}
+
+// statusAt derives a task's status from its stored columns at now.
+func statusAt(stored string, runAt time.Time, attempt int32, now time.Time) Status {
+	switch {
+	case Status(stored) != StatusPending, !runAt.After(now):
+		return Status(stored)
+	case attempt > 0:
+		return StatusRetrying
+	}
+	return StatusScheduled
+}
 
 // Task is a task as stored in skiplock_tasks.
 type Task struct {
-	ID          int64
-	Queue       string
-	Name        string
-	Payload     json.RawMessage
-	Metadata    json.RawMessage
+	ID       int64
+	Queue    string
+	Name     string
+	Payload  json.RawMessage
+	Metadata json.RawMessage
+	// Status is the task's status when it was read.
 	Status      Status
 	Priority    int
 	RunAt       time.Time
@@ -130,7 +179,7 @@ func taskFromRow(r db.SkiplockTask) (*Task, error) {
 		Name:        r.Name,
 		Payload:     r.Payload,
 		Metadata:    r.Metadata,
-		Status:      Status(r.Status),
+		Status:      statusAt(r.Status, r.RunAt, r.Attempt, time.Now()),
 		Priority:    int(r.Priority),
 		RunAt:       r.RunAt,
 		Attempt:     int(r.Attempt),

@@ -16,16 +16,6 @@ import (
 	"github.com/skiplock/skiplock/internal/pgerr"
 )
 
-// StatusWaiting tasks wait for the tasks they depend on (WithDependsOn, a
-// Workflow's DependsOn) to complete, or for their turn in their sequence
-// (WithSequence). The claim never reads them: they are outside its index.
-// The completion of their last dependency, or the end of the task ahead of
-// them in their sequence, makes them pending, in the same transaction.
-const StatusWaiting Status = "waiting"
-
-// PhaseWaiting is StatusWaiting as a Phase.
-const PhaseWaiting Phase = Phase(StatusWaiting)
-
 // DependencyFailure is what a task does when a task it depends on fails for
 // good or is cancelled.
 type DependencyFailure string

@@ -57,8 +57,12 @@ WHERE t.status = ANY(@statuses::text[])
   AND t.sequence_key = @sequence_key::text;
 
 -- name: TaskStatusMany :many
--- The current status of each of the given tasks that exists.
-SELECT t.id, t.status
+-- The current status of each of the given tasks that exists, a pending
+-- task's told apart as queue.Status does: pending (due), retrying or
+-- scheduled.
+SELECT t.id,
+       (CASE WHEN t.status <> 'pending' OR t.run_at <= now() THEN t.status
+             WHEN t.attempt > 0 THEN 'retrying' ELSE 'scheduled' END)::text AS status
 FROM skiplock_tasks AS t
 WHERE t.id = ANY(@ids::bigint[])
 ORDER BY t.id;
@@ -95,6 +99,7 @@ WITH picked AS MATERIALIZED (
       AND (sqlc.narg(finished_before)::timestamptz IS NULL OR t.finished_at < sqlc.narg(finished_before)::timestamptz)
       AND (sqlc.narg(error_contains)::text IS NULL
            OR strpos(lower(t.errors -> -1 ->> 'error'), lower(sqlc.narg(error_contains)::text)) > 0)
+      AND (sqlc.narg(sequence_key)::text IS NULL OR t.sequence_key = sqlc.narg(sequence_key)::text)
     ORDER BY t.id
     LIMIT @batch_size::integer
     FOR UPDATE SKIP LOCKED
@@ -172,7 +177,8 @@ SELECT coalesce((SELECT array_agg(requeued.id ORDER BY requeued.id) FROM requeue
        (SELECT count(*) FROM notified)::bigint AS queues_notified;
 
 -- name: TaskCancelBatch :one
--- Cancels one batch of pending, waiting or failed tasks matching the filter. Running
+-- Cancels one batch of pending, waiting or failed tasks matching the filter
+-- (waits narrows pending tasks as in TaskList). Running
 -- tasks are never touched: they are not in the statuses a cancel accepts,
 -- and a task claimed after the scan fails the re-check. Loop as with
 -- TaskRequeueBatch.
@@ -187,6 +193,9 @@ WITH picked AS MATERIALIZED (
       AND (sqlc.narg(finished_before)::timestamptz IS NULL OR t.finished_at < sqlc.narg(finished_before)::timestamptz)
       AND (sqlc.narg(error_contains)::text IS NULL
            OR strpos(lower(t.errors -> -1 ->> 'error'), lower(sqlc.narg(error_contains)::text)) > 0)
+      AND (cardinality(@waits::text[]) = 0 OR t.status <> 'pending'
+           OR (CASE WHEN t.run_at <= now() THEN 'due' WHEN t.attempt > 0 THEN 'retrying' ELSE 'scheduled' END) = ANY(@waits::text[]))
+      AND (sqlc.narg(sequence_key)::text IS NULL OR t.sequence_key = sqlc.narg(sequence_key)::text)
     ORDER BY t.id
     LIMIT @batch_size::integer
     FOR UPDATE SKIP LOCKED
@@ -205,7 +214,8 @@ SELECT (SELECT count(*) FROM picked)::bigint AS picked,
        (SELECT count(*) FROM cancelled)::bigint AS cancelled;
 
 -- name: TaskCancelMany :many
--- Cancels the named tasks that are pending, waiting or failed, waiting for (not
+-- Cancels the named tasks that are pending (narrowed by waits as in
+-- TaskList), waiting or failed, waiting for (not
 -- skipping) rows another transaction holds: a worker's claim holds a row for
 -- one statement, after which the task is running and is left alone.
 WITH picked AS MATERIALIZED (
@@ -213,6 +223,8 @@ WITH picked AS MATERIALIZED (
     FROM skiplock_tasks AS t
     WHERE t.id = ANY(@ids::bigint[])
       AND t.status = ANY(@statuses::text[])
+      AND (cardinality(@waits::text[]) = 0 OR t.status <> 'pending'
+           OR (CASE WHEN t.run_at <= now() THEN 'due' WHEN t.attempt > 0 THEN 'retrying' ELSE 'scheduled' END) = ANY(@waits::text[]))
     ORDER BY t.id
     FOR UPDATE
 )
@@ -262,8 +274,8 @@ SELECT (SELECT count(*) FROM picked)::bigint AS picked,
 -- rows still stored: a purge of recent tasks lowers them.
 WITH counts AS (
     SELECT t.queue,
-           count(*) FILTER (WHERE t.status = 'pending') AS pending,
-           count(*) FILTER (WHERE t.status = 'pending' AND t.run_at <= now()) AS due,
+           count(*) FILTER (WHERE t.status = 'waiting') AS waiting,
+           count(*) FILTER (WHERE t.status = 'pending' AND t.run_at <= now()) AS pending,
            count(*) FILTER (WHERE t.status = 'pending' AND t.run_at > now() AND t.attempt > 0) AS retrying,
            count(*) FILTER (WHERE t.status = 'pending' AND t.run_at > now() AND t.attempt = 0) AS scheduled,
            count(*) FILTER (WHERE t.status = 'running') AS running,
@@ -281,8 +293,8 @@ WITH counts AS (
     GROUP BY t.queue
 )
 SELECT coalesce(c.queue, q.name)::text AS queue,
+       coalesce(c.waiting, 0)::bigint AS waiting,
        coalesce(c.pending, 0)::bigint AS pending,
-       coalesce(c.due, 0)::bigint AS due,
        coalesce(c.retrying, 0)::bigint AS retrying,
        coalesce(c.scheduled, 0)::bigint AS scheduled,
        coalesce(c.running, 0)::bigint AS running,

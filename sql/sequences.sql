@@ -111,8 +111,11 @@ WHERE t.id IN (
 ORDER BY t.id;
 
 -- name: SequenceCounts :many
--- How many tasks of a sequence are in each status.
-SELECT t.status, count(*)::bigint AS count
+-- How many tasks of a sequence are in each status, pending tasks told
+-- apart as in TaskStatusMany.
+SELECT (CASE WHEN t.status <> 'pending' OR t.run_at <= now() THEN t.status
+             WHEN t.attempt > 0 THEN 'retrying' ELSE 'scheduled' END)::text AS status,
+       count(*)::bigint AS count
 FROM skiplock_tasks AS t
 WHERE t.sequence_key = @sequence_key::text
-GROUP BY t.status;
+GROUP BY 1;

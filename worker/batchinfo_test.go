@@ -113,7 +113,7 @@ func TestBatchCallbacks(t *testing.T) {
 	if info.Completed != 3 || info.Failed != 1 || info.Cancelled != 0 || info.Total != 5 || info.FinishedAt != nil || info.Finished() {
 		t.Fatalf("batch with one member pending: %+v", info)
 	}
-	if _, err := b.client.Cancel(ctx, queue.CancelRequest{IDs: enq.TaskIDs[4:]}); err != nil {
+	if _, err := b.client.Cancel(ctx, queue.CancelRequest{Filter: queue.Filter{IDs: enq.TaskIDs[4:]}}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 5*time.Second, "the OnFinish callback", func() bool { return len(runs.ran("finished")) == 1 })
@@ -190,7 +190,7 @@ func TestBatchRequeueAfterFinish(t *testing.T) {
 	waitFor(t, 5*time.Second, "OnSuccess cancelled", func() bool { return b.get(t, enq.OnSuccessTaskID).Status == queue.StatusCancelled })
 
 	healed.Store("yes", true)
-	if _, err := b.client.Requeue(ctx, queue.RequeueRequest{IDs: enq.TaskIDs[1:]}); err != nil {
+	if _, err := b.client.Requeue(ctx, queue.RequeueRequest{Filter: queue.Filter{IDs: enq.TaskIDs[1:]}}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 5*time.Second, "OnSuccess after the requeue", func() bool { return len(runs.ran("succeeded")) == 1 })

@@ -13,7 +13,7 @@ func TestCancelPollerFindsRequests(t *testing.T) {
 	b := setupJobs(t)
 	g := newGuard(b.deps(t, "w1", ModeLease, nil, nil))
 	rows := b.claim(t, g, "w1", 2)
-	if _, err := b.client.Cancel(context.Background(), queue.CancelRequest{IDs: []int64{rows[1].ID}, Filter: queue.Filter{Statuses: []queue.Status{queue.StatusRunning}}}); err != nil {
+	if _, err := b.client.Cancel(context.Background(), queue.CancelRequest{Filter: queue.Filter{IDs: []int64{rows[1].ID}, Statuses: []queue.Status{queue.StatusRunning}}}); err != nil {
 		t.Fatal(err)
 	}
 	got := make(chan []int64, 1)

@@ -138,7 +138,7 @@ func TestEncryptUnknownKeyFailsThenRunsAfterRequeue(t *testing.T) {
 	}
 
 	// The key is added: requeued, both run.
-	if _, err := client.Requeue(ctx, queue.RequeueRequest{IDs: []int64{lacking.ID, none.ID}}); err != nil {
+	if _, err := client.Requeue(ctx, queue.RequeueRequest{Filter: queue.Filter{IDs: []int64{lacking.ID, none.ID}}}); err != nil {
 		t.Fatal(err)
 	}
 	start(t, b.pool, worker.Config{Queues: []string{queue.DefaultQueue, "plain"}, Keyring: keyring(t, "k2", "k1", "k2")}, handlers)

@@ -48,7 +48,7 @@ func ExampleRateLimit_perKey() {
 	// Each key's window is in `skiplock limits` and on the dashboard.
 	stats, _ := q.Stats(ctx)
 	fmt.Println("completed", stats.Total.Completed)
-	waiting, _ := q.List(ctx, queue.ListFilter{Filter: queue.Filter{Statuses: []queue.Status{queue.StatusPending}}})
+	waiting, _ := q.List(ctx, queue.Filter{Statuses: []queue.Status{queue.StatusPending}}, queue.Page{})
 	for _, t := range waiting {
 		fmt.Printf("pending: %s, over its quota\n", t.Payload)
 	}

@@ -276,7 +276,7 @@ func (w *Worker) settle(e *execution, res result) bool {
 	e.cancel(context.Canceled)
 
 	f := w.finishFor(e, res)
-	w.cfg.Observer.Finished(e.task, Outcome(res.outcome), f.status, time.Since(e.task.StartedAt))
+	w.cfg.Observer.Finished(e.task, Outcome(res.outcome), f.next(), time.Since(e.task.StartedAt))
 	if e.onSettle != nil {
 		e.onSettle(f, res)
 		return true

@@ -283,7 +283,7 @@ func TestCancelRunningTask(t *testing.T) {
 	waitFor(t, 10*time.Second, "running", func() bool { return b.get(t, id).Status == queue.StatusRunning })
 	requested := time.Now()
 	res, err := b.client.Cancel(context.Background(), queue.CancelRequest{
-		IDs: []int64{id, 987654}, Filter: queue.Filter{Statuses: []queue.Status{queue.StatusRunning}},
+		Filter: queue.Filter{IDs: []int64{id, 987654}, Statuses: []queue.Status{queue.StatusRunning}},
 	})
 	if err != nil || len(res.Requested) != 1 || res.Requested[0] != id || res.Changed != 0 {
 		t.Fatalf("Cancel of a running task = %+v, %v", res, err)

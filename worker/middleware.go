@@ -23,8 +23,8 @@ type Observer interface {
 	// and got got.
 	Claimed(queueName string, asked, got int)
 	// Finished reports an attempt's outcome and where the task goes next
-	// (pending for a retry, snooze or shutdown; completed, failed or
-	// cancelled), after ran.
+	// (retrying, scheduled or pending for a retry, snooze or shutdown;
+	// completed, failed or cancelled), after ran.
 	Finished(t *Task, outcome Outcome, next queue.Status, ran time.Duration)
 	// Rescued reports a task that this worker, as the elected rescuer,
 	// returned to the queue (or failed) because its worker was gone.

@@ -117,6 +117,19 @@ func (w *Worker) classify(e *execution, err error) result {
 	return res
 }
 
+// next is the status the task goes to, as queue.Status tells it: one
+// written back pending is retrying or scheduled while its new run time is
+// ahead (after a retry's backoff or a snooze).
+func (f finish) next() queue.Status {
+	if f.status != queue.StatusPending || f.delayMs <= 0 {
+		return f.status
+	}
+	if f.attempt-f.refund > 0 {
+		return queue.StatusRetrying
+	}
+	return queue.StatusScheduled
+}
+
 // finishFor decides where the task goes next.
 func (w *Worker) finishFor(e *execution, res result) finish {
 	t := e.task

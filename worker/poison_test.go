@@ -172,7 +172,7 @@ func testPoison(t *testing.T, mode string) {
 		t.Fatal(err)
 	}
 	// Requeue clears the count: the task is an ordinary task again.
-	if _, err := b.client.Requeue(ctx, queue.RequeueRequest{IDs: []int64{poison}, Filter: queue.Filter{Statuses: []queue.Status{queue.StatusFailed}}}); err != nil {
+	if _, err := b.client.Requeue(ctx, queue.RequeueRequest{Filter: queue.Filter{IDs: []int64{poison}, Statuses: []queue.Status{queue.StatusFailed}}}); err != nil {
 		t.Fatal(err)
 	}
 	if p := b.get(t, poison); p.Status != queue.StatusPending || p.Crashes != 0 {

@@ -119,7 +119,7 @@ func TestProgressWhileRunning(t *testing.T) {
 	if running.Status != queue.StatusRunning || string(running.Progress) != "0.4" || string(running.Checkpoint) != `"page-7"` {
 		t.Errorf("while running: %s, progress %s, checkpoint %s", running.Status, running.Progress, running.Checkpoint)
 	}
-	list, err := b.client.List(ctx, queue.ListFilter{Filter: queue.Filter{Statuses: []queue.Status{queue.StatusRunning}}})
+	list, err := b.client.List(ctx, queue.Filter{Statuses: []queue.Status{queue.StatusRunning}}, queue.Page{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,8 +38,8 @@ func TestRetryPolicyPerName(t *testing.T) {
 	}{{"capped", 3 * time.Hour}, {"slow", 5 * time.Hour}, {"plain", time.Hour}} {
 		id := b.enqueue(t, c.name, nil, queue.WithMaxAttempts(10))
 		res := skiplocktest.Work(ctx, t, w, handlers, id)
-		if wait := time.Until(res.Task.RunAt); res.Status != queue.StatusPending || wait < c.retry-10*time.Minute || wait > c.retry+10*time.Minute {
-			t.Errorf("%s: %s, retry in %s; want pending, retry in about %s", c.name, res.Status, wait.Round(time.Minute), c.retry)
+		if wait := time.Until(res.Task.RunAt); res.Status != queue.StatusRetrying || wait < c.retry-10*time.Minute || wait > c.retry+10*time.Minute {
+			t.Errorf("%s: %s, retry in %s; want retrying, retry in about %s", c.name, res.Status, wait.Round(time.Minute), c.retry)
 		}
 		if c.name != "capped" {
 			continue
@@ -133,18 +133,18 @@ func TestOnErrorOnPanicDecide(t *testing.T) {
 		errorHas string
 		hookSaw  string
 	}{
-		{"limited", worker.OutcomeSnoozed, queue.StatusPending, 0, "", "limited: error"},
+		{"limited", worker.OutcomeSnoozed, queue.StatusScheduled, 0, "", "limited: error"},
 		{"gone", worker.OutcomeCancelled, queue.StatusCancelled, 1, "account gone", "gone: error"},
 		{"fatal", worker.OutcomeError, queue.StatusFailed, 1, "bad request", "fatal: error"},
-		{"flaky", worker.OutcomeError, queue.StatusPending, 1, "flaky", "flaky: error"},
+		{"flaky", worker.OutcomeError, queue.StatusRetrying, 1, "flaky", "flaky: error"},
 		{"ignored", worker.OutcomeSuccess, queue.StatusCompleted, 1, "", "ignored: error"},
 		{"ok", worker.OutcomeSuccess, queue.StatusCompleted, 1, "", ""},
-		{"snoozes", worker.OutcomeSnoozed, queue.StatusPending, 0, "", ""},
+		{"snoozes", worker.OutcomeSnoozed, queue.StatusScheduled, 0, "", ""},
 		{"cancels", worker.OutcomeCancelled, queue.StatusCancelled, 1, "cancelled by its handler", ""},
-		{"slow", worker.OutcomeTimeout, queue.StatusPending, 1, "timed out", "slow: timeout"},
+		{"slow", worker.OutcomeTimeout, queue.StatusRetrying, 1, "timed out", "slow: timeout"},
 		{"panic.cancel", worker.OutcomeCancelled, queue.StatusCancelled, 1, "panic: boom", "panic.cancel: panic boom"},
 		{"panic.permanent", worker.OutcomePanic, queue.StatusFailed, 1, "panic: boom", "panic.permanent: panic boom"},
-		{"panic.default", worker.OutcomePanic, queue.StatusPending, 1, "panic: boom", "panic.default: panic boom"},
+		{"panic.default", worker.OutcomePanic, queue.StatusRetrying, 1, "panic: boom", "panic.default: panic boom"},
 	} {
 		mu.Lock()
 		seen = nil
@@ -249,14 +249,14 @@ func TestRetryDelays(t *testing.T) {
 		status queue.Status
 		retry  time.Duration
 	}{
-		{"type's backoff", func() (queue.EnqueueResult, error) { return b.client.EnqueueArgs(ctx, report{Mode: "fail"}) }, queue.StatusPending, 2 * time.Hour},
-		{"handler's RetryAfter", func() (queue.EnqueueResult, error) { return b.client.EnqueueArgs(ctx, report{Mode: "own"}) }, queue.StatusPending, 5 * time.Minute},
+		{"type's backoff", func() (queue.EnqueueResult, error) { return b.client.EnqueueArgs(ctx, report{Mode: "fail"}) }, queue.StatusRetrying, 2 * time.Hour},
+		{"handler's RetryAfter", func() (queue.EnqueueResult, error) { return b.client.EnqueueArgs(ctx, report{Mode: "own"}) }, queue.StatusRetrying, 5 * time.Minute},
 		{"timeout, type's backoff", func() (queue.EnqueueResult, error) {
 			return b.client.EnqueueArgs(ctx, report{Mode: "timeout"}, queue.WithTimeout(20*time.Millisecond))
-		}, queue.StatusPending, 2 * time.Hour},
-		{"panic, the name's policy", func() (queue.EnqueueResult, error) { return b.client.EnqueueArgs(ctx, report{Mode: "panic"}) }, queue.StatusPending, 7 * time.Hour},
+		}, queue.StatusRetrying, 2 * time.Hour},
+		{"panic, the name's policy", func() (queue.EnqueueResult, error) { return b.client.EnqueueArgs(ctx, report{Mode: "panic"}) }, queue.StatusRetrying, 7 * time.Hour},
 		{"permanent", func() (queue.EnqueueResult, error) { return b.client.EnqueueArgs(ctx, report{Mode: "permanent"}) }, queue.StatusFailed, 0},
-		{"hook's RetryAfter", func() (queue.EnqueueResult, error) { return b.client.Enqueue(ctx, "hooked", nil) }, queue.StatusPending, 3 * time.Hour},
+		{"hook's RetryAfter", func() (queue.EnqueueResult, error) { return b.client.Enqueue(ctx, "hooked", nil) }, queue.StatusRetrying, 3 * time.Hour},
 	} {
 		enq, err := c.enq()
 		if err != nil {

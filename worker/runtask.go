@@ -20,8 +20,8 @@ type RunResult struct {
 	// Outcome is how the attempt ended: OutcomeSuccess, OutcomeError,
 	// OutcomePanic, OutcomeTimeout, OutcomeSnoozed, OutcomeCancelled...
 	Outcome Outcome
-	// Status is where the task went: completed; pending for a retry or a
-	// snooze; failed; cancelled.
+	// Status is where the task went: completed; retrying, scheduled or
+	// pending (due at once) for a retry or a snooze; failed; cancelled.
 	Status queue.Status
 	// Error is the error recorded in the task's history; empty on success
 	// and for a snooze.
@@ -72,7 +72,8 @@ func (w *Worker) RunTask(ctx context.Context, handlers Handlers, id int64) (*Run
 		if gerr != nil {
 			return nil, gerr
 		}
-		if _, ok := handlers[t.Name]; !ok && t.Status == queue.StatusPending {
+		pending := t.Status == queue.StatusPending || t.Status == queue.StatusScheduled || t.Status == queue.StatusRetrying
+		if _, ok := handlers[t.Name]; !ok && pending {
 			res := noHandler(t.Name, handlers)
 			return &RunResult{Outcome: OutcomeNoHandler, Status: t.Status, Error: res.err, Task: t}, nil
 		}
@@ -115,7 +116,7 @@ func (w *Worker) RunTask(ctx context.Context, handlers Handlers, id int64) (*Run
 	if err != nil {
 		return nil, err
 	}
-	return &RunResult{Outcome: Outcome(s.res.outcome), Status: f.status, Error: f.entry.Error, Task: t}, nil
+	return &RunResult{Outcome: Outcome(s.res.outcome), Status: f.next(), Error: f.entry.Error, Task: t}, nil
 }
 
 // renewOne renews the lease of a RunTask execution every third of it until

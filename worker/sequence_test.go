@@ -238,10 +238,10 @@ func TestSequenceHoldOnFailure(t *testing.T) {
 	}
 
 	failFirst.Store(false)
-	if _, err := b.client.Requeue(ctx, queue.RequeueRequest{IDs: []int64{ids["hold0"]}}); err != nil {
+	if _, err := b.client.Requeue(ctx, queue.RequeueRequest{Filter: queue.Filter{IDs: []int64{ids["hold0"]}}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.client.Cancel(ctx, queue.CancelRequest{IDs: []int64{ids["cancel0"]}}); err != nil {
+	if _, err := b.client.Cancel(ctx, queue.CancelRequest{Filter: queue.Filter{IDs: []int64{ids["cancel0"]}}}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 5*time.Second, "the held sequences went on", func() bool {

@@ -184,7 +184,7 @@ func TestWorkflowDependencyFails(t *testing.T) {
 	}
 
 	sw.set("b", false)
-	if _, err := b.client.Requeue(ctx, queue.RequeueRequest{IDs: []int64{id["b"]}}); err != nil {
+	if _, err := b.client.Requeue(ctx, queue.RequeueRequest{Filter: queue.Filter{IDs: []int64{id["b"]}}}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 5*time.Second, "the workflow completed after the requeue", func() bool {
@@ -217,7 +217,7 @@ func TestWorkflowCancelAndDelete(t *testing.T) {
 	if s := b.get(t, leaf.ID); s.Status != queue.StatusWaiting || s.WaitingFor != 2 || s.WorkflowID == 0 || s.WorkflowID != b.get(t, root).WorkflowID {
 		t.Fatalf("leaf: %+v", s)
 	}
-	if _, err := b.client.Cancel(ctx, queue.CancelRequest{IDs: []int64{mid.ID}}); err != nil {
+	if _, err := b.client.Cancel(ctx, queue.CancelRequest{Filter: queue.Filter{IDs: []int64{mid.ID}}}); err != nil {
 		t.Fatal(err)
 	}
 	if s := b.get(t, leaf.ID); s.Status != queue.StatusCancelled || s.Errors[0].Outcome != "dependency_cancelled" {
@@ -510,7 +510,7 @@ func TestWorkflowLongChain(t *testing.T) {
 		t.Fatal(err)
 	}
 	head := enq.TaskIDs["s0"]
-	if _, err := b.client.Cancel(ctx, queue.CancelRequest{IDs: []int64{head}}); err != nil {
+	if _, err := b.client.Cancel(ctx, queue.CancelRequest{Filter: queue.Filter{IDs: []int64{head}}}); err != nil {
 		t.Fatal(err)
 	}
 	if got := b.count(t, "status = 'cancelled'"); got != n {
@@ -520,7 +520,7 @@ func TestWorkflowLongChain(t *testing.T) {
 	if want := fmt.Sprintf("dependency %d (step) was cancelled", enq.TaskIDs[fmt.Sprint("s", n-2)]); last.Errors[0].Error != want {
 		t.Fatalf("the last task's reason: %q, want %q", last.Errors[0].Error, want)
 	}
-	if _, err := b.client.Requeue(ctx, queue.RequeueRequest{IDs: []int64{head}, Filter: queue.Filter{Statuses: []queue.Status{queue.StatusCancelled}}}); err != nil {
+	if _, err := b.client.Requeue(ctx, queue.RequeueRequest{Filter: queue.Filter{IDs: []int64{head}, Statuses: []queue.Status{queue.StatusCancelled}}}); err != nil {
 		t.Fatal(err)
 	}
 	if got := b.count(t, "status = 'waiting'"); got != n-1 {

@@ -169,9 +169,9 @@ func run(ctx context.Context, stdout io.Writer, databaseURL string) error {
 	go func() { done <- w.Run(workCtx, handlers) }()
 
 	fmt.Fprintln(out, "Worker running:")
-	unfinished := queue.ListFilter{IDs: ids, Filter: queue.Filter{Statuses: []queue.Status{queue.StatusPending, queue.StatusRunning}}}
+	unfinished := queue.Filter{Statuses: []queue.Status{queue.StatusPending, queue.StatusRetrying, queue.StatusRunning}, IDs: ids}
 	for {
-		left, err := client.List(ctx, unfinished)
+		left, err := client.List(ctx, unfinished, queue.Page{})
 		if err != nil {
 			return err
 		}

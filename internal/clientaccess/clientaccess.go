@@ -17,6 +17,6 @@ var (
 	// interpreted.
 	Exec func(client any) pgerr.Executor
 	// Count counts the tasks of a *queue.Client that a queue.ListFilter
-	// selects, its Limit and BeforeID aside.
+	// selects.
 	Count func(ctx context.Context, client, filter any) (int64, error)
 )

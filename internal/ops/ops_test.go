@@ -167,16 +167,12 @@ func TestCount(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	f := queue.ListFilter{Filter: queue.Filter{Statuses: []queue.Status{queue.StatusFailed}, Queues: []string{"mail"},
-		Names: []string{"send"}, ErrorContains: "timeout", Since: time.Now().Add(-time.Hour)}}
+	f := queue.Filter{Statuses: []queue.Status{queue.StatusFailed}, Queues: []string{"mail"},
+		Names: []string{"send"}, ErrorContains: "timeout", Since: time.Now().Add(-time.Hour)}
 	if n, err := ops.Count(ctx, c, f); err != nil || n != 7 {
 		t.Fatalf("Count = %d, %v; want 7", n, err)
 	}
-	f.Limit = 2 // List's page; Count ignores it
-	if n, err := ops.Count(ctx, c, f); err != nil || n != 7 {
-		t.Fatalf("Count with a limit = %d, %v; want 7", n, err)
-	}
-	if n, err := ops.Count(ctx, c, queue.ListFilter{}); err != nil || n != 13 {
+	if n, err := ops.Count(ctx, c, queue.Filter{}); err != nil || n != 13 {
 		t.Fatalf("Count of every task = %d, %v; want 13", n, err)
 	}
 
@@ -185,7 +181,7 @@ func TestCount(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	seq := queue.ListFilter{Sequence: "account:2"}
+	seq := queue.Filter{Sequence: "account:2"}
 	if n, err := ops.Count(ctx, c, seq); err != nil || n != 3 {
 		t.Fatalf("Count(Sequence) = %d, %v; want 3", n, err)
 	}
@@ -195,9 +191,9 @@ func TestCount(t *testing.T) {
 		t.Fatalf("Count(Sequence, pending) = %d, %v; want 1", n, err)
 	}
 
-	bad := queue.ListFilter{Sequence: strings.Repeat("k", queue.MaxKeyLength+1)}
+	bad := queue.Filter{Sequence: strings.Repeat("k", queue.MaxKeyLength+1)}
 	_, err := ops.Count(ctx, c, bad)
-	if _, lerr := c.List(ctx, bad); !errors.Is(err, queue.ErrInvalidRequest) || lerr == nil || err.Error() != lerr.Error() {
+	if _, lerr := c.List(ctx, bad, queue.Page{}); !errors.Is(err, queue.ErrInvalidRequest) || lerr == nil || err.Error() != lerr.Error() {
 		t.Fatalf("Count(long sequence) = %v, List's = %v; want List's ErrInvalidRequest", err, lerr)
 	}
 }
@@ -221,7 +217,7 @@ func TestNotMigrated(t *testing.T) {
 	c := queue.New(pgtest.NewPool(t, pgtest.Schema(t, false)))
 	_, err1 := ops.Locks(ctx, c)
 	_, err2 := ops.Schema(ctx, c)
-	_, err3 := ops.Count(ctx, c, queue.ListFilter{})
+	_, err3 := ops.Count(ctx, c, queue.Filter{})
 	_, _, err4 := ops.Workers(ctx, c)
 	_, err5 := ops.Queues(ctx, c)
 	for i, err := range []error{err1, err2, err3, err4, err5} {

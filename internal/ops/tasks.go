@@ -11,7 +11,7 @@ import (
 // Count returns how many tasks match f (its Limit and BeforeID aside): how
 // many a change of the command would touch, how many a page of the
 // dashboard leaves out. Its errors are List's for the same filter.
-func Count(ctx context.Context, c *queue.Client, f queue.ListFilter) (int64, error) {
+func Count(ctx context.Context, c *queue.Client, f queue.Filter) (int64, error) {
 	return clientaccess.Count(ctx, c, f)
 }
 

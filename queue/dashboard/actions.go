@@ -140,7 +140,7 @@ func (h *handler) requeueOne(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res, err := h.client.Requeue(ctx, queue.RequeueRequest{
-		IDs: []int64{id}, Filter: queue.Filter{Statuses: []queue.Status{queue.StatusFailed, queue.StatusCancelled}},
+		Filter: queue.Filter{IDs: []int64{id}, Statuses: []queue.Status{queue.StatusFailed, queue.StatusCancelled}},
 		Reason: requeueReason,
 	})
 	if err != nil {
@@ -165,14 +165,14 @@ func (h *handler) cancelOne(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	res, err := h.client.Cancel(ctx, queue.CancelRequest{IDs: []int64{id}})
+	res, err := h.client.Cancel(ctx, queue.CancelRequest{Filter: queue.Filter{IDs: []int64{id}}})
 	if err != nil {
 		h.actionFailed(w, r, err)
 		return
 	}
 	def := fmt.Sprintf("/tasks/%d", id)
 	if res.Changed == 0 {
-		h.done(w, r, def, "Task %d was not cancelled: only pending and failed tasks can be.%s", id, skippedNote(res.Skipped))
+		h.done(w, r, def, "Task %d was not cancelled: only waiting, scheduled, pending, retrying and failed tasks can be.%s", id, skippedNote(res.Skipped))
 		return
 	}
 	h.done(w, r, def, "Cancelled task %d.", id)
@@ -189,7 +189,7 @@ func (h *handler) cancelRunning(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res, err := h.client.Cancel(ctx, queue.CancelRequest{
-		IDs: []int64{id}, Filter: queue.Filter{Statuses: []queue.Status{queue.StatusRunning}},
+		Filter: queue.Filter{IDs: []int64{id}, Statuses: []queue.Status{queue.StatusRunning}},
 	})
 	if err != nil {
 		h.actionFailed(w, r, err)
@@ -215,7 +215,7 @@ func (h *handler) requeueMany(w http.ResponseWriter, r *http.Request) {
 	action := Action{Kind: queue.AuditRequeue}
 	switch {
 	case len(ids) > 0:
-		req.IDs, action.IDs = ids, ids
+		req.Filter.IDs, action.IDs = ids, ids
 	case r.PostFormValue("scope") == "filter":
 		req.Filter = formFilter(r, queue.StatusFailed)
 		action.Filter = &req.Filter
@@ -247,7 +247,7 @@ func (h *handler) cancelMany(w http.ResponseWriter, r *http.Request) {
 	action := Action{Kind: queue.AuditCancel}
 	switch {
 	case len(ids) > 0:
-		req.IDs, action.IDs = ids, ids
+		req.Filter.IDs, action.IDs = ids, ids
 	case r.PostFormValue("scope") == "filter":
 		req.Filter = formFilter(r, queue.StatusFailed)
 		action.Filter = &req.Filter

@@ -71,12 +71,11 @@ var funcs = template.FuncMap{
 		}
 		return "-"
 	},
-	"phase":     func(t *queue.Task) string { return string(t.Phase()) },
 	"why":       func(t *queue.Task) string { return t.Why(time.Now()) },
 	"permanent": func(t *queue.Task) bool { return t.FailedPermanently() },
-	"waiting": func(t *queue.Task) bool {
-		st := t.Phase()
-		return st == queue.PhaseRetrying || st == queue.PhaseScheduled
+	// later: a pending task whose run time is ahead, which Run now makes due.
+	"later": func(t *queue.Task) bool {
+		return t.Status == queue.StatusRetrying || t.Status == queue.StatusScheduled
 	},
 	"chart": func(completed, failed []float64, since time.Time) template.HTML {
 		return barChart(completed, failed, since, smallChart, "tasks completed and failed per minute over the last hour")
@@ -124,7 +123,7 @@ var funcs = template.FuncMap{
 		}
 		return fmt.Sprintf("%.0f", f)
 	},
-	"statuses": func() []string { return listStatuses },
+	"statuses": func() []queue.Status { return queue.Statuses },
 	"join":     strings.Join,
 	"firstLine": func(s string) string {
 		line, _, _ := strings.Cut(s, "\n")
@@ -159,10 +158,6 @@ func clip(s string, n int) string {
 
 // timeLayout shows times to the second with their zone.
 const timeLayout = "2006-01-02 15:04:05 MST"
-
-// listStatuses are the tasks page's status filter: the stored statuses,
-// and the kinds of pending task.
-var listStatuses = []string{"waiting", "pending", "retrying", "scheduled", "running", "completed", "failed", "cancelled"}
 
 var pageNames = []string{"queues", "tasks", "task", "workflow", "batches", "batch", "sequence", "failed", "locks", "enqueue", "periodic", "ratelimits", "audit", "error"}
 
@@ -331,12 +326,9 @@ func (h *handler) listTasks(r *http.Request, status string) (*listView, error) {
 	if v.Status == "" {
 		v.Status = q.Get("status")
 	}
-	f := queue.ListFilter{Limit: PageSize + 1}
-	switch st := queue.Phase(v.Status); st {
-	case "":
-	case queue.PhaseRetrying, queue.PhaseScheduled:
-		f.Phases = []queue.Phase{st}
-	default:
+	var f queue.Filter
+	page := queue.Page{Limit: PageSize + 1}
+	if v.Status != "" {
 		f.Statuses = []queue.Status{queue.Status(v.Status)}
 	}
 	if v.Queue != "" {
@@ -357,9 +349,9 @@ func (h *handler) listTasks(r *http.Request, status string) (*listView, error) {
 		if err != nil || id <= 0 {
 			return nil, fmt.Errorf("%w: before must be a task ID, got %q", queue.ErrInvalidRequest, b)
 		}
-		f.BeforeID, v.Before = id, id
+		page.BeforeID, v.Before = id, id
 	}
-	tasks, err := h.client.List(r.Context(), f)
+	tasks, err := h.client.List(r.Context(), f, page)
 	if err != nil {
 		return nil, err
 	}
@@ -478,7 +470,6 @@ func (h *handler) taskPage(w http.ResponseWriter, r *http.Request) {
 type workflowNode struct {
 	*queue.Task
 	Step  string
-	Phase queue.Phase
 	Why   string
 	After []string // the labels of the tasks it depends on
 }
@@ -499,25 +490,25 @@ func (h *handler) workflowPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := time.Now()
-	counts := map[queue.Phase]int{}
+	counts := map[queue.Status]int{}
 	var levels [][]workflowNode
 	for _, tasks := range wf.Levels() {
 		var nodes []workflowNode
 		for _, t := range tasks {
-			n := workflowNode{Task: t, Step: wf.Steps[t.ID], Phase: t.PhaseAt(now), Why: t.Why(now)}
+			n := workflowNode{Task: t, Step: wf.Steps[t.ID], Why: t.Why(now)}
 			if t.Status == queue.StatusCancelled && len(t.Errors) > 0 {
 				n.Why = t.Errors[len(t.Errors)-1].Error
 			}
 			for _, d := range t.DependsOn {
 				n.After = append(n.After, wf.Label(d))
 			}
-			counts[n.Phase]++
+			counts[t.Status]++
 			nodes = append(nodes, n)
 		}
 		levels = append(levels, nodes)
 	}
 	var summary []string
-	for _, st := range queue.Phases {
+	for _, st := range queue.Statuses {
 		if counts[st] > 0 {
 			summary = append(summary, fmt.Sprintf("%d %s", counts[st], st))
 		}
@@ -569,9 +560,8 @@ func (h *handler) batchesPage(w http.ResponseWriter, r *http.Request) {
 // batchRow is one task on a batch's page.
 type batchRow struct {
 	*queue.Task
-	Role  string // member, on finish, on success
-	Phase queue.Phase
-	Why   string
+	Role string // member, on finish, on success
+	Why  string
 }
 
 func (h *handler) batchPage(w http.ResponseWriter, r *http.Request) {
@@ -604,7 +594,7 @@ func (h *handler) batchPage(w http.ResponseWriter, r *http.Request) {
 		stored++
 	}
 	for _, t := range tasks {
-		row := batchRow{Task: t, Role: "member", Phase: t.PhaseAt(now), Why: t.Why(now)}
+		row := batchRow{Task: t, Role: "member", Why: t.Why(now)}
 		switch t.ID {
 		case b.OnFinishTaskID:
 			row.Role = "on finish"
@@ -626,9 +616,8 @@ func (h *handler) batchPage(w http.ResponseWriter, r *http.Request) {
 // sequenceRow is one task on a sequence's page.
 type sequenceRow struct {
 	*queue.Task
-	Phase queue.Phase
-	Why   string
-	Head  bool
+	Why  string
+	Head bool
 }
 
 // sequencePage shows the tasks of the sequence ?key= in order. The key is a
@@ -651,7 +640,7 @@ func (h *handler) sequencePage(w http.ResponseWriter, r *http.Request) {
 	var rows []sequenceRow
 	var head *queue.Task
 	for _, t := range seq.Tasks {
-		row := sequenceRow{Task: t, Phase: t.PhaseAt(now), Why: t.Why(now), Head: t.ID == seq.Head}
+		row := sequenceRow{Task: t, Why: t.Why(now), Head: t.ID == seq.Head}
 		if (t.Status == queue.StatusFailed || t.Status == queue.StatusCancelled) && t.LastError() != "" {
 			row.Why = t.LastError()
 		}

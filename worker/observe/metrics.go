@@ -158,7 +158,7 @@ func (m *Metrics) Finished(t *worker.Task, outcome worker.Outcome, next queue.St
 		m.failed.WithLabelValues(t.Queue, t.Name).Inc()
 	case queue.StatusCancelled:
 		m.cancelled.WithLabelValues(t.Queue, t.Name).Inc()
-	case queue.StatusPending:
+	case queue.StatusPending, queue.StatusRetrying, queue.StatusScheduled:
 		if failed(outcome) {
 			m.retried.WithLabelValues(t.Queue, t.Name).Inc()
 		}

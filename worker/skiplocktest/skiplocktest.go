@@ -229,7 +229,7 @@ func tasksNamed(t TB, exec queue.Executor, names []string) ([]*queue.Task, bool)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	// ListTx reads through exec alone: the client's pool is never used.
-	tasks, err := queue.New(nil).ListTx(ctx, exec, queue.ListFilter{Filter: queue.Filter{Names: names}, Limit: maxTasks})
+	tasks, err := queue.New(nil).ListTx(ctx, exec, queue.Filter{Names: names}, queue.Page{Limit: maxTasks})
 	if err != nil {
 		t.Fatalf("skiplocktest: reading tasks %q: %v", names, err)
 		return nil, false

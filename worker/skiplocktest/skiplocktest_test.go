@@ -275,11 +275,11 @@ func TestWork(t *testing.T) {
 		errorHas string
 	}{
 		{"ok", nil, worker.OutcomeSuccess, queue.StatusCompleted, 1, ""},
-		{"flaky", nil, worker.OutcomeError, queue.StatusPending, 1, "mail server busy"},
+		{"flaky", nil, worker.OutcomeError, queue.StatusRetrying, 1, "mail server busy"},
 		{"permanent", nil, worker.OutcomeError, queue.StatusFailed, 1, "no such user"},
-		{"later", nil, worker.OutcomeSnoozed, queue.StatusPending, 0, ""},
-		{"panics", nil, worker.OutcomePanic, queue.StatusPending, 1, "panic: boom"},
-		{"slow", []queue.Option{queue.WithTimeout(20 * time.Millisecond)}, worker.OutcomeTimeout, queue.StatusPending, 1, "timed out after 20ms"},
+		{"later", nil, worker.OutcomeSnoozed, queue.StatusScheduled, 0, ""},
+		{"panics", nil, worker.OutcomePanic, queue.StatusRetrying, 1, "panic: boom"},
+		{"slow", []queue.Option{queue.WithTimeout(20 * time.Millisecond)}, worker.OutcomeTimeout, queue.StatusRetrying, 1, "timed out after 20ms"},
 		{"unknown", nil, worker.OutcomeNoHandler, queue.StatusPending, 0, `no handler for task name "unknown"`},
 	} {
 		id := enqueue(c.name, c.opts...)
@@ -287,10 +287,11 @@ func TestWork(t *testing.T) {
 		if res.Outcome != c.outcome || res.Status != c.status || !strings.Contains(res.Error, c.errorHas) {
 			t.Errorf("%s: outcome %q, status %s, error %q; want %q, %s, containing %q", c.name, res.Outcome, res.Status, res.Error, c.outcome, c.status, c.errorHas)
 		}
-		if res.Task.ID != id || res.Task.Status != c.status || res.Task.Attempt != c.attempt || res.Task.WorkerID != w.ID() && c.status != queue.StatusPending {
+		back := c.status == queue.StatusScheduled || c.status == queue.StatusPending || c.status == queue.StatusRetrying
+		if res.Task.ID != id || res.Task.Status != c.status || res.Task.Attempt != c.attempt || res.Task.WorkerID != w.ID() && !back {
 			t.Errorf("%s: stored task %+v, want status %s, attempt %d, worker %s", c.name, res.Task, c.status, c.attempt, w.ID())
 		}
-		if c.status == queue.StatusPending && c.outcome != worker.OutcomeSnoozed && c.outcome != worker.OutcomeNoHandler && time.Until(res.Task.RunAt) < 50*time.Minute {
+		if c.status == queue.StatusRetrying && time.Until(res.Task.RunAt) < 50*time.Minute {
 			t.Errorf("%s: retry at %s, want in about an hour (RetryBackoff)", c.name, res.Task.RunAt)
 		}
 	}
@@ -532,7 +533,7 @@ func TestWorkCallerCancels(t *testing.T) {
 		<-hctx.Done()
 		return hctx.Err()
 	}}, id.ID)
-	if res.Outcome != worker.OutcomeError || res.Status != queue.StatusPending || res.Task.Attempt != 1 || !strings.Contains(res.Error, "context canceled") {
-		t.Errorf("outcome %q, status %s, attempt %d, error %q; want error, pending, 1, context canceled", res.Outcome, res.Status, res.Task.Attempt, res.Error)
+	if res.Outcome != worker.OutcomeError || res.Status != queue.StatusRetrying || res.Task.Attempt != 1 || !strings.Contains(res.Error, "context canceled") {
+		t.Errorf("outcome %q, status %s, attempt %d, error %q; want error, retrying, 1, context canceled", res.Outcome, res.Status, res.Task.Attempt, res.Error)
 	}
 }

@@ -147,9 +147,9 @@ func TestProducerCannotChange(t *testing.T) {
 		_, pool := b.as(t, kind)
 		c := queue.New(pool)
 		who := string(kind) + ": "
-		_, err := c.Cancel(ctx, queue.CancelRequest{IDs: []int64{pending.ID}})
+		_, err := c.Cancel(ctx, queue.CancelRequest{Filter: queue.Filter{IDs: []int64{pending.ID}}})
 		wantDenied(t, who+"Cancel", err)
-		_, err = c.Requeue(ctx, queue.RequeueRequest{IDs: []int64{failed}})
+		_, err = c.Requeue(ctx, queue.RequeueRequest{Filter: queue.Filter{IDs: []int64{failed}}})
 		wantDenied(t, who+"Requeue", err)
 		_, err = c.Delete(ctx, []int64{failed})
 		wantDenied(t, who+"Delete", err)

@@ -54,7 +54,6 @@ type batchTaskJSON struct {
 	Name   string       `json:"name"`
 	Queue  string       `json:"queue"`
 	Status queue.Status `json:"status"`
-	Phase  queue.Phase  `json:"state"`
 	Why    string       `json:"why,omitempty"`
 }
 
@@ -137,11 +136,11 @@ func (a *app) batchShowCommand() *cobra.Command {
 		Use:   "show ID",
 		Short: "Show a batch: its counts, callbacks and tasks",
 		Long: `Show a batch: how many of its members completed, failed for good, were
-cancelled or have not finished, its callbacks and their states, and its
+cancelled or have not finished, its callbacks and their statuses, and its
 tasks still stored (tasks past their retention are gone from the list but
 still counted).`,
 		Example: `  skiplock batch show 12
-  skiplock batch show 12 --json | jq '.tasks[] | select(.state == "failed")'`,
+  skiplock batch show 12 --json | jq '.tasks[] | select(.status == "failed")'`,
 		Args: exactArgs(1, "batch show needs one batch ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ids, err := parseIDs(args)
@@ -177,7 +176,7 @@ still counted).`,
 					why = t.Errors[len(t.Errors)-1].Error
 				}
 				out.Tasks = append(out.Tasks, batchTaskJSON{ID: t.ID, Role: role, Name: t.Name, Queue: t.Queue,
-					Status: t.Status, Phase: t.PhaseAt(now), Why: why})
+					Status: t.Status, Why: why})
 			}
 			if a.json {
 				return a.printJSON(out)
@@ -200,9 +199,9 @@ func printBatch(w io.Writer, b batchJSON) {
 		fmt.Fprintf(w, "  Finished: %s (%s ago)\n", stamp(*b.FinishedAt), ago(*b.FinishedAt))
 	}
 	fmt.Fprintln(w)
-	tw := table(w, "  ROLE", "TASK", "NAME", "QUEUE", "STATE", "WHY")
+	tw := table(w, "  ROLE", "TASK", "NAME", "QUEUE", "STATUS", "WHY")
 	for _, t := range b.Tasks {
-		row(tw, "  "+t.Role, t.ID, t.Name, t.Queue, string(t.Phase), orDash(clip(t.Why, 80)))
+		row(tw, "  "+t.Role, t.ID, t.Name, t.Queue, string(t.Status), orDash(clip(t.Why, 80)))
 	}
 	tw.Flush()
 	if gone := b.Total + countCallbacks(b) - len(b.Tasks); gone > 0 {

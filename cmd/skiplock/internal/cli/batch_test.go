@@ -80,12 +80,12 @@ func TestBatchListShow(t *testing.T) {
 		State     string `json:"state"`
 		Completed int    `json:"completed"`
 		Tasks     []struct {
-			Role  string `json:"role"`
-			State string `json:"state"`
+			Role   string `json:"role"`
+			Status string `json:"status"`
 		} `json:"tasks"`
 	}
 	b.run(t, "batch", "show", fmt.Sprint(enq.ID), "--json").ok(t).decode(t, &out)
-	if out.State != "finished" || out.Completed != 1 || len(out.Tasks) != 5 || out.Tasks[3].Role != "on_finish" || out.Tasks[3].State != "pending" {
+	if out.State != "finished" || out.Completed != 1 || len(out.Tasks) != 5 || out.Tasks[3].Role != "on_finish" || out.Tasks[3].Status != "pending" {
 		t.Errorf("batch show --json = %+v", out)
 	}
 

@@ -53,8 +53,7 @@ type byIDs struct {
 	action string // requeue
 	past   string // requeued
 	ids    []int64
-	target queue.Status // a task already here is fine
-	alsoOK queue.Status // a task skipped in this status is fine too
+	fine   []queue.Status // a task skipped in one of these is fine (already there)
 	dryRun bool
 	why    func(queue.Status) string
 	// run changes ids, tasks of client's database.
@@ -102,7 +101,7 @@ func (a *app) changeByIDs(ctx context.Context, set shardSet, c byIDs) error {
 		if s.Status != "" {
 			reason = c.why(s.Status)
 		}
-		ok := s.Status != "" && (s.Status == c.target || s.Status == c.alsoOK)
+		ok := s.Status != "" && slices.Contains(c.fine, s.Status)
 		out.Skipped = append(out.Skipped, skipJSON{ID: s.ID, Status: s.Status, Reason: reason, OK: ok})
 		if !ok {
 			failed = append(failed, fmt.Sprintf("%d %s", s.ID, reason))
@@ -222,12 +221,12 @@ func (a *app) changeBulk(ctx context.Context, set shardSet, b bulk) error {
 		return a.changeBulkShards(ctx, set, b)
 	}
 	client := set[0].client
-	n, err := ops.Count(ctx, client, queue.ListFilter{Filter: b.filter})
+	n, err := ops.Count(ctx, client, b.filter)
 	if err != nil {
 		return err
 	}
 	if b.dryRun {
-		tasks, err := client.List(ctx, queue.ListFilter{Filter: b.filter, Limit: b.limit})
+		tasks, err := client.List(ctx, b.filter, queue.Page{Limit: b.limit})
 		if err != nil {
 			return err
 		}
@@ -301,7 +300,7 @@ func (f *bulkFlags) register(c *cobra.Command, batch int, dryRunUsage string) {
 // open connects, unless the input is bad: the request's error (its
 // Validate), or a --limit that List would refuse.
 func (f *bulkFlags) open(ctx context.Context, a *app, request error) (*queue.Client, func(), error) {
-	if err := invalidInput(request, queue.ListFilter{Limit: int(f.limit)}.Validate()); err != nil {
+	if err := invalidInput(request, queue.Page{Limit: int(f.limit)}.Validate()); err != nil {
 		return nil, nil, err
 	}
 	return a.open(ctx)
@@ -309,7 +308,7 @@ func (f *bulkFlags) open(ctx context.Context, a *app, request error) (*queue.Cli
 
 // openShards is open on every configured shard.
 func (f *bulkFlags) openShards(ctx context.Context, a *app, request error) (shardSet, func(), error) {
-	if err := invalidInput(request, queue.ListFilter{Limit: int(f.limit)}.Validate()); err != nil {
+	if err := invalidInput(request, queue.Page{Limit: int(f.limit)}.Validate()); err != nil {
 		return nil, nil, err
 	}
 	return a.openShards(ctx)
@@ -385,8 +384,7 @@ not found); a task already pending is fine.`,
 			}
 			req := queue.RequeueRequest{ResetAttempts: reset, Reason: reason, BatchSize: int(bf.batch), Filter: f}
 			if len(ids) > 0 {
-				req.IDs = ids
-				req.Filter = queue.Filter{Statuses: statuses}
+				req.Filter = queue.Filter{IDs: ids, Statuses: statuses}
 			}
 			set, done, err := bf.openShards(cmd.Context(), a, req.Validate())
 			if err != nil {
@@ -396,11 +394,12 @@ not found); a task already pending is fine.`,
 
 			if len(ids) > 0 {
 				return a.changeByIDs(cmd.Context(), set, byIDs{
-					action: "requeue", past: "requeued", ids: ids, target: queue.StatusPending, dryRun: bf.dryRun,
+					action: "requeue", past: "requeued", ids: ids, dryRun: bf.dryRun,
+					fine: []queue.Status{queue.StatusScheduled, queue.StatusPending, queue.StatusRetrying},
 					why: func(s queue.Status) string {
 						switch s {
-						case queue.StatusPending:
-							return "already pending"
+						case queue.StatusScheduled, queue.StatusPending, queue.StatusRetrying:
+							return "already " + string(s)
 						case queue.StatusRunning:
 							return "running, not requeued"
 						case queue.StatusCancelled:
@@ -410,13 +409,13 @@ not found); a task already pending is fine.`,
 					},
 					run: func(ctx context.Context, client *queue.Client, ids []int64) ([]int64, []queue.SkippedTask, error) {
 						req := req
-						req.IDs = ids
+						req.Filter.IDs = ids
 						res, err := client.Requeue(ctx, req)
 						return res.IDs, res.Skipped, err
 					},
 					runTx: func(ctx context.Context, client *queue.Client, tx queue.Executor, ids []int64) ([]int64, []queue.SkippedTask, error) {
 						req := req
-						req.IDs = ids
+						req.Filter.IDs = ids
 						res, err := client.RequeueTx(ctx, tx, req)
 						return res.IDs, res.Skipped, err
 					},
@@ -452,22 +451,22 @@ func (a *app) cancelCommand() *cobra.Command {
 	c := newCommand(&cobra.Command{
 		Use:   "cancel [ID...]",
 		Short: "Cancel pending, failed or running tasks",
-		Long: `Cancel tasks. Pending and failed tasks become cancelled at once and are
-not run again unless requeued (skiplock requeue --cancelled). For a running
-task, cancellation is requested: the worker running it, on whichever
-machine, cancels its handler's context at once (NOTIFY, with a poll as
-fallback); if the handler then returns an error the task ends cancelled,
-if it returns nil it ends completed.
+		Long: `Cancel tasks. Waiting, scheduled, pending, retrying and failed tasks
+become cancelled at once and are not run again unless requeued (skiplock
+requeue --cancelled). For a running task, cancellation is requested: the
+worker running it, on whichever machine, cancels its handler's context at
+once (NOTIFY, with a poll as fallback); if the handler then returns an
+error the task ends cancelled, if it returns nil it ends completed.
 
 Name the tasks by ID (running ones included), or select them with filters
 (--status, --queue, --name, --since, --error-contains); a selection covers
-pending and failed tasks unless --status running is given, and asks for
+every status but running unless --status says which, and asks for
 confirmation (--yes skips it; without a terminal it is required).
 
 A named task that is completed or not found is reported, and the exit code
 is 3; a task already cancelled is fine.`,
 		Example: `  skiplock cancel 42 43
-  skiplock cancel --status pending --queue reports --name report.build --dry-run
+  skiplock cancel --status scheduled,pending --queue reports --name report.build --dry-run
   skiplock cancel --status running --name video.encode --yes
   skiplock cancel --status failed --since 7d --yes`,
 		Args: cobra.ArbitraryArgs,
@@ -476,7 +475,8 @@ is 3; a task already cancelled is fine.`,
 			if err != nil {
 				return err
 			}
-			sts, err := parseStatuses(statuses, []queue.Status{queue.StatusPending, queue.StatusWaiting, queue.StatusFailed, queue.StatusRunning}, map[queue.Status]string{
+			cancellable := []queue.Status{queue.StatusWaiting, queue.StatusScheduled, queue.StatusPending, queue.StatusRetrying, queue.StatusFailed}
+			sts, err := parseStatuses(statuses, append(slices.Clone(cancellable), queue.StatusRunning), map[queue.Status]string{
 				queue.StatusCompleted: "completed tasks cannot be cancelled (purge them with skiplock purge)",
 				queue.StatusCancelled: "these tasks are already cancelled",
 			})
@@ -490,7 +490,7 @@ is 3; a task already cancelled is fine.`,
 				return usageErrorf("name task IDs, or select tasks with --status, --queue, --name, --since or --error-contains (see `skiplock cancel --help`)")
 			}
 			if len(sts) == 0 {
-				sts = []queue.Status{queue.StatusPending, queue.StatusWaiting, queue.StatusFailed}
+				sts = cancellable
 			}
 			withRunning := slices.Contains(sts, queue.StatusRunning)
 			f, err := ff.filter(sts) // running tasks get a request instead
@@ -499,8 +499,8 @@ is 3; a task already cancelled is fine.`,
 			}
 			req := queue.CancelRequest{Filter: f, BatchSize: int(bf.batch)}
 			if len(ids) > 0 {
-				req.IDs = ids
-				req.Filter = queue.Filter{Statuses: []queue.Status{queue.StatusPending, queue.StatusWaiting, queue.StatusFailed, queue.StatusRunning}}
+				req.Filter = queue.Filter{IDs: ids, Statuses: []queue.Status{queue.StatusWaiting, queue.StatusScheduled,
+					queue.StatusPending, queue.StatusRetrying, queue.StatusFailed, queue.StatusRunning}}
 			}
 			set, done, err := bf.openShards(cmd.Context(), a, req.Validate())
 			if err != nil {
@@ -510,8 +510,8 @@ is 3; a task already cancelled is fine.`,
 
 			if len(ids) > 0 {
 				return a.changeByIDs(cmd.Context(), set, byIDs{
-					action: "cancel", past: "cancelled", ids: ids, target: queue.StatusCancelled,
-					alsoOK: queue.StatusRunning, dryRun: bf.dryRun,
+					action: "cancel", past: "cancelled", ids: ids, dryRun: bf.dryRun,
+					fine: []queue.Status{queue.StatusCancelled, queue.StatusRunning},
 					why: func(s queue.Status) string {
 						switch s {
 						case queue.StatusCancelled:
@@ -529,7 +529,7 @@ is 3; a task already cancelled is fine.`,
 						// shard): the running tasks named get their
 						// request in the same call.
 						req := req
-						req.IDs = ids
+						req.Filter.IDs = ids
 						res, err := client.Cancel(ctx, req)
 						if err != nil {
 							return nil, nil, err
@@ -539,7 +539,7 @@ is 3; a task already cancelled is fine.`,
 					},
 					runTx: func(ctx context.Context, client *queue.Client, tx queue.Executor, ids []int64) ([]int64, []queue.SkippedTask, error) {
 						req := req
-						req.IDs = ids
+						req.Filter.IDs = ids
 						res, err := client.CancelTx(ctx, tx, req)
 						return res.IDs, res.Skipped, err
 					},
@@ -569,7 +569,7 @@ is 3; a task already cancelled is fine.`,
 					running.Statuses = []queue.Status{queue.StatusRunning}
 					var n int64
 					for _, client := range clients {
-						k, err := ops.Count(ctx, client, queue.ListFilter{Filter: running})
+						k, err := ops.Count(ctx, client, running)
 						if err != nil {
 							return "", err
 						}
@@ -585,7 +585,7 @@ is 3; a task already cancelled is fine.`,
 	})
 	ff.register(c, true)
 	fl := c.Flags()
-	fl.StringSliceVar(&statuses, "status", nil, "select tasks in this status: pending, waiting, failed, running (default pending, waiting and failed)")
+	fl.StringSliceVar(&statuses, "status", nil, "select tasks in this status: waiting, scheduled, pending, retrying, failed, running (default all but running)")
 	bf.register(c, queue.DefaultCancelBatch, "show how many and which tasks would be cancelled; change nothing")
 	return c
 }
@@ -617,8 +617,11 @@ Asks for confirmation (--yes skips it; without a terminal it is required).`,
 				return err
 			}
 			sts, err := parseStatuses(statuses, []queue.Status{queue.StatusCompleted, queue.StatusFailed, queue.StatusCancelled}, map[queue.Status]string{
-				queue.StatusPending: "pending tasks are never purged (cancel them first)",
-				queue.StatusRunning: "running tasks are never purged",
+				queue.StatusWaiting:   "waiting tasks are never purged (cancel them first)",
+				queue.StatusScheduled: "scheduled tasks are never purged (cancel them first)",
+				queue.StatusPending:   "pending tasks are never purged (cancel them first)",
+				queue.StatusRetrying:  "retrying tasks are never purged (cancel them first)",
+				queue.StatusRunning:   "running tasks are never purged",
 			})
 			if err != nil {
 				return err
@@ -683,7 +686,7 @@ code is 3; one already due is fine.`,
 			}
 			defer done()
 			return a.changeByIDs(cmd.Context(), set, byIDs{
-				action: "run now", past: "made due now", ids: ids, target: queue.StatusPending,
+				action: "run now", past: "made due now", ids: ids, fine: []queue.Status{queue.StatusPending},
 				why: func(s queue.Status) string {
 					if s == queue.StatusPending {
 						return "already due"

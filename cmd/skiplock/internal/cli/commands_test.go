@@ -299,7 +299,7 @@ func TestEnqueue(t *testing.T) {
 		"--metadata", `{"trace":"t1"}`, "--run-at", "2030-01-02T03:04:05Z", "--json").ok(t).decode(t, &got)
 	if got.Name != "report.build" || got.Queue != "reports" || got.Priority != -3 || got.MaxAttempts != 2 ||
 		got.TimeoutMS != 90000 || compact(t, got.Payload) != "[1,2]" || compact(t, got.Metadata) != `{"trace":"t1"}` ||
-		!got.RunAt.Equal(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)) || got.Status != "pending" {
+		!got.RunAt.Equal(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)) || got.Status != "scheduled" {
 		t.Fatalf("enqueued %+v", got)
 	}
 	b.run(t, "enqueue", "later", "--delay", "1h", "--json").ok(t).decode(t, &got)
@@ -598,7 +598,6 @@ func TestStats(t *testing.T) {
 		Queues []struct {
 			Queue            string  `json:"queue"`
 			Pending          int64   `json:"pending"`
-			Due              int64   `json:"due"`
 			Completed        int64   `json:"completed"`
 			Failed           int64   `json:"failed"`
 			OldestDueSeconds float64 `json:"oldest_due_seconds"`
@@ -621,7 +620,7 @@ func TestStats(t *testing.T) {
 	if r := out.Queues[0].Recent; len(r) != 3 || r[0].Minutes != 1 || r[0].PerMinute != 3 || r[0].FailureRate != 0.25 || r[2].Minutes != 15 {
 		t.Fatalf("recent = %+v", r)
 	}
-	if q := out.Queues[1]; q.Due != 1 || q.Pending != 1 || out.Total.Completed != 3 || out.Total.Pending != 1 {
+	if q := out.Queues[1]; q.Pending != 1 || out.Total.Completed != 3 || out.Total.Pending != 1 {
 		t.Fatalf("b = %+v, total %+v", q, out.Total)
 	}
 	human := b.run(t, "stats").ok(t).stdout
@@ -868,11 +867,20 @@ func TestDryRunByIDs(t *testing.T) {
 	// One task in each status, and an ID that no task has.
 	var ids []string
 	for _, s := range queue.Statuses {
-		attempt := 1
-		if s == queue.StatusPending {
-			attempt = 0
+		stored, attempt := s, 1
+		switch s {
+		case queue.StatusScheduled, queue.StatusPending:
+			stored, attempt = queue.StatusPending, 0
+		case queue.StatusRetrying:
+			stored = queue.StatusPending
 		}
-		ids = append(ids, fmt.Sprint(b.insert(t, "q", "n", s, attempt, 3, "")))
+		id := b.insert(t, "q", "n", stored, attempt, 3, "")
+		if s == queue.StatusScheduled || s == queue.StatusRetrying {
+			if _, err := b.pool.Exec(context.Background(), "UPDATE skiplock_tasks SET run_at = now() + interval '1 hour' WHERE id = $1", id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ids = append(ids, fmt.Sprint(id))
 	}
 	ids = append(ids, "424242")
 

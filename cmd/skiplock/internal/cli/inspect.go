@@ -14,10 +14,10 @@ import (
 // statsJSON is one queue of `stats --json`; the total has queue "".
 type statsJSON struct {
 	Queue            string       `json:"queue"`
-	Pending          int64        `json:"pending"`
-	Due              int64        `json:"due"`
-	Retrying         int64        `json:"retrying"`
+	Waiting          int64        `json:"waiting"`
 	Scheduled        int64        `json:"scheduled"`
+	Pending          int64        `json:"pending"`
+	Retrying         int64        `json:"retrying"`
 	PausedAt         *time.Time   `json:"paused_at"`
 	Running          int64        `json:"running"`
 	Completed        int64        `json:"completed"`
@@ -47,7 +47,7 @@ type windowJSON struct {
 
 func toStatsJSON(q queue.QueueStats) statsJSON {
 	out := statsJSON{
-		Queue: q.Queue, Pending: q.Pending, Due: q.Due, Retrying: q.Retrying, Scheduled: q.Scheduled, PausedAt: q.PausedAt,
+		Queue: q.Queue, Waiting: q.Waiting, Scheduled: q.Scheduled, Pending: q.Pending, Retrying: q.Retrying, PausedAt: q.PausedAt,
 		Running: q.Running, Completed: q.Completed,
 		Failed: q.Failed, Cancelled: q.Cancelled, OldestDueSeconds: q.OldestDue.Seconds(),
 		Recent: make([]windowJSON, len(q.Recent)),
@@ -65,10 +65,10 @@ func (a *app) statsCommand() *cobra.Command {
 	return newCommand(&cobra.Command{
 		Use:   "stats",
 		Short: "Counts per queue and status, backlog age, throughput and failure rate",
-		Long: `Show, for each queue (paused ones too, marked): tasks per status, with
-pending tasks split into due (their run time has come), retrying (waiting
-out a retry's backoff) and scheduled (enqueued to run later); how long the
-oldest due task has waited; and, over the last 1, 5 and 15 minutes, tasks
+		Long: `Show, for each queue (paused ones too, marked): tasks per status
+(waiting, scheduled to run later, pending: due now, retrying: waiting out
+a retry's backoff, running, completed, failed, cancelled); how long the
+oldest pending task has waited past its run time; and, over the last 1, 5 and 15 minutes, tasks
 completed per minute and the failure rate (tasks that failed for good, out
 of all that finished).
 
@@ -122,7 +122,7 @@ large table it takes a moment.`,
 				fmt.Fprintln(a.env.Stdout, "No tasks, and no paused queues.")
 				return nil
 			}
-			tw := table(a.env.Stdout, append([]string{"QUEUE", "STATE", "DUE", "OLDEST DUE", "RETRYING", "SCHEDULED", "RUNNING", "COMPLETED", "FAILED", "CANCELLED"},
+			tw := table(a.env.Stdout, append([]string{"QUEUE", "STATE", "WAITING", "SCHEDULED", "PENDING", "OLDEST DUE", "RETRYING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED"},
 				recentHeads()...)...)
 			line := func(q queue.QueueStats, name string) { row(tw, statsCells(q, name)...) }
 			for _, q := range s.Queues {
@@ -164,10 +164,10 @@ func statsCells(q queue.QueueStats, name string) []any {
 		state = ""
 	}
 	oldest := "-"
-	if q.Due > 0 {
+	if q.Pending > 0 {
 		oldest = short(q.OldestDue)
 	}
-	cells := []any{name, state, count(q.Due), oldest, count(q.Retrying), count(q.Scheduled), count(q.Running), count(q.Completed),
+	cells := []any{name, state, count(q.Waiting), count(q.Scheduled), count(q.Pending), oldest, count(q.Retrying), count(q.Running), count(q.Completed),
 		count(q.Failed), count(q.Cancelled)}
 	var fails []any
 	for i, w := range q.Recent {

@@ -198,7 +198,7 @@ Asks for confirmation (--yes skips it; without a terminal it is required).`,
 				} else {
 					var tasks int64
 					if !before.Dirty {
-						if tasks, err = ops.Count(cmd.Context(), queue.New(pool), queue.ListFilter{}); err != nil {
+						if tasks, err = ops.Count(cmd.Context(), queue.New(pool), queue.Filter{}); err != nil {
 							return err
 						}
 					}

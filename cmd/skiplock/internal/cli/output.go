@@ -219,32 +219,6 @@ func parseStatuses(values []string, allowed []queue.Status, why map[queue.Status
 	return out, nil
 }
 
-// parseListStatuses reads list's --status values: statuses, and the
-// phases retrying and scheduled that select pending tasks by why they wait.
-func parseListStatuses(values []string) ([]queue.Status, []queue.Phase, error) {
-	var (
-		phases []queue.Phase
-		rest   []string
-	)
-	for _, v := range values {
-		for _, s := range strings.Split(v, ",") {
-			switch st := queue.Phase(strings.TrimSpace(strings.ToLower(s))); st {
-			case queue.PhaseRetrying, queue.PhaseScheduled:
-				if !slices.Contains(phases, st) {
-					phases = append(phases, st)
-				}
-			default:
-				rest = append(rest, s)
-			}
-		}
-	}
-	sts, err := parseStatuses(rest, queue.Statuses, nil)
-	if err != nil {
-		return nil, nil, usageErrorf("%v, retrying or scheduled", err)
-	}
-	return sts, phases, nil
-}
-
 func joinStatuses(ss []queue.Status) string {
 	parts := make([]string, len(ss))
 	for i, s := range ss {

@@ -150,14 +150,13 @@ func TestListStates(t *testing.T) {
 	var got []struct {
 		ID        int64  `json:"id"`
 		Status    string `json:"status"`
-		State     string `json:"state"`
 		Permanent bool   `json:"permanent"`
 	}
 	b.run(t, "list", "--json").ok(t).decode(t, &got)
 	want := map[int64]string{due: "pending", retrying: "retrying", scheduled: "scheduled", exhausted: "failed", permanent: "failed"}
 	for _, g := range got {
-		if g.State != want[g.ID] || g.Permanent != (g.ID == permanent) {
-			t.Errorf("task %d: state %q permanent %v, want %q, permanent only for %d", g.ID, g.State, g.Permanent, want[g.ID], permanent)
+		if g.Status != want[g.ID] || g.Permanent != (g.ID == permanent) {
+			t.Errorf("task %d: status %q permanent %v, want %q, permanent only for %d", g.ID, g.Status, g.Permanent, want[g.ID], permanent)
 		}
 	}
 	table := b.run(t, "list").ok(t).stdout
@@ -175,10 +174,14 @@ func TestListStates(t *testing.T) {
 		t.Fatalf("--status scheduled,failed = %+v", got)
 	}
 	b.run(t, "list", "--status", "pending", "--json").ok(t).decode(t, &got)
-	if len(got) != 3 {
-		t.Fatalf("--status pending lists %d tasks, want all 3 pending ones", len(got))
+	if len(got) != 1 || got[0].ID != due {
+		t.Fatalf("--status pending = %+v, want the due task only", got)
 	}
-	if r := b.run(t, "list", "--status", "sleeping"); r.code != cli.ExitUsage || !strings.Contains(r.stderr, "retrying or scheduled") {
+	b.run(t, "list", "--status", "scheduled,pending,retrying", "--json").ok(t).decode(t, &got)
+	if len(got) != 3 {
+		t.Fatalf("--status scheduled,pending,retrying lists %d tasks, want all 3 pending ones", len(got))
+	}
+	if r := b.run(t, "list", "--status", "sleeping"); r.code != cli.ExitUsage || !strings.Contains(r.stderr, "scheduled, pending, retrying") {
 		t.Fatalf("--status sleeping: exit %d, %q", r.code, r.stderr)
 	}
 	show := b.run(t, "show", fmt.Sprint(retrying)).ok(t).stdout

@@ -42,7 +42,6 @@ type sequenceTaskJSON struct {
 	Name   string       `json:"name"`
 	Queue  string       `json:"queue"`
 	Status queue.Status `json:"status"`
-	Phase  queue.Phase  `json:"state"`
 	Head   bool         `json:"head,omitempty"`
 	// Hold: a failure for good holds the rest (queue.WithSequenceHold).
 	Hold      bool      `json:"hold,omitempty"`
@@ -54,7 +53,7 @@ type sequenceTaskJSON struct {
 func (a *app) sequenceShowCommand() *cobra.Command {
 	return newCommand(&cobra.Command{
 		Use:   "show KEY",
-		Short: "Show a sequence: its tasks in order, which one is the head, their states",
+		Short: "Show a sequence: its tasks in order, which one is the head, their statuses",
 		Long: `Show the tasks of the sequence KEY in the order they run: the unfinished
 ones (pending, running, waiting, failed) from the first, up to 1,000, then
 the latest 100 finished ones, and how many tasks of the key are in each
@@ -97,7 +96,7 @@ func toSequenceJSON(seq *queue.SequenceInfo, now time.Time) sequenceJSON {
 			}
 		}
 		out.Tasks = append(out.Tasks, sequenceTaskJSON{
-			ID: t.ID, Name: t.Name, Queue: t.Queue, Status: t.Status, Phase: t.PhaseAt(now), Head: t.ID == seq.Head,
+			ID: t.ID, Name: t.Name, Queue: t.Queue, Status: t.Status, Head: t.ID == seq.Head,
 			Hold: t.SequenceHold, Attempt: t.Attempt, CreatedAt: t.CreatedAt, Why: why,
 		})
 	}
@@ -114,19 +113,19 @@ func printSequence(w io.Writer, seq sequenceJSON, total int64, summary string) {
 	case head.Status == queue.StatusWaiting:
 		fmt.Fprintf(w, "  Head: task %d, waiting to be released (the rescuer's next pass).\n", head.ID)
 	default:
-		fmt.Fprintf(w, "  Head: task %d, %s.\n", head.ID, head.Phase)
+		fmt.Fprintf(w, "  Head: task %d, %s.\n", head.ID, head.Status)
 	}
 	if shown := int64(len(seq.Tasks)); shown < total {
 		fmt.Fprintf(w, "  (showing %d: the unfinished ones, then the latest finished)\n", shown)
 	}
 	fmt.Fprintln(w)
-	tw := table(w, "  ", "TASK", "NAME", "QUEUE", "STATE", "ATTEMPT", "CREATED", "WHY")
+	tw := table(w, "  ", "TASK", "NAME", "QUEUE", "STATUS", "ATTEMPT", "CREATED", "WHY")
 	for _, t := range seq.Tasks {
 		mark := ""
 		if t.Head {
 			mark = ">"
 		}
-		state := string(t.Phase)
+		state := string(t.Status)
 		if t.Hold {
 			state += " (hold)"
 		}

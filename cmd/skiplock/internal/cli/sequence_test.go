@@ -71,15 +71,15 @@ func TestSequenceShow(t *testing.T) {
 		Head   int64            `json:"head"`
 		Counts map[string]int64 `json:"counts"`
 		Tasks  []struct {
-			ID    int64  `json:"id"`
-			State string `json:"state"`
-			Head  bool   `json:"head"`
-			Hold  bool   `json:"hold"`
+			ID     int64  `json:"id"`
+			Status string `json:"status"`
+			Head   bool   `json:"head"`
+			Hold   bool   `json:"hold"`
 		} `json:"tasks"`
 	}
 	b.run(t, "sequence", "show", "account:7", "--json").ok(t).decode(t, &out)
 	if out.Key != "account:7" || out.Head != ids[1] || out.Counts["waiting"] != 2 || len(out.Tasks) != 4 ||
-		!out.Tasks[1].Head || out.Tasks[1].State != "failed" || !out.Tasks[3].Hold {
+		!out.Tasks[1].Head || out.Tasks[1].Status != "failed" || !out.Tasks[3].Hold {
 		t.Fatalf("sequence show --json = %+v", out)
 	}
 
@@ -101,7 +101,7 @@ func TestSequenceShow(t *testing.T) {
 	// Requeued, the held task is the head again.
 	b.run(t, "requeue", fmt.Sprint(ids[1])).ok(t)
 	b.run(t, "sequence", "show", "account:7", "--json").ok(t).decode(t, &out)
-	if out.Head != ids[1] || out.Tasks[1].State != "pending" {
+	if out.Head != ids[1] || out.Tasks[1].Status != "pending" {
 		t.Fatalf("after requeue: %+v", out)
 	}
 

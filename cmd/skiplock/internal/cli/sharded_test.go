@@ -119,9 +119,9 @@ func TestShardedStats(t *testing.T) {
 	if len(lines) != 6 || !strings.HasPrefix(lines[0], "SHARD") {
 		t.Fatalf("stats:\n%s", out)
 	}
-	// SHARD QUEUE STATE DUE OLDEST RETRYING SCHEDULED RUNNING COMPLETED FAILED
-	for i, want := range []string{`^0\s+mail\s+active(\s+\S+){6}\s+1\s`, `^1\s+mail\s`, `^2\s+mail(\s+\S+){7}\s+3\s`, `^2\s+reports\s`,
-		`^\(all\)\s+\(all\)\s+0\s+-\s+0\s+0\s+0\s+1\s+6\s+0\s`} {
+	// SHARD QUEUE STATE WAITING SCHEDULED PENDING OLDEST RETRYING RUNNING COMPLETED FAILED
+	for i, want := range []string{`^0\s+mail\s+active(\s+\S+){7}\s+1\s`, `^1\s+mail\s`, `^2\s+mail(\s+\S+){8}\s+3\s`, `^2\s+reports\s`,
+		`^\(all\)\s+\(all\)\s+0\s+0\s+0\s+-\s+0\s+0\s+1\s+6\s+0\s`} {
 		if !regexp.MustCompile(want).MatchString(lines[i+1]) {
 			t.Fatalf("stats line %d is not %s:\n%s", i+1, want, out)
 		}

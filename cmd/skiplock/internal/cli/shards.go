@@ -227,7 +227,7 @@ func (a *app) shardedStats(ctx context.Context) error {
 			Total  statsJSON        `json:"total"`
 		}{out, toStatsJSON(total)})
 	}
-	tw := table(a.env.Stdout, append([]string{"SHARD", "QUEUE", "STATE", "DUE", "OLDEST DUE", "RETRYING", "SCHEDULED", "RUNNING", "COMPLETED", "FAILED", "CANCELLED"},
+	tw := table(a.env.Stdout, append([]string{"SHARD", "QUEUE", "STATE", "WAITING", "SCHEDULED", "PENDING", "OLDEST DUE", "RETRYING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED"},
 		recentHeads()...)...)
 	for _, c := range set {
 		for _, q := range stats[c.n].Queues {
@@ -431,7 +431,7 @@ func (a *app) changeBulkShards(ctx context.Context, set shardSet, b bulk) error 
 	counts := make([]int64, len(set))
 	var n int64
 	for i, c := range set {
-		k, err := ops.Count(ctx, c.client, queue.ListFilter{Filter: b.filter})
+		k, err := ops.Count(ctx, c.client, b.filter)
 		if err != nil {
 			return fmt.Errorf("shard %d: %w", c.n, err)
 		}
@@ -454,7 +454,7 @@ func (a *app) changeBulkShards(ctx context.Context, set shardSet, b bulk) error 
 	if b.dryRun {
 		var tasks []*queue.Task
 		for _, c := range set {
-			page, err := c.client.List(ctx, queue.ListFilter{Filter: b.filter, Limit: b.limit})
+			page, err := c.client.List(ctx, b.filter, queue.Page{Limit: b.limit})
 			if err != nil {
 				return fmt.Errorf("shard %d: %w", c.n, err)
 			}

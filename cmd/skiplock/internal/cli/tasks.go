@@ -27,9 +27,6 @@ type taskJSON struct {
 	Queue  string       `json:"queue"`
 	Name   string       `json:"name"`
 	Status queue.Status `json:"status"`
-	// Phase, shown as the task's state, is the status with pending tasks
-	// told apart: pending (due), retrying or scheduled.
-	Phase queue.Phase `json:"state"`
 	// Permanent is set on a failed task that failed for good before its
 	// attempts ran out.
 	Permanent   bool            `json:"permanent,omitempty"`
@@ -110,7 +107,7 @@ func toJSON(t *queue.Task) taskJSON {
 	kid, _ := queue.EncryptedKeyID(t.Payload)
 	return taskJSON{
 		PayloadKeyID: kid,
-		ID:           t.ID, Queue: t.Queue, Name: t.Name, Status: t.Status, Phase: t.Phase(), Permanent: t.FailedPermanently(), Priority: t.Priority,
+		ID:           t.ID, Queue: t.Queue, Name: t.Name, Status: t.Status, Permanent: t.FailedPermanently(), Priority: t.Priority,
 		Attempt: t.Attempt, MaxAttempts: t.MaxAttempts, TimeoutMS: t.Timeout.Milliseconds(),
 		Payload: t.Payload, Metadata: t.Metadata, Output: t.Output, Progress: t.Progress, Checkpoint: t.Checkpoint, RunAt: t.RunAt, CreatedAt: t.CreatedAt,
 		WorkflowID: t.WorkflowID, DependsOn: t.DependsOn, WaitingFor: t.WaitingFor, BatchID: t.BatchID,
@@ -158,9 +155,8 @@ func (a *app) toJSON(t *queue.Task) taskJSON {
 // stateLabel is a task's state for a table: a failed task says whether it
 // failed for good or ran out of attempts.
 func stateLabel(t *queue.Task) string {
-	st := t.Phase()
-	if st != queue.PhaseFailed {
-		return string(st)
+	if t.Status != queue.StatusFailed {
+		return string(t.Status)
 	}
 	if t.FailedPermanently() {
 		return "failed (permanent)"
@@ -172,7 +168,7 @@ func stateLabel(t *queue.Task) string {
 // since, finished when.
 func when(t *queue.Task) string {
 	switch t.Status {
-	case queue.StatusPending:
+	case queue.StatusPending, queue.StatusScheduled, queue.StatusRetrying:
 		if d := time.Until(t.RunAt); d > 0 {
 			return "due in " + short(d)
 		}
@@ -271,21 +267,21 @@ func (a *app) listCommand() *cobra.Command {
 		Long: `List tasks, newest first, with their state, attempts and last error.
 Filters combine: a task must match all of them.
 
-STATUS tells pending tasks apart: pending (due now), retrying (attempt > 0,
-waiting out a retry's backoff) and scheduled (attempt 0, run time ahead);
-and failed ones: failed (permanent), by a permanent error or for want of a
-handler, or failed (out of attempts). --status pending selects all three
-kinds of pending task; retrying and scheduled select one.`,
+STATUS is one of waiting, scheduled (attempt 0, run time ahead), pending
+(due now), retrying (attempt > 0, waiting out a retry's backoff), running,
+completed, failed and cancelled; a failed task says why: failed
+(permanent), by a permanent error or for want of a handler, or failed (out
+of attempts). --status takes the same values.`,
 		Example: `  skiplock list
   skiplock list --status failed --queue mail --since 24h
-  skiplock list --status pending,running --name email.send --limit 200
+  skiplock list --status scheduled,pending,retrying --name email.send --limit 200
   skiplock list --status retrying      # pending tasks waiting out a retry's backoff
   skiplock list --status failed --error-contains timeout --json | jq '.[].id'
   skiplock list --sequence account:42  # a sequence's tasks (skiplock sequence show: in order)
   skiplock list --before 1000          # the page after task 1000`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			sts, phases, err := parseListStatuses(statuses)
+			sts, err := parseStatuses(statuses, queue.Statuses, nil)
 			if err != nil {
 				return err
 			}
@@ -299,8 +295,9 @@ kinds of pending task; retrying and scheduled select one.`,
 			if cmd.Flags().Changed("sequence") && sequence == "" {
 				return usageErrorf("--sequence needs a sequence key")
 			}
-			lf := queue.ListFilter{Filter: f, Phases: phases, Limit: int(limit), BeforeID: beforeID, Sequence: sequence}
-			if err := invalidInput(lf.Validate()); err != nil {
+			f.Sequence = sequence
+			page := queue.Page{Limit: int(limit), BeforeID: beforeID}
+			if err := invalidInput(f.Validate(), page.Validate()); err != nil {
 				return err
 			}
 			set, done, err := a.openShards(cmd.Context())
@@ -310,11 +307,11 @@ kinds of pending task; retrying and scheduled select one.`,
 			defer done()
 			var tasks []*queue.Task
 			for _, c := range set {
-				page, err := c.client.List(cmd.Context(), lf)
+				got, err := c.client.List(cmd.Context(), f, page)
 				if err != nil {
 					return shardError(a, c, err)
 				}
-				tasks = append(tasks, page...)
+				tasks = append(tasks, got...)
 			}
 			if a.sharded() {
 				// Newest first across shards: by ID, as on one.
@@ -340,7 +337,7 @@ kinds of pending task; retrying and scheduled select one.`,
 		},
 	})
 	ff.register(c, true)
-	c.Flags().StringSliceVar(&statuses, "status", nil, "only tasks in this status: waiting, pending, running, completed, failed, cancelled, or of pending ones retrying or scheduled (comma separated or repeated)")
+	c.Flags().StringSliceVar(&statuses, "status", nil, "only tasks in this status: waiting, scheduled, pending (due), retrying, running, completed, failed or cancelled (comma separated or repeated)")
 	limit.register(c, "limit", queue.DefaultListLimit, "at most this many tasks")
 	c.Flags().Int64Var(&beforeID, "before", 0, "only tasks with an ID below this one (the next page)")
 	c.Flags().StringVar(&sequence, "sequence", "", "only tasks of this sequence key")
@@ -399,7 +396,7 @@ func printTask(w io.Writer, t *queue.Task, holder *ops.TaskLock) {
 	fmt.Fprintf(w, "Task %d\n", t.ID)
 	tw := table(w, "  Name:", t.Name)
 	row(tw, "  Queue:", t.Queue)
-	status := string(t.Phase())
+	status := string(t.Status)
 	if why := t.Why(time.Now()); why != "" {
 		status += ": " + why
 	}

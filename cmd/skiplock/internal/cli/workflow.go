@@ -36,14 +36,13 @@ type workflowJSON struct {
 }
 
 // workflowTaskJSON is one task of a workflow: its place in the DAG (level
-// 0 depends on nothing in the workflow) and its state.
+// 0 depends on nothing in the workflow) and its status.
 type workflowTaskJSON struct {
 	ID         int64        `json:"id"`
 	Step       string       `json:"step,omitempty"`
 	Name       string       `json:"name"`
 	Queue      string       `json:"queue"`
 	Status     queue.Status `json:"status"`
-	Phase      queue.Phase  `json:"state"`
 	Level      int          `json:"level"`
 	DependsOn  []int64      `json:"depends_on"`
 	WaitingFor int          `json:"waiting_for"`
@@ -54,13 +53,13 @@ type workflowTaskJSON struct {
 func (a *app) workflowShowCommand() *cobra.Command {
 	return newCommand(&cobra.Command{
 		Use:   "show ID",
-		Short: "Show a workflow: its tasks level by level, what each waits for, their states",
+		Short: "Show a workflow: its tasks level by level, what each waits for, their statuses",
 		Long: `Show a workflow as a DAG: its tasks level by level (level 0 depends on
 nothing, each other task comes one level after the deepest task it depends
-on), each with its state and the tasks it depends on. A waiting task says
+on), each with its status and the tasks it depends on. A waiting task says
 how many of them have not completed; a cancelled one, why.`,
 		Example: `  skiplock workflow show 7
-  skiplock workflow show 7 --json | jq '.tasks[] | select(.state == "failed")'`,
+  skiplock workflow show 7 --json | jq '.tasks[] | select(.status == "failed")'`,
 		Args: exactArgs(1, "workflow show needs one workflow ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ids, err := parseIDs(args)
@@ -96,7 +95,7 @@ func toWorkflowJSON(wf *queue.WorkflowInfo, now time.Time) workflowJSON {
 				why = t.Errors[len(t.Errors)-1].Error
 			}
 			out.Tasks = append(out.Tasks, workflowTaskJSON{
-				ID: t.ID, Step: wf.Steps[t.ID], Name: t.Name, Queue: t.Queue, Status: t.Status, Phase: t.PhaseAt(now),
+				ID: t.ID, Step: wf.Steps[t.ID], Name: t.Name, Queue: t.Queue, Status: t.Status,
 				Level: level, DependsOn: orEmpty(t.DependsOn), WaitingFor: t.WaitingFor,
 				Dependents: orEmpty(t.Dependents), Why: why,
 			})
@@ -118,24 +117,24 @@ func printWorkflow(w io.Writer, wf workflowJSON) {
 		title += " " + wf.Name
 	}
 	fmt.Fprintf(w, "%s, created %s (%s ago)\n", title, stamp(wf.CreatedAt), ago(wf.CreatedAt))
-	counts := map[queue.Phase]int{}
+	counts := map[queue.Status]int{}
 	label := map[int64]string{}
 	for _, t := range wf.Tasks {
-		counts[t.Phase]++
+		counts[t.Status]++
 		label[t.ID] = t.Step
 		if t.Step == "" {
 			label[t.ID] = "#" + strconv.FormatInt(t.ID, 10)
 		}
 	}
 	var parts []string
-	for _, st := range queue.Phases {
+	for _, st := range queue.Statuses {
 		if counts[st] > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", counts[st], st))
 		}
 	}
 	fmt.Fprintf(w, "  %s: %s\n\n", plural(int64(len(wf.Tasks)), "task", "tasks"), strings.Join(parts, ", "))
 
-	tw := table(w, "  LEVEL", "STEP", "TASK", "NAME", "STATE", "DEPENDS ON")
+	tw := table(w, "  LEVEL", "STEP", "TASK", "NAME", "STATUS", "DEPENDS ON")
 	for _, t := range wf.Tasks {
 		deps := make([]string, len(t.DependsOn))
 		for i, d := range t.DependsOn {
@@ -148,7 +147,7 @@ func printWorkflow(w io.Writer, wf workflowJSON) {
 		on := "-"
 		if len(deps) > 0 {
 			on = strings.Join(deps, ", ")
-			if t.Phase == queue.PhaseWaiting {
+			if t.Status == queue.StatusWaiting {
 				on += fmt.Sprintf(" (%d left)", t.WaitingFor)
 			}
 		}
@@ -156,13 +155,13 @@ func printWorkflow(w io.Writer, wf workflowJSON) {
 		if step == "" {
 			step = "-"
 		}
-		row(tw, fmt.Sprintf("  %d", t.Level), step, t.ID, t.Name, string(t.Phase), on)
+		row(tw, fmt.Sprintf("  %d", t.Level), step, t.ID, t.Name, string(t.Status), on)
 	}
 	tw.Flush()
 	for _, t := range wf.Tasks {
-		if t.Phase == queue.PhaseCancelled || t.Phase == queue.PhaseFailed {
+		if t.Status == queue.StatusCancelled || t.Status == queue.StatusFailed {
 			if t.Why != "" {
-				fmt.Fprintf(w, "  %s %s: %s\n", label[t.ID], t.Phase, clip(t.Why, 200))
+				fmt.Fprintf(w, "  %s %s: %s\n", label[t.ID], t.Status, clip(t.Why, 200))
 			}
 		}
 	}

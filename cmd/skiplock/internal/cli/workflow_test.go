@@ -63,14 +63,14 @@ func TestWorkflowShow(t *testing.T) {
 		Tasks []struct {
 			ID        int64   `json:"id"`
 			Step      string  `json:"step"`
-			State     string  `json:"state"`
+			Status    string  `json:"status"`
 			Level     int     `json:"level"`
 			DependsOn []int64 `json:"depends_on"`
 		} `json:"tasks"`
 	}
 	b.run(t, "workflow", "show", fmt.Sprint(enq.ID), "--json").ok(t).decode(t, &out)
 	if len(out.Tasks) != 4 || out.Tasks[3].Step != "publish" || out.Tasks[3].Level != 2 || len(out.Tasks[3].DependsOn) != 2 ||
-		out.Tasks[1].State != "failed" {
+		out.Tasks[1].Status != "failed" {
 		t.Fatalf("workflow show --json = %+v", out)
 	}
 

@@ -633,7 +633,7 @@ func TestBrowserActions(t *testing.T) {
 	waitJS(t, ctx, "the task page", `!!document.querySelector('form[action$="/run-now"]')`)
 	do(t, ctx, chromedp.Click(chromedp.CSS(`form[action$="/run-now"] button`), chromedp.NodeVisible))
 	waitFlash(t, ctx, fmt.Sprintf("Task %d is due now.", retrying))
-	if task, err := b.client.Get(bg, retrying); err != nil || task.Phase() != queue.PhaseDue || task.Attempt != 1 {
+	if task, err := b.client.Get(bg, retrying); err != nil || task.Status != queue.StatusPending || task.Attempt != 1 {
 		t.Fatalf("after Run now: %+v, %v; want due, attempt kept", task, err)
 	}
 	if got := text(t, ctx, "h1 .badge"); got != "pending" {
