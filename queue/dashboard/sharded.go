@@ -106,7 +106,7 @@ func parseShardPages(prefix string, names []string, top string, n int) (map[stri
 }
 
 // shardNav names the shard in the header of every page over shards.
-const shardNav = `{{define "shardnav"}}{{if shard}}<a class="shard" href="{{top}}/" title="every shard">shard {{shard}} · all shards</a>` +
+const shardNav = `{{define "shardnav"}}{{if shard}}<span class="shard">shard {{shard}} · <a href="{{top}}/">all shards</a></span>` +
 	`{{else}}<a class="shard" href="{{top}}/">all shards</a>{{end}}{{end}}`
 
 func (s *sharded) mux() http.Handler {

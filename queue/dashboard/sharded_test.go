@@ -123,7 +123,7 @@ func TestShardedQueues(t *testing.T) {
 	if code != http.StatusOK || !strings.Contains(body, `href="/shards/2/tasks?queue=reports"`) || strings.Contains(body, `href="/tasks?`) {
 		t.Fatalf("GET /shards/2/: %d", code)
 	}
-	if !strings.Contains(body, "shard 2 · all shards") {
+	if !strings.Contains(body, `shard 2 · <a href="/">all shards</a>`) {
 		t.Fatalf("shard 2's page does not name its shard:\n%s", body)
 	}
 	code, body = get(t, http.DefaultClient, top+"/shards/4/")
@@ -358,5 +358,20 @@ func TestShardedActionsGuarded(t *testing.T) {
 	code, _ := shardedPost(t, browserless(t), top, top+"/requeue", url.Values{"scope": {"filter"}})
 	if code != http.StatusForbidden || bs[1].status(t, id) != queue.StatusFailed {
 		t.Fatalf("refused by Authorize: %d, task %s", code, bs[1].status(t, id))
+	}
+}
+
+// A change over every shard with one down: made on the others, the one
+// down named.
+func TestShardedBulkShardDown(t *testing.T) {
+	t.Parallel()
+	bs, top := shardedSetup(t, dashboard.Options{}, true, 1, 2)
+	id := bs[2].insert(t, "mail", "send", queue.StatusFailed, "", failure("smtp"), 0)
+	code, body := shardedPost(t, browserless(t), top, top+"/requeue", url.Values{"scope": {"filter"}})
+	if code != http.StatusSeeOther || !strings.Contains(body, "Requeued 1 task. Not on every shard: shard 9: ") {
+		t.Fatalf("requeue with shard 9 down: %d\n%s", code, body)
+	}
+	if got := bs[2].status(t, id); got != queue.StatusPending {
+		t.Fatalf("task %d is %s, want pending", id, got)
 	}
 }
