@@ -913,8 +913,11 @@ WITH picked AS MATERIALIZED (
       AND t.id > $3::bigint
       AND (cardinality($4::text[]) = 0 OR t.queue = ANY($4::text[]))
       AND (cardinality($5::text[]) = 0 OR t.name = ANY($5::text[]))
+      AND ($6::timestamptz IS NULL OR t.finished_at >= $6::timestamptz)
+      AND ($7::text IS NULL
+           OR strpos(lower(t.errors -> -1 ->> 'error'), lower($7::text)) > 0)
     ORDER BY t.id
-    LIMIT $6::integer
+    LIMIT $8::integer
     FOR UPDATE SKIP LOCKED
 ), deleted AS (
     DELETE FROM skiplock_tasks AS t
@@ -935,6 +938,8 @@ type TaskPurgeBatchParams struct {
 	AfterID        int64
 	Queues         []string
 	Names          []string
+	Since          *time.Time
+	ErrorContains  *string
 	BatchSize      int32
 }
 
@@ -946,7 +951,7 @@ type TaskPurgeBatchRow struct {
 
 // Deletes one batch of finished tasks (completed, failed, cancelled; never
 // pending or running, whatever the caller asks) that finished before
-// finished_before. Loop as with TaskRequeueBatch.
+// finished_before and match the filter. Loop as with TaskRequeueBatch.
 func (q *Queries) TaskPurgeBatch(ctx context.Context, db DBTX, arg TaskPurgeBatchParams) (TaskPurgeBatchRow, error) {
 	row := db.QueryRow(ctx, taskPurgeBatch,
 		arg.Statuses,
@@ -954,6 +959,8 @@ func (q *Queries) TaskPurgeBatch(ctx context.Context, db DBTX, arg TaskPurgeBatc
 		arg.AfterID,
 		arg.Queues,
 		arg.Names,
+		arg.Since,
+		arg.ErrorContains,
 		arg.BatchSize,
 	)
 	var i TaskPurgeBatchRow

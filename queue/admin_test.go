@@ -55,8 +55,8 @@ func TestRequeueByID(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Requeued != 1 || !slices.Equal(res.IDs, []int64{failed}) {
-		t.Fatalf("requeued %d %v, want only %d", res.Requeued, res.IDs, failed)
+	if res.Changed != 1 || !slices.Equal(res.IDs, []int64{failed}) {
+		t.Fatalf("requeued %d %v, want only %d", res.Changed, res.IDs, failed)
 	}
 	wantSkipped := []queue.SkippedTask{
 		{ID: cancelled, Status: queue.StatusCancelled}, {ID: running, Status: queue.StatusRunning},
@@ -88,7 +88,7 @@ func TestRequeueByID(t *testing.T) {
 		IDs: []int64{cancelled}, Filter: queue.Filter{Statuses: []queue.Status{queue.StatusFailed, queue.StatusCancelled}},
 		ResetAttempts: true, Reason: "by test",
 	})
-	if err != nil || res.Requeued != 1 || len(res.Skipped) != 0 {
+	if err != nil || res.Changed != 1 || len(res.Skipped) != 0 {
 		t.Fatalf("requeue cancelled: %+v, %v", res, err)
 	}
 	task = get(t, c, cancelled)
@@ -125,7 +125,7 @@ func TestRequeueFilter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Requeued != 7 || res.IDs != nil || res.Skipped != nil {
+	if res.Changed != 7 || res.IDs != nil || res.Skipped != nil {
 		t.Fatalf("result = %+v", res)
 	}
 	if !slices.Equal(calls, []int64{3, 6, 7}) {
@@ -208,9 +208,9 @@ func TestRequeueBulk(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("requeued %d tasks in %s", res.Requeued, time.Since(start).Round(time.Millisecond))
-	if res.Requeued != total || last.Load() != total {
-		t.Fatalf("requeued %d (progress said %d), want %d", res.Requeued, last.Load(), total)
+	t.Logf("requeued %d tasks in %s", res.Changed, time.Since(start).Round(time.Millisecond))
+	if res.Changed != total || last.Load() != total {
+		t.Fatalf("requeued %d (progress said %d), want %d", res.Changed, last.Load(), total)
 	}
 	if want := int64(total / queue.DefaultRequeueBatch); calls.Load() != want {
 		t.Fatalf("%d progress calls, want %d (one per batch)", calls.Load(), want)
@@ -234,7 +234,7 @@ func TestCancel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(res.IDs, []int64{pending, failed}) || res.Cancelled != 2 {
+	if !slices.Equal(res.IDs, []int64{pending, failed}) || res.Changed != 2 {
 		t.Fatalf("cancelled %v", res.IDs)
 	}
 	want := []queue.SkippedTask{{ID: running, Status: queue.StatusRunning}, {ID: completed, Status: queue.StatusCompleted}, {ID: 424242}}
@@ -255,7 +255,7 @@ func TestCancel(t *testing.T) {
 		Filter:    queue.Filter{Statuses: []queue.Status{queue.StatusPending}, Queues: []string{"bulk"}},
 		BatchSize: 2, Progress: func(int64) { calls++ },
 	})
-	if err != nil || res.Cancelled != 5 || calls != 3 {
+	if err != nil || res.Changed != 5 || calls != 3 {
 		t.Fatalf("cancel by filter: %+v, %d calls, %v", res, calls, err)
 	}
 	if s := get(t, c, keep).Status; s != queue.StatusFailed {
@@ -286,14 +286,14 @@ func TestPurge(t *testing.T) {
 	before := time.Now().Add(-7 * 24 * time.Hour)
 
 	// Completed only first, then the rest.
-	n, err := c.Purge(ctx, queue.PurgeRequest{FinishedBefore: before, Statuses: []queue.Status{queue.StatusCompleted}})
-	if err != nil || n != 4 {
-		t.Fatalf("purge completed: %d, %v", n, err)
+	res, err := c.Purge(ctx, queue.PurgeRequest{Filter: queue.Filter{FinishedBefore: before, Statuses: []queue.Status{queue.StatusCompleted}}})
+	if err != nil || res.Changed != 4 || res.IDs != nil || res.Skipped != nil {
+		t.Fatalf("purge completed: %+v, %v", res, err)
 	}
 	var calls []int64
-	n, err = c.Purge(ctx, queue.PurgeRequest{FinishedBefore: before, BatchSize: 3, Progress: func(n int64) { calls = append(calls, n) }})
-	if err != nil || n != 8 || !slices.Equal(calls, []int64{3, 6, 8}) {
-		t.Fatalf("purge: %d, calls %v, %v", n, calls, err)
+	res, err = c.Purge(ctx, queue.PurgeRequest{Filter: queue.Filter{FinishedBefore: before}, BatchSize: 3, Progress: func(n int64) { calls = append(calls, n) }})
+	if err != nil || res.Changed != 8 || !slices.Equal(calls, []int64{3, 6, 8}) {
+		t.Fatalf("purge: %d, calls %v, %v", res.Changed, calls, err)
 	}
 	if left := count(t, pool, "true"); left != 3 {
 		t.Fatalf("%d tasks left, want 3", left)
@@ -410,23 +410,21 @@ func TestAdminInvalid(t *testing.T) {
 	requeue("IDs with a filter", queue.RequeueRequest{IDs: []int64{id}, Filter: queue.Filter{Queues: []string{"q"}}})
 	requeue("negative ID", queue.RequeueRequest{IDs: []int64{-1}})
 	requeue("batch size", queue.RequeueRequest{BatchSize: -1})
-	cancel := queue.CancelRequest{Filter: queue.Filter{Statuses: running}}
+	cancel := queue.CancelRequest{Filter: queue.Filter{Statuses: []queue.Status{queue.StatusRunning, queue.StatusCompleted}}}
 	_, err := c.Cancel(ctx, cancel)
-	checks = append(checks, check{"cancel running", err, cancel.Validate()})
+	checks = append(checks, check{"cancel completed", err, cancel.Validate()})
 	cancel = queue.CancelRequest{BatchSize: queue.MaxBatch + 1}
 	_, err = c.CancelTx(ctx, pool, cancel)
 	checks = append(checks, check{"cancel batch size", err, cancel.Validate()})
 	purge := queue.PurgeRequest{}
 	_, err = c.Purge(ctx, purge)
 	checks = append(checks, check{"purge without FinishedBefore", err, purge.Validate()})
-	purge = queue.PurgeRequest{FinishedBefore: time.Now(), Statuses: []queue.Status{queue.StatusPending}}
+	purge = queue.PurgeRequest{Filter: queue.Filter{FinishedBefore: time.Now(), Statuses: []queue.Status{queue.StatusPending}}}
 	_, err = c.Purge(ctx, purge)
 	checks = append(checks, check{"purge pending", err, purge.Validate()})
 	list := queue.ListFilter{Limit: queue.MaxListLimit + 1}
 	_, err = c.List(ctx, list)
 	checks = append(checks, check{"list limit", err, list.Validate()})
-	_, err = c.CancelRunningMatching(ctx, queue.Filter{Statuses: []queue.Status{queue.StatusPending}})
-	checks = append(checks, check{"cancel running, pending", err, err})
 	for _, ch := range checks {
 		if !errors.Is(ch.err, queue.ErrInvalidRequest) {
 			t.Errorf("%s: err = %v, want ErrInvalidRequest", ch.what, ch.err)
@@ -440,7 +438,7 @@ func TestAdminInvalid(t *testing.T) {
 	}
 	for _, err := range []error{
 		queue.RequeueRequest{}.Validate(), queue.CancelRequest{}.Validate(),
-		queue.PurgeRequest{FinishedBefore: time.Now()}.Validate(), queue.ListFilter{}.Validate(),
+		queue.PurgeRequest{Filter: queue.Filter{FinishedBefore: time.Now()}}.Validate(), queue.ListFilter{}.Validate(),
 	} {
 		if err != nil {
 			t.Errorf("a request of defaults is invalid: %v", err)
@@ -506,7 +504,8 @@ func TestTxTwins(t *testing.T) {
 }
 
 // TestCancelRunningMatching asks for the cancellation of the running tasks
-// a filter selects, and of no others.
+// a filter selects, and of no others, and cancels the pending ones it
+// selects with them, in one audit record.
 func TestCancelRunningMatching(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -516,10 +515,26 @@ func TestCancelRunningMatching(t *testing.T) {
 		insert(t, pool, "a", "n", queue.StatusRunning, 1, 1, `[]`)
 	}
 	insert(t, pool, "b", "n", queue.StatusRunning, 1, 1, `[]`)
-	insert(t, pool, "a", "n", queue.StatusPending, 0, 1, `[]`)
-	n, err := c.CancelRunningMatching(ctx, queue.Filter{Queues: []string{"a"}})
-	if err != nil || n != 3 {
-		t.Fatalf("CancelRunningMatching = %d, %v; want 3", n, err)
+	pending := insert(t, pool, "a", "n", queue.StatusPending, 0, 1, `[]`)
+	insert(t, pool, "b", "n", queue.StatusPending, 0, 1, `[]`)
+	res, err := c.Cancel(ctx, queue.CancelRequest{Filter: queue.Filter{Queues: []string{"a"}, Statuses: []queue.Status{queue.StatusRunning}}})
+	if err != nil || len(res.Requested) != 3 || res.Changed != 0 {
+		t.Fatalf("Cancel of running tasks = %+v, %v; want 3 asked", res, err)
+	}
+	if s := get(t, c, pending).Status; s != queue.StatusPending {
+		t.Fatalf("a cancel of running tasks alone left pending task %d %s", pending, s)
+	}
+	res, err = c.Cancel(ctx, queue.CancelRequest{Filter: queue.Filter{Queues: []string{"a"},
+		Statuses: []queue.Status{queue.StatusPending, queue.StatusRunning}}})
+	if err != nil || len(res.Requested) != 3 || res.Changed != 1 || !slices.IsSorted(res.Requested) {
+		t.Fatalf("Cancel of pending and running tasks = %+v, %v; want 1 cancelled, 3 asked", res, err)
+	}
+	if s := get(t, c, pending).Status; s != queue.StatusCancelled {
+		t.Fatalf("task %d is %s, want cancelled", pending, s)
+	}
+	log, err := c.AuditLog(ctx, queue.AuditFilter{})
+	if err != nil || len(log) != 2 || log[0].Action != queue.AuditCancel || log[0].Affected != 4 || log[1].Action != queue.AuditCancelRunning {
+		t.Fatalf("audit log = %+v, %v; want one cancel-running record, then one cancel of 4 tasks", log, err)
 	}
 	if got := count(t, pool, "cancel_requested_at IS NOT NULL"); got != 3 {
 		t.Fatalf("%d tasks have a cancellation request, want the 3 running in queue a", got)
@@ -536,7 +551,7 @@ func TestAdminNotMigrated(t *testing.T) {
 	_, err1 := c.List(ctx, queue.ListFilter{})
 	_, err2 := c.Requeue(ctx, queue.RequeueRequest{})
 	_, err3 := c.Stats(ctx)
-	_, err4 := c.Purge(ctx, queue.PurgeRequest{FinishedBefore: time.Now()})
+	_, err4 := c.Purge(ctx, queue.PurgeRequest{Filter: queue.Filter{FinishedBefore: time.Now()}})
 	for i, err := range []error{err1, err2, err3, err4} {
 		if !errors.Is(err, migrations.ErrNotMigrated) {
 			t.Errorf("call %d: err = %v, want ErrNotMigrated", i+1, err)

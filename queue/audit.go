@@ -15,19 +15,18 @@ import (
 	"github.com/skiplock/skiplock/internal/pgerr"
 )
 
-// The audit trail: every operator change (Requeue, Cancel, CancelRunning,
-// CancelRunningMatching, Delete, Purge, RunNow, PauseQueue, ResumeQueue,
-// SetLimit, RemoveLimit, the changes of stored schedules, and an enqueue
-// made with an Actor) records who
-// made it, what was asked, when, and how many tasks it changed, in
-// skiplock_audit.
+// The audit trail: every operator change (Requeue, Cancel, Delete, Purge,
+// RunNow, PauseQueue, ResumeQueue, SetLimit, RemoveLimit, the changes of
+// stored schedules, and an enqueue made with an Actor) records who made
+// it, what was asked, when, and how many tasks it changed, in
+// skiplock_audit: one record per call.
 //
 // A change made in one transaction writes its record in that transaction
 // (the caller's, for the Tx methods): if the record cannot be written the
 // change fails and nothing changed, and a change rolled back (a dry run)
 // leaves no record. A batched change (Requeue and Cancel of a filter or of
-// more than a batch of IDs, Purge, CancelRunningMatching, RunNow and
-// Delete of more than MaxBatch IDs) writes its record before its first
+// more than a batch of IDs, Purge, RunNow and Delete of more than MaxBatch
+// IDs) writes its record before its first
 // batch, so that a record that cannot be written stops it before anything
 // changed; each batch adds its count to the record in its own transaction,
 // and the end sets FinishedAt and the error it stopped on. A record whose
@@ -112,10 +111,10 @@ type AuditAction string
 const (
 	AuditRequeue       AuditAction = "requeue"        // Requeue, RequeueTx
 	AuditCancel        AuditAction = "cancel"         // Cancel, CancelTx
-	AuditCancelRunning AuditAction = "cancel-running" // CancelRunning, CancelRunningMatching
+	AuditCancelRunning AuditAction = "cancel-running" // Cancel, CancelTx of running tasks alone
 	AuditDelete        AuditAction = "delete"         // Delete, DeleteTx
-	AuditPurge         AuditAction = "purge"          // Purge
-	AuditRunNow        AuditAction = "run-now"        // RunNow
+	AuditPurge         AuditAction = "purge"          // Purge, PurgeTx
+	AuditRunNow        AuditAction = "run-now"        // RunNow, RunNowTx
 	AuditPause         AuditAction = "pause"          // PauseQueue
 	AuditResume        AuditAction = "resume"         // ResumeQueue
 	AuditLimitSet      AuditAction = "limit-set"      // SetLimit
@@ -152,8 +151,7 @@ type AuditEntry struct {
 	// and the options ("queue", "limit", "reason", ...).
 	Request json.RawMessage
 	// Affected is how many tasks the change changed; for a queue paused or
-	// resumed, a limit set or removed, or a schedule changed, 1
-	// (RemoveLimit: 0 when there was none).
+	// resumed, a limit set or removed, or a schedule changed, 1.
 	Affected int64
 	// FinishedAt is when the change ended. Nil only for a batched change
 	// still running, or interrupted before it could record its end.
@@ -361,7 +359,7 @@ func (a *audit) finish(ctx context.Context, failure error) error {
 }
 
 // changeIDs makes a change of named tasks (ids, sorted), chunk at a time,
-// and fills res: in one transaction with its record when the IDs fit in a
+// and fills res (Changed, IDs, Skipped): in one transaction with its record when the IDs fit in a
 // chunk, else batch by batch, telling progress (if not nil) how many are
 // done after each. change returns the IDs it changed.
 func (c *Client) changeIDs(ctx context.Context, a *audit, ids []int64, chunk int, res *ChangeResult,
@@ -376,7 +374,7 @@ func (c *Client) changeIDs(ctx context.Context, a *audit, ids []int64, chunk int
 				return 0, err
 			}
 			slices.Sort(done)
-			res.IDs = done
+			res.IDs, res.Changed = done, int64(len(done))
 			res.Skipped, err = c.skipped(ctx, x, ids, done)
 			return int64(len(done)), err
 		})
@@ -401,7 +399,8 @@ func (c *Client) changeIDs(ctx context.Context, a *audit, ids []int64, chunk int
 			return a.finish(ctx, err)
 		}
 		res.IDs = append(res.IDs, done...)
-		progress(int64(len(res.IDs)))
+		res.Changed = int64(len(res.IDs))
+		progress(res.Changed)
 	}
 	if err := a.finish(ctx, nil); err != nil {
 		return err

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"os/user"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -98,11 +99,17 @@ func TestAuditEveryChange(t *testing.T) {
 			return err
 		}},
 		{queue.AuditCancelRunning, 1, `"ids": [`, func(ctx context.Context) error {
-			_, err := c.CancelRunning(ctx, []int64{running})
+			_, err := c.Cancel(ctx, queue.CancelRequest{IDs: []int64{running}, Filter: queue.Filter{Statuses: []queue.Status{queue.StatusRunning}}})
 			return err
 		}},
 		{queue.AuditCancelRunning, 1, `"statuses": ["running"]`, func(ctx context.Context) error {
-			_, err := c.CancelRunningMatching(ctx, queue.Filter{Queues: []string{"mail"}})
+			_, err := c.Cancel(ctx, queue.CancelRequest{Filter: queue.Filter{Queues: []string{"mail"}, Statuses: []queue.Status{queue.StatusRunning}}})
+			return err
+		}},
+		// Pending and running tasks in one call: one record of both.
+		{queue.AuditCancel, 2, `"statuses": ["pending", "waiting", "failed", "running"]`, func(ctx context.Context) error {
+			_, err := c.Cancel(ctx, queue.CancelRequest{IDs: []int64{running, failed(1)[0]},
+				Filter: queue.Filter{Statuses: []queue.Status{queue.StatusPending, queue.StatusWaiting, queue.StatusFailed, queue.StatusRunning}}})
 			return err
 		}},
 		{queue.AuditRunNow, 1, `"ids": [`, func(ctx context.Context) error {
@@ -114,7 +121,7 @@ func TestAuditEveryChange(t *testing.T) {
 			return err
 		}},
 		{queue.AuditPurge, 1, `"finished_before": "`, func(ctx context.Context) error {
-			_, err := c.Purge(ctx, queue.PurgeRequest{FinishedBefore: time.Now().Add(-24 * time.Hour)})
+			_, err := c.Purge(ctx, queue.PurgeRequest{Filter: queue.Filter{FinishedBefore: time.Now().Add(-24 * time.Hour)}})
 			return err
 		}},
 		{queue.AuditPause, 1, `"queue": "mail"`, func(ctx context.Context) error { return c.PauseQueue(ctx, "mail") }},
@@ -123,12 +130,12 @@ func TestAuditEveryChange(t *testing.T) {
 			return c.SetLimit(ctx, queue.Limit{Queue: "mail", Max: 2})
 		}},
 		{queue.AuditLimitRemove, 1, `"limit": "queue mail"`, func(ctx context.Context) error {
-			_, err := c.RemoveLimit(ctx, queue.Limit{Queue: "mail"})
-			return err
-		}},
-		{queue.AuditLimitRemove, 0, `"limit": "queue mail"`, func(ctx context.Context) error {
-			_, err := c.RemoveLimit(ctx, queue.Limit{Queue: "mail"})
-			return err
+			// Set without a record, so that each round removes one.
+			if _, err := pool.Exec(ctx, `INSERT INTO skiplock_limits (kind, target, max_running) VALUES ('queue', 'mail', 2)
+				ON CONFLICT (kind, target) DO NOTHING`); err != nil {
+				return err
+			}
+			return c.RemoveLimit(ctx, queue.Limit{Queue: "mail"})
 		}},
 		{queue.AuditEnqueue, 1, `"names": ["report.build"]`, func(ctx context.Context) error {
 			_, err := c.Enqueue(ctx, "report.build", map[string]int{"month": 11}, queue.WithQueue("reports"))
@@ -185,6 +192,14 @@ func TestAuditEveryChange(t *testing.T) {
 			t.Errorf("%s: %d records for two calls", x.action, got)
 		}
 	}
+	// A limit that is not set is an error, and no change: no record.
+	n := len(auditRows(t, c))
+	if err := c.RemoveLimit(context.Background(), queue.Limit{Queue: "mail"}); !errors.Is(err, queue.ErrLimitNotFound) {
+		t.Fatalf("RemoveLimit of no limit = %v, want ErrLimitNotFound", err)
+	}
+	if got := len(auditRows(t, c)); got != n {
+		t.Fatalf("RemoveLimit of no limit left %d audit records", got-n)
+	}
 }
 
 // A producer's enqueue is not recorded; a dry run (a Tx method rolled back)
@@ -205,11 +220,26 @@ func TestAuditTxAndProducers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res, err := c.RequeueTx(ctx, tx, queue.RequeueRequest{IDs: []int64{id}}); err != nil || res.Requeued != 1 {
+	scheduled, err := c.Enqueue(ctx, "later", nil, queue.WithDelay(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := insert(t, pool, "mail", "send", queue.StatusFailed, 1, 1, failedHistory("smtp refused"))
+	if res, err := c.RequeueTx(ctx, tx, queue.RequeueRequest{IDs: []int64{id}}); err != nil || res.Changed != 1 {
 		t.Fatalf("RequeueTx: %+v, %v", res, err)
+	}
+	if res, err := c.RunNowTx(ctx, tx, []int64{scheduled}); err != nil || res.Changed != 1 || !slices.Equal(res.IDs, []int64{scheduled}) {
+		t.Fatalf("RunNowTx: %+v, %v", res, err)
+	}
+	purge := queue.PurgeRequest{Filter: queue.Filter{FinishedBefore: time.Now().Add(time.Hour), ErrorContains: "REFUSED"}}
+	if res, err := c.PurgeTx(ctx, tx, purge); err != nil || res.Changed != 1 {
+		t.Fatalf("PurgeTx of the task whose error says refused: %+v, %v", res, err)
 	}
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
+	}
+	if get(t, c, other).Status != queue.StatusFailed || get(t, c, id).Status != queue.StatusFailed {
+		t.Fatal("a rolled-back dry run changed tasks")
 	}
 	if rows := auditRows(t, c); len(rows) != 0 {
 		t.Fatalf("records after producers' enqueues and a dry run: %+v", rows)
@@ -247,12 +277,12 @@ func TestAuditFailureFailsTheChange(t *testing.T) {
 		t.Fatalf("stats %+v (%v): paused without a record", stats, err)
 	}
 	done := insert(t, pool, "mail", "send", queue.StatusCompleted, 1, 3, `[]`)
-	if n, err := c.Purge(ctx, queue.PurgeRequest{FinishedBefore: time.Now().Add(time.Hour)}); err == nil || n != 0 {
-		t.Fatalf("Purge = %d, %v; want an error and nothing purged", n, err)
+	if res, err := c.Purge(ctx, queue.PurgeRequest{Filter: queue.Filter{FinishedBefore: time.Now().Add(time.Hour)}}); err == nil || res.Changed != 0 {
+		t.Fatalf("Purge = %+v, %v; want an error and nothing purged", res, err)
 	}
 	failed := insert(t, pool, "mail", "send", queue.StatusFailed, 1, 1, failedHistory("down"))
 	for _, req := range []queue.RequeueRequest{{IDs: []int64{failed}}, {Filter: queue.Filter{Queues: []string{"mail"}}}} {
-		if res, err := c.Requeue(ctx, req); err == nil || res.Requeued != 0 {
+		if res, err := c.Requeue(ctx, req); err == nil || res.Changed != 0 {
 			t.Fatalf("Requeue(%+v) = %+v, %v; want an error and nothing requeued", req, res, err)
 		}
 	}
@@ -285,7 +315,7 @@ func TestAuditBatchedPartialFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	res, err := c.Requeue(ctx, queue.RequeueRequest{Filter: queue.Filter{Queues: []string{"mail"}}, BatchSize: 2})
-	if err == nil || !strings.Contains(err.Error(), "no more") || res.Requeued != 4 {
+	if err == nil || !strings.Contains(err.Error(), "no more") || res.Changed != 4 {
 		t.Fatalf("Requeue = %+v, %v; want 4 requeued and the error", res, err)
 	}
 	rows := auditRows(t, c)

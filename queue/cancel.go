@@ -11,22 +11,25 @@ import (
 	"github.com/skiplock/skiplock/internal/pgerr"
 )
 
-// Cancelling tasks: Cancel for pending and failed ones, CancelRunning and
-// CancelRunningMatching for running ones.
+// Cancelling tasks: Cancel, for pending, waiting and failed tasks, and
+// for running ones by a request to the workers that run them.
 
 // DefaultCancelBatch is how many tasks one cancel transaction changes.
 const DefaultCancelBatch = 5000
 
-// CancelRequest says which pending or failed tasks Cancel cancels. Name
-// tasks with IDs, or select them with Filter.
+// CancelRequest says which tasks Cancel cancels. Name tasks with IDs, or
+// select them with Filter.
 type CancelRequest struct {
 	// IDs names the tasks to cancel. With IDs, only Filter.Statuses may be
 	// set, and every named task is reported: cancelled, or skipped with its
 	// status.
 	IDs []int64
 	// Filter selects the tasks to cancel when IDs is empty; an empty Filter
-	// selects every pending and failed task. Its Statuses may be
-	// StatusPending and StatusFailed; they default to both.
+	// selects every pending, waiting and failed task. Its Statuses may be
+	// StatusPending, StatusWaiting, StatusFailed and StatusRunning; they
+	// default to all but running, with IDs as with a Filter.
+	// StatusRunning asks the workers running the tasks to cancel them (see
+	// Cancel), in the same call and audit record.
 	Filter Filter
 	// BatchSize bounds how many tasks one transaction cancels. Defaults to
 	// DefaultCancelBatch (5,000), at most MaxBatch.
@@ -34,104 +37,117 @@ type CancelRequest struct {
 	// Progress, if set, is called after each committed batch with the number
 	// of tasks cancelled so far.
 	Progress func(cancelled int64)
-	// Running, with IDs, also asks the workers running any of the named
-	// tasks to cancel them, as CancelRunning does, in the same transaction
-	// and the same audit record: one operator change, one record. Those
-	// tasks are listed in CancelResult.Requested (and in Skipped, as
-	// running). Ignored without IDs (see CancelRunningMatching).
-	Running bool
 }
 
-// CancelResult reports what Cancel did.
-type CancelResult struct {
-	// Cancelled is how many tasks were cancelled.
-	Cancelled int64
-	// IDs lists the cancelled tasks, in order, when the request named IDs.
-	IDs []int64
-	// Skipped lists the named tasks that were not cancelled: running,
-	// completed, already cancelled, or not found.
-	Skipped []SkippedTask
-	// Requested lists, in order, the named running tasks whose workers were
-	// asked to cancel them (CancelRequest.Running).
-	Requested []int64
-}
-
-// Cancel cancels pending and failed tasks: they become cancelled, with
-// finished_at set, and are never claimed again unless requeued. Running
-// tasks are not changed. It works in batches like Requeue, with the same
-// safety while workers run: a pending task that a worker claims first is
-// running by the time its batch re-checks it, and is left alone. It is
-// recorded in the audit trail like Requeue.
-func (c *Client) Cancel(ctx context.Context, req CancelRequest) (CancelResult, error) {
+// Cancel cancels pending, waiting and failed tasks: they become cancelled,
+// with finished_at set, and are never claimed again unless requeued. It
+// works in batches like Requeue, with the same safety while workers run: a
+// pending task that a worker claims first is running by the time its
+// batch re-checks it, and is left alone.
+//
+// A running task is cancelled only when the request's statuses include
+// StatusRunning, and then by a request: the worker running it cancels its
+// handler's context at once, on whichever machine (NOTIFY, with a poll as
+// fallback). A handler that then returns an error leaves its task
+// cancelled; one that returns nil completes it. Such tasks are listed in
+// ChangeResult.Requested. With a Filter, running tasks are read in pages
+// of MaxListLimit after the other statuses' batches; one that finishes
+// meanwhile gets no request.
+//
+// It is recorded in the audit trail like Requeue, in one record that
+// counts the tasks cancelled and the running ones asked: as
+// AuditCancelRunning when the statuses are StatusRunning alone, else as
+// AuditCancel.
+func (c *Client) Cancel(ctx context.Context, req CancelRequest) (ChangeResult, error) {
 	return c.cancel(ctx, nil, req)
 }
 
-// CancelTx is Cancel within tx: every batch runs in it. Rolled back, it is
-// a dry run: it reports what Cancel would do, decided by the same
-// statements, and leaves no audit record.
-func (c *Client) CancelTx(ctx context.Context, tx Executor, req CancelRequest) (CancelResult, error) {
+// CancelTx is Cancel within tx: every batch runs in it, and the requests
+// to workers are sent when it commits. Rolled back, it is a dry run: it
+// reports what Cancel would do, decided by the same statements, and leaves
+// no audit record.
+func (c *Client) CancelTx(ctx context.Context, tx Executor, req CancelRequest) (ChangeResult, error) {
 	return c.cancel(ctx, pgerr.Interpreting(tx), req)
 }
 
 // Validate returns the error, wrapping ErrInvalidRequest, that Cancel would
 // return for r before reading or changing anything; nil when r is valid.
 func (r CancelRequest) Validate() error {
-	_, _, _, err := r.check()
+	_, _, _, _, err := r.check()
 	return err
 }
 
-// check validates r and returns its statuses, batch size and IDs.
-func (r CancelRequest) check() (statuses []string, batch int, ids []int64, err error) {
-	cancellable := []Status{StatusPending, StatusWaiting, StatusFailed}
-	if statuses, err = r.Filter.statuses("cancel", cancellable, cancellable); err != nil {
-		return nil, 0, nil, err
+// check validates r and returns the statuses it cancels (running not
+// among them), whether it asks running tasks, its batch size and IDs.
+func (r CancelRequest) check() (statuses []string, running bool, batch int, ids []int64, err error) {
+	allowed := []Status{StatusPending, StatusWaiting, StatusFailed, StatusRunning}
+	all, err := r.Filter.statuses("cancel", allowed, allowed[:3])
+	if err != nil {
+		return nil, false, 0, nil, err
+	}
+	for _, s := range all {
+		if s == string(StatusRunning) {
+			running = true
+		} else {
+			statuses = append(statuses, s)
+		}
 	}
 	if batch, err = batchSize(r.BatchSize, DefaultCancelBatch); err != nil {
-		return nil, 0, nil, err
+		return nil, false, 0, nil, err
 	}
 	ids, err = checkIDs(r.IDs, r.Filter)
-	return statuses, batch, ids, err
+	return statuses, running, batch, ids, err
 }
 
 // cancel is Cancel through tx, the caller's transaction, or through
 // transactions of its own when tx is nil.
-func (c *Client) cancel(ctx context.Context, tx pgerr.Executor, req CancelRequest) (CancelResult, error) {
-	var res CancelResult
-	statuses, batch, ids, err := req.check()
+func (c *Client) cancel(ctx context.Context, tx pgerr.Executor, req CancelRequest) (ChangeResult, error) {
+	var res ChangeResult
+	statuses, running, batch, ids, err := req.check()
 	if err != nil {
 		return res, err
+	}
+	action := AuditCancel
+	if len(statuses) == 0 {
+		action = AuditCancelRunning
 	}
 	request := filterRequest(req.Filter)
 	if len(ids) > 0 {
 		request = idsRequest(ids)
 	}
-	request["statuses"] = statuses
-	running := req.Running && len(ids) > 0
+	all := slices.Clone(statuses)
 	if running {
-		request["running"] = true
+		all = append(all, string(StatusRunning))
 	}
-	a, err := c.newAudit(ctx, tx, AuditCancel, request)
+	request["statuses"] = all
+	a, err := c.newAudit(ctx, tx, action, request)
 	if err != nil {
 		return res, err
 	}
 	progress := func() {
 		if req.Progress != nil {
-			req.Progress(res.Cancelled)
+			req.Progress(res.Changed)
 		}
 	}
 
 	if len(ids) > 0 {
-		cr := ChangeResult{IDs: []int64{}}
-		requested := []int64{}
+		res.IDs = []int64{}
+		var requested, asking []int64
 		// The record counts the tasks cancelled and the running ones asked
 		// to cancel: the change returns both, and they are told apart after.
-		err := c.changeIDs(ctx, a, ids, batch, &cr, func(done int64) {
-			res.Cancelled = done - int64(len(requested))
+		// The running ones of a batch count once it has committed.
+		err := c.changeIDs(ctx, a, ids, batch, &res, func(done int64) {
+			requested, asking = append(requested, asking...), nil
+			res.Changed = done - int64(len(requested))
 			progress()
 		}, func(x pgerr.Executor, chunk []int64) ([]int64, error) {
-			done, err := c.queries.TaskCancelMany(ctx, x, db.TaskCancelManyParams{Ids: chunk, Statuses: statuses})
-			if err != nil {
-				return nil, fmt.Errorf("cancelling tasks: %w", err)
+			var done []int64
+			if len(statuses) > 0 {
+				var err error
+				done, err = c.queries.TaskCancelMany(ctx, x, db.TaskCancelManyParams{Ids: chunk, Statuses: statuses})
+				if err != nil {
+					return nil, fmt.Errorf("cancelling tasks: %w", err)
+				}
 			}
 			if running {
 				rest := slices.DeleteFunc(slices.Clone(chunk), func(id int64) bool { return slices.Contains(done, id) })
@@ -139,19 +155,22 @@ func (c *Client) cancel(ctx context.Context, tx pgerr.Executor, req CancelReques
 				if err != nil {
 					return nil, fmt.Errorf("cancelling running tasks: %w", err)
 				}
-				requested = append(requested, asked...)
+				asking = asked
 				done = append(done, asked...)
 			}
 			return done, nil
 		})
 		slices.Sort(requested)
-		cancelled := slices.DeleteFunc(cr.IDs, func(id int64) bool { _, ok := slices.BinarySearch(requested, id); return ok })
-		skipped := cr.Skipped
+		res.IDs = slices.DeleteFunc(res.IDs, func(id int64) bool { _, ok := slices.BinarySearch(requested, id); return ok })
+		res.Changed = int64(len(res.IDs))
 		for _, id := range requested {
-			skipped = append(skipped, SkippedTask{ID: id, Status: StatusRunning})
+			res.Skipped = append(res.Skipped, SkippedTask{ID: id, Status: StatusRunning})
 		}
-		slices.SortFunc(skipped, func(x, y SkippedTask) int { return cmp.Compare(x.ID, y.ID) })
-		return CancelResult{Cancelled: int64(len(cancelled)), IDs: cancelled, Skipped: skipped, Requested: requested}, err
+		slices.SortFunc(res.Skipped, func(x, y SkippedTask) int { return cmp.Compare(x.ID, y.ID) })
+		if running {
+			res.Requested = nonNil(requested)
+		}
+		return res, err
 	}
 
 	if err := a.begin(ctx); err != nil {
@@ -159,7 +178,7 @@ func (c *Client) cancel(ctx context.Context, tx pgerr.Executor, req CancelReques
 	}
 	f := req.Filter
 	var after int64
-	for {
+	for len(statuses) > 0 {
 		var row db.TaskCancelBatchRow
 		err := a.batch(ctx, func(x pgerr.Executor) (int64, error) {
 			var err error
@@ -181,41 +200,24 @@ func (c *Client) cancel(ctx context.Context, tx pgerr.Executor, req CancelReques
 		if err != nil {
 			return res, a.finish(ctx, err)
 		}
-		res.Cancelled += row.Cancelled
+		res.Changed += row.Cancelled
 		if row.Picked > 0 {
 			progress()
 		}
 		if row.Picked < int64(batch) {
-			return res, a.finish(ctx, nil)
+			break
 		}
 		after = row.LastID
 	}
-}
-
-// CancelRunning asks the workers running the given tasks to cancel them:
-// the handler's context is cancelled at once on whichever machine runs it
-// (NOTIFY, with a poll as fallback). A handler that then returns an error
-// leaves its task cancelled; one that returns nil completes it. It returns
-// the IDs that were running; others are not touched (see Cancel for pending
-// and failed tasks). The request and its audit record are one transaction.
-func (c *Client) CancelRunning(ctx context.Context, ids []int64) ([]int64, error) {
-	if len(ids) == 0 {
-		return []int64{}, nil // nothing asked, nothing recorded
+	if running {
+		res.Requested = []int64{}
+		err := c.cancelRunningMatching(ctx, a, f, &res.Requested)
+		slices.Sort(res.Requested)
+		if err != nil {
+			return res, a.finish(ctx, err)
+		}
 	}
-	a, err := c.newAudit(ctx, nil, AuditCancelRunning, idsRequest(ids))
-	if err != nil {
-		return nil, err
-	}
-	var running []int64
-	err = a.once(ctx, func(x pgerr.Executor) (int64, error) {
-		var err error
-		running, err = c.cancelRunning(ctx, x, ids)
-		return int64(len(running)), err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("cancelling running tasks: %w", err)
-	}
-	return running, nil
+	return res, a.finish(ctx, nil)
 }
 
 // cancelRunning asks, within tx, the workers running the given tasks to
@@ -236,31 +238,17 @@ func (c *Client) cancelRunning(ctx context.Context, tx pgerr.Executor, ids []int
 	return running, c.queries.QueueNotify(ctx, tx, db.QueueNotifyParams{Channel: ctlChannel, Queues: msgs})
 }
 
-// CancelRunningMatching asks the workers running the tasks f selects to
-// cancel them, as CancelRunning does for named tasks, and returns how many
-// it asked. f.Statuses may be empty or StatusRunning. Running tasks are few
-// (each holds a worker's slot), so it reads them in pages of MaxListLimit;
-// a task that finishes meanwhile gets no request. On error, the count is of
-// the pages asked before it. It is recorded in the audit trail page by
-// page, like a batched Requeue.
-func (c *Client) CancelRunningMatching(ctx context.Context, f Filter) (int64, error) {
-	running := []Status{StatusRunning}
-	if _, err := f.statuses("cancel running", running, running); err != nil {
-		return 0, err
-	}
-	f.Statuses = running
-	a, err := c.newAudit(ctx, nil, AuditCancelRunning, filterRequest(f))
-	if err != nil {
-		return 0, err
-	}
-	if err := a.begin(ctx); err != nil {
-		return 0, err
-	}
-	var requested, before int64
+// cancelRunningMatching asks, batch by batch of a's record, the workers
+// running the tasks f selects to cancel them, and adds the tasks asked to
+// requested. Running tasks are few (each holds a worker's slot), so it
+// reads them in pages of MaxListLimit.
+func (c *Client) cancelRunningMatching(ctx context.Context, a *audit, f Filter, requested *[]int64) error {
+	f.Statuses = []Status{StatusRunning}
+	var before int64
 	for {
 		tasks, err := c.List(ctx, ListFilter{Filter: f, Limit: MaxListLimit, BeforeID: before})
 		if err != nil || len(tasks) == 0 {
-			return requested, a.finish(ctx, err)
+			return err
 		}
 		ids := make([]int64, len(tasks))
 		for i, t := range tasks {
@@ -273,9 +261,9 @@ func (c *Client) CancelRunningMatching(ctx context.Context, f Filter) (int64, er
 			return int64(len(got)), err
 		})
 		if err != nil {
-			return requested, a.finish(ctx, fmt.Errorf("cancelling running tasks: %w", err))
+			return fmt.Errorf("cancelling running tasks: %w", err)
 		}
-		requested += int64(len(got))
+		*requested = append(*requested, got...)
 		before = ids[len(ids)-1]
 	}
 }

@@ -9,8 +9,9 @@ import (
 	"github.com/skiplock/skiplock/queue"
 )
 
-// Cancel with Running: the named pending tasks cancelled and the running
-// ones asked to cancel, in one transaction with one audit record.
+// Cancel with StatusRunning among its statuses: the named pending tasks
+// cancelled and the running ones asked to cancel, in one transaction with
+// one audit record.
 func TestCancelNamedRunning(t *testing.T) {
 	t.Parallel()
 	ctx := queue.WithActor(context.Background(), queue.Actor{Name: "ops", Source: queue.SourceAPI})
@@ -19,11 +20,12 @@ func TestCancelNamedRunning(t *testing.T) {
 	pending := insert(t, pool, "a", "n", queue.StatusPending, 0, 1, `[]`)
 	running := insert(t, pool, "a", "n", queue.StatusRunning, 1, 1, `[]`)
 	done := insert(t, pool, "a", "n", queue.StatusCompleted, 1, 1, `[]`)
-	res, err := c.Cancel(ctx, queue.CancelRequest{IDs: []int64{pending, running, done}, Running: true})
+	res, err := c.Cancel(ctx, queue.CancelRequest{IDs: []int64{pending, running, done},
+		Filter: queue.Filter{Statuses: []queue.Status{queue.StatusPending, queue.StatusRunning}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Cancelled != 1 || !slices.Equal(res.IDs, []int64{pending}) || !slices.Equal(res.Requested, []int64{running}) {
+	if res.Changed != 1 || !slices.Equal(res.IDs, []int64{pending}) || !slices.Equal(res.Requested, []int64{running}) {
 		t.Fatalf("Cancel = %+v; want %d cancelled, %d requested", res, pending, running)
 	}
 	want := []queue.SkippedTask{{ID: running, Status: queue.StatusRunning}, {ID: done, Status: queue.StatusCompleted}}
@@ -41,10 +43,10 @@ func TestCancelNamedRunning(t *testing.T) {
 		t.Fatalf("audit trail = %+v, want one cancel record of 2 tasks", log)
 	}
 
-	// Without Running, a running task is left alone, as before.
+	// By default, a running task is left alone.
 	other := insert(t, pool, "a", "n", queue.StatusRunning, 1, 1, `[]`)
 	res, err = c.Cancel(ctx, queue.CancelRequest{IDs: []int64{other}})
-	if err != nil || res.Cancelled != 0 || len(res.Requested) != 0 || count(t, pool, "cancel_requested_at IS NOT NULL") != 1 {
-		t.Fatalf("Cancel without Running = %+v, %v; want nothing changed", res, err)
+	if err != nil || res.Changed != 0 || len(res.Requested) != 0 || count(t, pool, "cancel_requested_at IS NOT NULL") != 1 {
+		t.Fatalf("Cancel without StatusRunning = %+v, %v; want nothing changed", res, err)
 	}
 }

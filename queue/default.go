@@ -24,12 +24,12 @@ func Default() (*Client, error) {
 	defaultClient.once.Do(func() {
 		url := os.Getenv("DATABASE_URL")
 		if url == "" {
-			defaultClient.err = errors.New("skiplock: DATABASE_URL is not set (export DATABASE_URL=postgres://user@host:5432/dbname)")
+			defaultClient.err = errors.New("opening the default client: DATABASE_URL is not set (export DATABASE_URL=postgres://user@host:5432/dbname)")
 			return
 		}
 		pool, err := pgxpool.New(context.Background(), url)
 		if err != nil {
-			defaultClient.err = connstr.Error(fmt.Errorf("skiplock: DATABASE_URL: %w", err), connstr.Passwords(url)...)
+			defaultClient.err = connstr.Error(fmt.Errorf("opening the default client: DATABASE_URL: %w", err), connstr.Passwords(url)...)
 			return
 		}
 		defaultClient.client = New(pool)

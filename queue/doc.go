@@ -28,11 +28,17 @@
 // (periodic tasks).
 //
 // Operators read tasks and queues (Get, List, Stats) and change them
-// (Requeue, Cancel, Purge with a request struct each; PauseQueue,
-// SetLimit), as the skiplock command and the dashboard (package
-// queue/dashboard) do; who holds which lock, which workers are live and
-// how much of each rate limit is used are theirs to show. Each change is
-// audited with the actor of its context ([WithActor], Client.AuditLog).
+// (Requeue, Cancel, RunNow, Delete, Purge, each with a Tx twin, all
+// returning a [ChangeResult]; PauseQueue, SetLimit), as the skiplock
+// command and the dashboard (package queue/dashboard) do; who holds which
+// lock, which workers are live and how much of each rate limit is used
+// are theirs to show. Each change is audited with the actor of its
+// context ([WithActor], Client.AuditLog), one record per call.
+//
+// An error reads from the operation that failed to its cause, as in
+// "requeueing tasks: skiplock: invalid request: ...": only the package's
+// sentinel errors (ErrNotFound, ErrInvalidRequest, ...) begin with
+// "skiplock: ", so they come last, and errors.Is finds them.
 //
 // Runnable examples, against a real database: ExampleClient_EnqueueTx,
 // ExampleWithDelay, ExampleWithUniqueKey, ExampleWithSequence,

@@ -57,21 +57,21 @@ func NewKeyring(current string, keys map[string][]byte) (*Keyring, error) {
 	kr := &Keyring{current: current, aeads: make(map[string]cipher.AEAD, len(keys))}
 	for _, id := range ids {
 		if id == "" {
-			return nil, errors.New("skiplock: keyring: empty key ID")
+			return nil, errors.New("making a keyring: empty key ID")
 		}
 		if n := len(keys[id]); n != KeySize {
-			return nil, fmt.Errorf("skiplock: keyring: key %q is %d bytes; AES-256 needs %d", id, n, KeySize)
+			return nil, fmt.Errorf("making a keyring: key %q is %d bytes; AES-256 needs %d", id, n, KeySize)
 		}
 		block, err := aes.NewCipher(bytes.Clone(keys[id]))
 		if err != nil {
-			return nil, fmt.Errorf("skiplock: keyring: key %q: %w", id, err)
+			return nil, fmt.Errorf("making a keyring: key %q: %w", id, err)
 		}
 		if kr.aeads[id], err = cipher.NewGCM(block); err != nil {
-			return nil, fmt.Errorf("skiplock: keyring: key %q: %w", id, err)
+			return nil, fmt.Errorf("making a keyring: key %q: %w", id, err)
 		}
 	}
 	if _, ok := kr.aeads[current]; !ok {
-		return nil, fmt.Errorf("skiplock: keyring: current key %q is not one of its keys (%q)", current, ids)
+		return nil, fmt.Errorf("making a keyring: current key %q is not one of its keys (%q)", current, ids)
 	}
 	return kr, nil
 }
@@ -111,7 +111,7 @@ func (kr *Keyring) Encrypt(name string, payload json.RawMessage) (json.RawMessag
 	aead := kr.aeads[kr.current]
 	nonce := make([]byte, aead.NonceSize())
 	if _, err := rand.Read(nonce); err != nil {
-		return nil, fmt.Errorf("skiplock: encrypting payload: %w", err)
+		return nil, fmt.Errorf("encrypting payload: %w", err)
 	}
 	return json.Marshal(envelope{&sealed{KeyID: kr.current, Nonce: nonce, Data: aead.Seal(nil, nonce, payload, []byte(name))}})
 }

@@ -27,17 +27,17 @@ func ExampleClient_Cancel() {
 		return
 	}
 	task, _ := q.Get(ctx, later)
-	fmt.Println("cancelled:", res.Cancelled, task.Status)
+	fmt.Println("cancelled:", res.Changed, task.Status)
 	fmt.Printf("skipped: task %d (status %q: not found)\n", res.Skipped[0].ID, res.Skipped[0].Status)
 	// Output:
 	// cancelled: 1 cancelled
 	// skipped: task 424242 (status "": not found)
 }
 
-// CancelRunning reaches a task that a worker runs, on whichever machine:
-// the handler's context is cancelled, and a handler that returns its error
-// leaves the task cancelled.
-func ExampleClient_CancelRunning() {
+// Cancel reaches a task that a worker runs, on whichever machine, when its
+// statuses include StatusRunning: the handler's context is cancelled, and
+// a handler that returns its error leaves the task cancelled.
+func ExampleClient_Cancel_running() {
 	ctx := context.Background()
 	pool, cleanup := pgtest.ExamplePool()
 	defer cleanup()
@@ -61,8 +61,10 @@ func ExampleClient_CancelRunning() {
 	}()
 
 	<-started
-	asked, _ := q.CancelRunning(ctx, []int64{id})
-	fmt.Println("asked to cancel:", len(asked))
+	res, _ := q.Cancel(ctx, queue.CancelRequest{
+		IDs: []int64{id}, Filter: queue.Filter{Statuses: []queue.Status{queue.StatusRunning}},
+	})
+	fmt.Println("asked to cancel:", len(res.Requested))
 	<-stopped
 	stop()
 	<-finished // Run returns once every outcome is written

@@ -10,9 +10,15 @@ import (
 	"github.com/skiplock/skiplock/internal/pgerr"
 )
 
-// ErrInvalidLimit wraps every error that SetLimit and RemoveLimit return for
-// a limit that is not well formed.
-var ErrInvalidLimit = errors.New("skiplock: invalid limit")
+// Errors of the concurrency limits.
+var (
+	// ErrInvalidLimit wraps every error that SetLimit and RemoveLimit
+	// return for a limit that is not well formed.
+	ErrInvalidLimit = errors.New("skiplock: invalid limit")
+	// ErrLimitNotFound is wrapped by RemoveLimit's error when no limit of
+	// that scope is set.
+	ErrLimitNotFound = errors.New("skiplock: limit not found")
+)
 
 // Limit is a concurrency limit that holds across every worker on every
 // machine: at most Max tasks of its scope run at once, counted in
@@ -120,34 +126,35 @@ func (c *Client) SetLimit(ctx context.Context, l Limit) error {
 	return nil
 }
 
-// RemoveLimit removes the limit with l's scope (Max is ignored) and reports
-// whether there was one. The change and its audit record are one
-// transaction.
-func (c *Client) RemoveLimit(ctx context.Context, l Limit) (bool, error) {
+// RemoveLimit removes the limit with l's scope (Max is ignored). It fails
+// with ErrLimitNotFound when no such limit is set, and then changes and
+// records nothing. The change and its audit record are one transaction.
+func (c *Client) RemoveLimit(ctx context.Context, l Limit) error {
 	kind, target, err := l.kind()
 	if err != nil {
-		return false, err
+		return err
 	}
 	a, err := c.newAudit(ctx, nil, AuditLimitRemove, map[string]any{"limit": l.String()})
 	if err != nil {
-		return false, err
+		return err
 	}
-	var removed int64
 	err = a.once(ctx, func(tx pgerr.Executor) (int64, error) {
-		var err error
-		removed, err = c.queries.LimitDelete(ctx, tx, db.LimitDeleteParams{Kind: kind, Target: target})
+		removed, err := c.queries.LimitDelete(ctx, tx, db.LimitDeleteParams{Kind: kind, Target: target})
+		if err == nil && removed == 0 {
+			err = ErrLimitNotFound
+		}
 		return removed, err
 	})
 	if err != nil {
-		return false, fmt.Errorf("removing limit %s: %w", l, err)
+		return fmt.Errorf("removing limit %s: %w", l, err)
 	}
-	if removed > 0 && kind == "queue" {
+	if kind == "queue" {
 		// Tasks held back by it may run now.
 		if work, _, err := c.channels(ctx); err == nil {
 			_ = c.queries.QueueNotify(ctx, c.exec, db.QueueNotifyParams{Channel: work, Queues: []string{target}})
 		}
 	}
-	return removed > 0, nil
+	return nil
 }
 
 // Limits lists every concurrency limit with how many of its tasks run now.

@@ -3,29 +3,24 @@ package queue
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/skiplock/skiplock/db"
 	"github.com/skiplock/skiplock/internal/pgerr"
 )
 
-// Deleting tasks: Purge for finished ones in bulk, Delete for named ones.
+// Deleting tasks: Purge for finished ones selected by a Filter, Delete
+// for named ones.
 
 // DefaultPurgeBatch is how many tasks one purge transaction deletes.
 const DefaultPurgeBatch = 10000
 
 // PurgeRequest says which finished tasks Purge deletes.
 type PurgeRequest struct {
-	// FinishedBefore is required: tasks that finished before it are deleted.
-	FinishedBefore time.Time
-	// Statuses may be StatusCompleted, StatusFailed and StatusCancelled;
-	// they default to all three. Pending and running tasks are never
-	// deleted.
-	Statuses []Status
-	// Queues, when set, keeps the purge to these queues.
-	Queues []string
-	// Names, when set, keeps the purge to tasks with these names.
-	Names []string
+	// Filter selects the tasks to delete; its FinishedBefore is required.
+	// Its Statuses may be StatusCompleted, StatusFailed and
+	// StatusCancelled; they default to all three. Pending, waiting and
+	// running tasks are never purged.
+	Filter Filter
 	// BatchSize bounds how many tasks one transaction deletes. Defaults to
 	// DefaultPurgeBatch (10,000), at most MaxBatch.
 	BatchSize int
@@ -35,33 +30,47 @@ type PurgeRequest struct {
 }
 
 // Purge deletes finished tasks, with their history, in batches like
-// Requeue. It returns how many it deleted; on error, how many the batches
-// committed before it deleted. It is recorded in the audit trail batch by
-// batch.
-func (c *Client) Purge(ctx context.Context, req PurgeRequest) (int64, error) {
+// Requeue; ChangeResult.Changed counts them. It takes a Filter only: named
+// tasks are deleted with Delete. It is recorded in the audit trail batch
+// by batch.
+func (c *Client) Purge(ctx context.Context, req PurgeRequest) (ChangeResult, error) {
+	return c.purge(ctx, nil, req)
+}
+
+// PurgeTx is Purge within tx: every batch runs in it. Rolled back, it is a
+// dry run: it reports how many tasks Purge would delete, decided by the
+// same statements, and leaves no audit record.
+func (c *Client) PurgeTx(ctx context.Context, tx Executor, req PurgeRequest) (ChangeResult, error) {
+	return c.purge(ctx, pgerr.Interpreting(tx), req)
+}
+
+func (c *Client) purge(ctx context.Context, tx pgerr.Executor, req PurgeRequest) (ChangeResult, error) {
+	var res ChangeResult
 	statuses, batch, err := req.check()
 	if err != nil {
-		return 0, err
+		return res, err
 	}
-	request := filterRequest(Filter{Statuses: req.Statuses, Queues: req.Queues, Names: req.Names, FinishedBefore: req.FinishedBefore})
-	a, err := c.newAudit(ctx, nil, AuditPurge, request)
+	a, err := c.newAudit(ctx, tx, AuditPurge, filterRequest(req.Filter))
 	if err != nil {
-		return 0, err
+		return res, err
 	}
 	if err := a.begin(ctx); err != nil {
-		return 0, err
+		return res, err
 	}
-	var purged, after int64
+	f := req.Filter
+	var after int64
 	for {
 		var row db.TaskPurgeBatchRow
 		err := a.batch(ctx, func(x pgerr.Executor) (int64, error) {
 			var err error
 			row, err = c.queries.TaskPurgeBatch(ctx, x, db.TaskPurgeBatchParams{
 				Statuses:       statuses,
-				FinishedBefore: req.FinishedBefore,
+				FinishedBefore: f.FinishedBefore,
 				AfterID:        after,
-				Queues:         nonNil(req.Queues),
-				Names:          nonNil(req.Names),
+				Queues:         nonNil(f.Queues),
+				Names:          nonNil(f.Names),
+				Since:          optTime(f.Since),
+				ErrorContains:  optString(f.ErrorContains),
 				BatchSize:      int32(batch),
 			})
 			if err != nil {
@@ -70,14 +79,14 @@ func (c *Client) Purge(ctx context.Context, req PurgeRequest) (int64, error) {
 			return row.Deleted, nil
 		})
 		if err != nil {
-			return purged, a.finish(ctx, err)
+			return res, a.finish(ctx, err)
 		}
-		purged += row.Deleted
+		res.Changed += row.Deleted
 		if row.Picked > 0 && req.Progress != nil {
-			req.Progress(purged)
+			req.Progress(res.Changed)
 		}
 		if row.Picked < int64(batch) {
-			return purged, a.finish(ctx, nil)
+			return res, a.finish(ctx, nil)
 		}
 		after = row.LastID
 	}
@@ -93,11 +102,11 @@ func (r PurgeRequest) Validate() error {
 // check validates r and returns its statuses and batch size.
 func (r PurgeRequest) check() (statuses []string, batch int, err error) {
 	finished := []Status{StatusCompleted, StatusFailed, StatusCancelled}
-	if statuses, err = (Filter{Statuses: r.Statuses}).statuses("purge", finished, finished); err != nil {
+	if statuses, err = r.Filter.statuses("purge", finished, finished); err != nil {
 		return nil, 0, err
 	}
-	if r.FinishedBefore.IsZero() {
-		return nil, 0, fmt.Errorf("%w: purge needs FinishedBefore", ErrInvalidRequest)
+	if r.Filter.FinishedBefore.IsZero() {
+		return nil, 0, fmt.Errorf("%w: purge needs Filter.FinishedBefore", ErrInvalidRequest)
 	}
 	batch, err = batchSize(r.BatchSize, DefaultPurgeBatch)
 	return statuses, batch, err
@@ -106,7 +115,8 @@ func (r PurgeRequest) check() (statuses []string, batch int, err error) {
 // Delete deletes the named tasks, with their history, whatever their
 // status but running: a worker holds a running task (cancel it, then
 // delete it). A task a worker claims while Delete waits for its row is
-// running by then, and skipped. It is recorded in the audit trail, in the
+// running by then, and skipped. It takes IDs only (see ChangeResult;
+// Purge deletes finished tasks by Filter). It is recorded in the audit trail, in the
 // transaction of the change for up to MaxBatch IDs.
 func (c *Client) Delete(ctx context.Context, ids []int64) (ChangeResult, error) {
 	return c.delete(ctx, nil, ids)

@@ -375,7 +375,7 @@ func TestDefaultHidesPassword(t *testing.T) {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestDefaultHidesPassword$")
 		cmd.Env = append(os.Environ(), "SKIPLOCK_DEFAULT_CHILD=1", "DATABASE_URL="+url)
 		out, err := cmd.CombinedOutput()
-		if err != nil || !strings.Contains(string(out), "skiplock: DATABASE_URL: cannot parse") || strings.Contains(string(out), "s3cret") {
+		if err != nil || !strings.Contains(string(out), "opening the default client: DATABASE_URL: cannot parse") || strings.Contains(string(out), "s3cret") {
 			t.Errorf("%s: %v, %q", url, err, out)
 		}
 	}
@@ -414,7 +414,7 @@ func TestPackageEnqueueTxWithoutDatabaseURL(t *testing.T) {
 	cmd.Env = append(os.Environ(), "SKIPLOCK_TXONLY_CHILD=1", "DATABASE_URL=",
 		"SKIPLOCK_TXONLY_URL="+pgtest.Server(t).URL, "SKIPLOCK_TXONLY_SCHEMA="+schema)
 	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "result: <nil>") || !strings.Contains(string(out), "plain: skiplock: DATABASE_URL is not set") {
+	if err != nil || !strings.Contains(string(out), "result: <nil>") || !strings.Contains(string(out), "plain: opening the default client: DATABASE_URL is not set") {
 		t.Fatalf("child: %v, %s", err, out)
 	}
 	if n := count(t, pool, "name = 'tx.only'"); n != 1 {

@@ -282,7 +282,7 @@ func TestReplaceKeyAfterStart(t *testing.T) {
 		t.Fatalf("after cancel: id %d, replaced %v", e, replaced)
 	}
 	res, err := c.Requeue(ctx, queue.RequeueRequest{IDs: []int64{d}, Filter: queue.Filter{Statuses: []queue.Status{queue.StatusCancelled}}, ResetAttempts: true})
-	if err != nil || res.Requeued != 1 {
+	if err != nil || res.Changed != 1 {
 		t.Fatalf("requeue: %+v, %v", res, err)
 	}
 	if again, replaced := enqueue(8); !replaced || again != e {

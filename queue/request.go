@@ -13,16 +13,16 @@ import (
 
 // Operator methods: the skiplock command and the dashboard inspect and
 // change tasks through these. This file holds what they share: the
-// validation error, Filter, bulk batches, named IDs and the report of
-// the tasks a request skipped, and conversions to and from the rows.
+// validation error, Filter, bulk batches, named IDs and the result of a
+// change (ChangeResult), and conversions to and from the rows.
 
 // MaxBatch bounds the BatchSize of bulk requests.
 const MaxBatch = 100000
 
 // ErrInvalidRequest wraps every validation error of the operator methods
-// (List, Requeue, Cancel, Purge): an unknown status, a status the
-// operation does not apply to, a batch size out of range. Nothing was read
-// or changed.
+// (List, Requeue, Cancel, RunNow, Delete, Purge): an unknown status, a
+// status the operation does not apply to, a batch size out of range, no
+// task named. Nothing was read or changed.
 var ErrInvalidRequest = errors.New("skiplock: invalid request")
 
 // Filter selects tasks. Every field is optional; an empty field matches
@@ -189,13 +189,40 @@ func deref[T any](p *T) T {
 	return *p
 }
 
-// ChangeResult reports what a change of named tasks did.
+func derefTime(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return *t
+}
+
+// ChangeResult reports what a bulk operator change did. Requeue, Cancel,
+// RunNow, Delete and Purge, their Tx variants and ShardedClient's all
+// return it.
+//
+// The changes take their tasks the same way: named by IDs, every one of
+// them reported (changed, or skipped with its status), or selected by a
+// Filter, counted. Requeue and Cancel take either; RunNow and Delete take
+// IDs only, since a filter's sweep would make a whole backlog due at once,
+// or delete work not yet done, and Purge (the deletion by filter) keeps to
+// finished tasks and takes a Filter only.
 type ChangeResult struct {
-	// IDs lists the changed tasks, in order.
+	// Changed is how many tasks the change changed: requeued, cancelled,
+	// made due, deleted. On error, how many the batches committed before
+	// it changed.
+	Changed int64
+	// IDs lists the changed tasks, in order, when the request named IDs;
+	// nil for a Filter, which may select millions.
 	IDs []int64
-	// Skipped lists the named tasks that were not changed, with their
-	// status (empty when no task has the ID).
+	// Skipped lists the named tasks that were not changed, in order, with
+	// their status (empty when no task has the ID); nil for a Filter.
 	Skipped []SkippedTask
+	// Requested lists, in order, the running tasks whose workers were
+	// asked to cancel them (a Cancel whose statuses include
+	// StatusRunning), named or selected by a Filter: running tasks are
+	// few, each holds a worker's slot. They are not counted in Changed;
+	// named, they are in Skipped too, as running.
+	Requested []int64
 }
 
 // namedIDs validates the IDs of a change of named tasks: at least one, all

@@ -47,17 +47,6 @@ type RequeueRequest struct {
 	Progress func(requeued int64)
 }
 
-// RequeueResult reports what Requeue did.
-type RequeueResult struct {
-	// Requeued is how many tasks were returned to pending.
-	Requeued int64
-	// IDs lists the requeued tasks, in order, when the request named IDs.
-	IDs []int64
-	// Skipped lists the named tasks that were not requeued: not failed (or
-	// cancelled, when asked), or not found.
-	Skipped []SkippedTask
-}
-
 // Requeue returns failed (and, when asked, cancelled) tasks to pending, due
 // now: finished_at and worker_id are cleared, and an entry with outcome
 // "requeued" is appended to the error history, which is otherwise kept.
@@ -76,7 +65,7 @@ type RequeueResult struct {
 //
 // It is recorded in the audit trail (see WithActor): in the transaction of
 // the change when it names at most BatchSize IDs, else batch by batch.
-func (c *Client) Requeue(ctx context.Context, req RequeueRequest) (RequeueResult, error) {
+func (c *Client) Requeue(ctx context.Context, req RequeueRequest) (ChangeResult, error) {
 	return c.requeue(ctx, nil, req)
 }
 
@@ -84,7 +73,7 @@ func (c *Client) Requeue(ctx context.Context, req RequeueRequest) (RequeueResult
 // woken when it commits. Rolled back, it is a dry run: it reports what
 // Requeue would do, decided by the same statements, and leaves no audit
 // record.
-func (c *Client) RequeueTx(ctx context.Context, tx Executor, req RequeueRequest) (RequeueResult, error) {
+func (c *Client) RequeueTx(ctx context.Context, tx Executor, req RequeueRequest) (ChangeResult, error) {
 	return c.requeue(ctx, pgerr.Interpreting(tx), req)
 }
 
@@ -110,8 +99,8 @@ func (r RequeueRequest) check() (statuses []string, batch int, ids []int64, err 
 
 // requeue is Requeue through tx, the caller's transaction, or through
 // transactions of its own when tx is nil.
-func (c *Client) requeue(ctx context.Context, tx pgerr.Executor, req RequeueRequest) (RequeueResult, error) {
-	var res RequeueResult
+func (c *Client) requeue(ctx context.Context, tx pgerr.Executor, req RequeueRequest) (ChangeResult, error) {
+	var res ChangeResult
 	statuses, batch, ids, err := req.check()
 	if err != nil {
 		return res, err
@@ -144,13 +133,13 @@ func (c *Client) requeue(ctx context.Context, tx pgerr.Executor, req RequeueRequ
 	channel, _ := schema.Channels(info.Name)
 	progress := func() {
 		if req.Progress != nil {
-			req.Progress(res.Requeued)
+			req.Progress(res.Changed)
 		}
 	}
 	if len(ids) > 0 {
-		cr := ChangeResult{IDs: []int64{}}
-		err := c.changeIDs(ctx, a, ids, batch, &cr, func(done int64) {
-			res.Requeued = done
+		res.IDs = []int64{}
+		err := c.changeIDs(ctx, a, ids, batch, &res, func(done int64) {
+			res.Changed = done
 			progress()
 		}, func(x pgerr.Executor, chunk []int64) ([]int64, error) {
 			row, err := c.queries.TaskRequeueMany(ctx, x, db.TaskRequeueManyParams{
@@ -161,7 +150,7 @@ func (c *Client) requeue(ctx context.Context, tx pgerr.Executor, req RequeueRequ
 			}
 			return row.Ids, nil
 		})
-		return RequeueResult{Requeued: int64(len(cr.IDs)), IDs: cr.IDs, Skipped: cr.Skipped}, err
+		return res, err
 	}
 
 	if err := a.begin(ctx); err != nil {
@@ -194,7 +183,7 @@ func (c *Client) requeue(ctx context.Context, tx pgerr.Executor, req RequeueRequ
 		if err != nil {
 			return res, a.finish(ctx, err)
 		}
-		res.Requeued += row.Requeued
+		res.Changed += row.Requeued
 		if row.Picked > 0 {
 			progress()
 		}
@@ -209,15 +198,27 @@ func (c *Client) requeue(ctx context.Context, tx pgerr.Executor, req RequeueRequ
 // (scheduled, or retrying after a backoff) due now, and wakes the workers
 // of their queues. Tasks in another state are skipped: a due task is
 // already as early as it gets; other statuses are not waiting. It keeps
-// the tasks' attempts, errors and everything else. It is recorded in the
-// audit trail, in the transaction of the change for up to MaxBatch IDs.
+// the tasks' attempts, errors and everything else. It takes IDs only (see
+// ChangeResult). It is recorded in the audit trail, in the transaction of
+// the change for up to MaxBatch IDs.
 func (c *Client) RunNow(ctx context.Context, ids []int64) (ChangeResult, error) {
+	return c.runNow(ctx, nil, ids)
+}
+
+// RunNowTx is RunNow within tx, the workers woken when it commits. Rolled
+// back, it is a dry run: it reports what RunNow would do, decided by the
+// same statement, and leaves no audit record.
+func (c *Client) RunNowTx(ctx context.Context, tx Executor, ids []int64) (ChangeResult, error) {
+	return c.runNow(ctx, pgerr.Interpreting(tx), ids)
+}
+
+func (c *Client) runNow(ctx context.Context, tx pgerr.Executor, ids []int64) (ChangeResult, error) {
 	res := ChangeResult{IDs: []int64{}}
 	ids, err := namedIDs(ids)
 	if err != nil {
 		return res, err
 	}
-	a, err := c.newAudit(ctx, nil, AuditRunNow, idsRequest(ids))
+	a, err := c.newAudit(ctx, tx, AuditRunNow, idsRequest(ids))
 	if err != nil {
 		return res, err
 	}

@@ -103,7 +103,7 @@ func TestSequenceEnqueueAndRelease(t *testing.T) {
 	}
 	// Requeued, it is the head again, ahead of a3.
 	res, err := c.Requeue(ctx, queue.RequeueRequest{IDs: []int64{a2}})
-	if err != nil || res.Requeued != 1 {
+	if err != nil || res.Changed != 1 {
 		t.Fatalf("requeue: %+v, %v", res, err)
 	}
 	if got := statuses(t, pool, a2, a3); got != "pending waiting" {

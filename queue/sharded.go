@@ -81,15 +81,15 @@ type ShardedClient struct {
 // once, at its first use.
 func NewSharded(shards map[int]*pgxpool.Pool, opts ...ClientOption) (*ShardedClient, error) {
 	if len(shards) == 0 {
-		return nil, errors.New("skiplock: NewSharded needs at least one shard")
+		return nil, errors.New("making a sharded client: it needs at least one shard")
 	}
 	s := &ShardedClient{clients: map[int]*Client{}, pools: map[int]*pgxpool.Pool{}, checked: map[int]*atomic.Bool{}}
 	for n, pool := range shards {
 		if err := shard.Check(n); err != nil {
-			return nil, fmt.Errorf("skiplock: NewSharded: %w", err)
+			return nil, fmt.Errorf("making a sharded client: %w", err)
 		}
 		if pool == nil {
-			return nil, fmt.Errorf("skiplock: NewSharded: shard %d has no pool", n)
+			return nil, fmt.Errorf("making a sharded client: shard %d has no pool", n)
 		}
 		s.shards = append(s.shards, n)
 		s.clients[n] = New(pool, opts...)
@@ -273,7 +273,7 @@ func (s *ShardedClient) on(ctx context.Context, n int, what string, fn func(c *C
 		}
 		errs = append(errs, fmt.Errorf("shard %d: %w", n, err))
 	}
-	return fmt.Errorf("skiplock: no shard could be reached: %w", errors.Join(errs...))
+	return fmt.Errorf("enqueueing: no shard could be reached: %w", errors.Join(errs...))
 }
 
 // Enqueue inserts a task on its shard (see ShardedClient) and returns its
@@ -438,54 +438,82 @@ func (s *ShardedClient) byShard(ids []int64) (map[int][]int64, []int, error) {
 
 // Requeue is Client.Requeue on every shard concerned: the shards of the
 // named IDs, or every shard for a Filter, one after another in shard
-// order. A shard that fails does not stop the others: the result counts
-// what was requeued, and the error joins each shard's, named.
-func (s *ShardedClient) Requeue(ctx context.Context, req RequeueRequest) (RequeueResult, error) {
+// order. A shard that fails does not stop the others: the result adds up
+// what each shard changed, and the error joins each shard's, named. The
+// other bulk changes (Cancel, RunNow, Delete, Purge) work the same way.
+func (s *ShardedClient) Requeue(ctx context.Context, req RequeueRequest) (ChangeResult, error) {
 	if err := req.Validate(); err != nil {
-		return RequeueResult{}, err
+		return ChangeResult{}, err
 	}
-	return eachShard(ctx, s, req.IDs, func(c *Client, ids []int64, res *RequeueResult) error {
+	return eachShard(ctx, s, req.IDs, func(c *Client, ids []int64, done int64) (ChangeResult, error) {
 		sub := req
 		sub.IDs = ids
 		if req.Progress != nil {
-			done := res.Requeued
 			sub.Progress = func(k int64) { req.Progress(done + k) }
 		}
-		r, err := c.Requeue(ctx, sub)
-		res.Requeued += r.Requeued
-		res.IDs = append(res.IDs, r.IDs...)
-		res.Skipped = append(res.Skipped, r.Skipped...)
-		return err
+		return c.Requeue(ctx, sub)
 	})
 }
 
 // Cancel is Client.Cancel on every shard concerned, as Requeue is.
-func (s *ShardedClient) Cancel(ctx context.Context, req CancelRequest) (CancelResult, error) {
+func (s *ShardedClient) Cancel(ctx context.Context, req CancelRequest) (ChangeResult, error) {
 	if err := req.Validate(); err != nil {
-		return CancelResult{}, err
+		return ChangeResult{}, err
 	}
-	return eachShard(ctx, s, req.IDs, func(c *Client, ids []int64, res *CancelResult) error {
+	return eachShard(ctx, s, req.IDs, func(c *Client, ids []int64, done int64) (ChangeResult, error) {
 		sub := req
 		sub.IDs = ids
 		if req.Progress != nil {
-			done := res.Cancelled
 			sub.Progress = func(k int64) { req.Progress(done + k) }
 		}
-		r, err := c.Cancel(ctx, sub)
-		res.Cancelled += r.Cancelled
-		res.IDs = append(res.IDs, r.IDs...)
-		res.Skipped = append(res.Skipped, r.Skipped...)
-		res.Requested = append(res.Requested, r.Requested...)
-		return err
+		return c.Cancel(ctx, sub)
+	})
+}
+
+// RunNow is Client.RunNow on the shard of each named task, as Requeue is.
+func (s *ShardedClient) RunNow(ctx context.Context, ids []int64) (ChangeResult, error) {
+	if _, err := namedIDs(ids); err != nil {
+		return ChangeResult{IDs: []int64{}}, err
+	}
+	return eachShard(ctx, s, ids, func(c *Client, ids []int64, _ int64) (ChangeResult, error) {
+		return c.RunNow(ctx, ids)
+	})
+}
+
+// Delete is Client.Delete on the shard of each named task, as Requeue is.
+func (s *ShardedClient) Delete(ctx context.Context, ids []int64) (ChangeResult, error) {
+	if _, err := namedIDs(ids); err != nil {
+		return ChangeResult{IDs: []int64{}}, err
+	}
+	return eachShard(ctx, s, ids, func(c *Client, ids []int64, _ int64) (ChangeResult, error) {
+		return c.Delete(ctx, ids)
+	})
+}
+
+// Purge is Client.Purge on every shard, as Requeue is.
+func (s *ShardedClient) Purge(ctx context.Context, req PurgeRequest) (ChangeResult, error) {
+	if err := req.Validate(); err != nil {
+		return ChangeResult{}, err
+	}
+	return eachShard(ctx, s, nil, func(c *Client, _ []int64, done int64) (ChangeResult, error) {
+		sub := req
+		if req.Progress != nil {
+			sub.Progress = func(k int64) { req.Progress(done + k) }
+		}
+		return c.Purge(ctx, sub)
 	})
 }
 
 // eachShard runs one change on each shard concerned, in shard order: the
 // shards of ids, with each shard's own ids, or every shard (ids nil) for a
-// filter. run adds its shard's result to res; a shard that fails does not
-// stop the others, and the error joins each shard's, named.
-func eachShard[R any](ctx context.Context, s *ShardedClient, ids []int64, run func(c *Client, ids []int64, res *R) error) (R, error) {
-	var res R
+// filter. run is told how many tasks the shards before it changed, and its
+// result is added to the others; a shard that fails does not stop the
+// others, and the error joins each shard's, named.
+func eachShard(ctx context.Context, s *ShardedClient, ids []int64, run func(c *Client, ids []int64, done int64) (ChangeResult, error)) (ChangeResult, error) {
+	var res ChangeResult
+	if len(ids) > 0 {
+		res.IDs, res.Skipped = []int64{}, []SkippedTask{}
+	}
 	byShard, order, err := s.byShard(ids)
 	if err != nil {
 		return res, err
@@ -498,7 +526,14 @@ func eachShard[R any](ctx context.Context, s *ShardedClient, ids []int64, run fu
 			if byShard != nil {
 				sub = byShard[n]
 			}
-			err = run(c, sub, &res)
+			var r ChangeResult
+			r, err = run(c, sub, res.Changed)
+			res.Changed += r.Changed
+			res.IDs = append(res.IDs, r.IDs...)
+			res.Skipped = append(res.Skipped, r.Skipped...)
+			if r.Requested != nil {
+				res.Requested = append(nonNil(res.Requested), r.Requested...)
+			}
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("shard %d: %w", n, err))

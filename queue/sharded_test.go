@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -188,7 +190,7 @@ func TestShardedByID(t *testing.T) {
 	}
 	t.Logf("unknown shard: %v", err)
 	res, err := c.Cancel(ctx, queue.CancelRequest{IDs: append([]int64{foreign}, ids...)})
-	if !errors.Is(err, queue.ErrUnknownShard) || res.Cancelled != 0 {
+	if !errors.Is(err, queue.ErrUnknownShard) || res.Changed != 0 {
 		t.Fatalf("Cancel naming shard 9's task: %+v, %v; want ErrUnknownShard and nothing cancelled", res, err)
 	}
 	for _, id := range ids {
@@ -199,11 +201,11 @@ func TestShardedByID(t *testing.T) {
 
 	// Cancel and Requeue by ID reach every shard named.
 	res, err = c.Cancel(ctx, queue.CancelRequest{IDs: ids})
-	if err != nil || res.Cancelled != 4 || len(res.IDs) != 4 {
+	if err != nil || res.Changed != 4 || len(res.IDs) != 4 {
 		t.Fatalf("Cancel over two shards: %+v, %v", res, err)
 	}
 	rq, err := c.Requeue(ctx, queue.RequeueRequest{IDs: append(ids, ids[0]+1000), Filter: queue.Filter{Statuses: []queue.Status{queue.StatusCancelled}}})
-	if err != nil || rq.Requeued != 4 || len(rq.Skipped) != 1 || rq.Skipped[0].ID != ids[0]+1000 {
+	if err != nil || rq.Changed != 4 || len(rq.Skipped) != 1 || rq.Skipped[0].ID != ids[0]+1000 {
 		t.Fatalf("Requeue over two shards: %+v, %v", rq, err)
 	}
 	for _, id := range ids {
@@ -213,8 +215,21 @@ func TestShardedByID(t *testing.T) {
 	}
 	// By filter: every shard.
 	res, err = c.Cancel(ctx, queue.CancelRequest{Filter: queue.Filter{Names: []string{"t"}}})
-	if err != nil || res.Cancelled != 4 {
+	if err != nil || res.Changed != 4 {
 		t.Fatalf("Cancel by filter over two shards: %+v, %v", res, err)
+	}
+	// The other bulk changes, by ID and by filter, reach every shard.
+	res, err = c.RunNow(ctx, ids)
+	if err != nil || res.Changed != 0 || len(res.Skipped) != 4 {
+		t.Fatalf("RunNow of cancelled tasks over two shards: %+v, %v; want 4 skipped", res, err)
+	}
+	res, err = c.Delete(ctx, ids[:2])
+	if err != nil || res.Changed != 2 || !slices.Equal(res.IDs, slices.Sorted(slices.Values(ids[:2]))) {
+		t.Fatalf("Delete over two shards: %+v, %v", res, err)
+	}
+	res, err = c.Purge(ctx, queue.PurgeRequest{Filter: queue.Filter{FinishedBefore: time.Now().Add(time.Hour)}})
+	if err != nil || res.Changed != 2 {
+		t.Fatalf("Purge over two shards: %+v, %v; want the 2 tasks left", res, err)
 	}
 }
 

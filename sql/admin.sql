@@ -228,7 +228,7 @@ RETURNING t.id;
 -- name: TaskPurgeBatch :one
 -- Deletes one batch of finished tasks (completed, failed, cancelled; never
 -- pending or running, whatever the caller asks) that finished before
--- finished_before. Loop as with TaskRequeueBatch.
+-- finished_before and match the filter. Loop as with TaskRequeueBatch.
 WITH picked AS MATERIALIZED (
     SELECT t.id
     FROM skiplock_tasks AS t
@@ -237,6 +237,9 @@ WITH picked AS MATERIALIZED (
       AND t.id > @after_id::bigint
       AND (cardinality(@queues::text[]) = 0 OR t.queue = ANY(@queues::text[]))
       AND (cardinality(@names::text[]) = 0 OR t.name = ANY(@names::text[]))
+      AND (sqlc.narg(since)::timestamptz IS NULL OR t.finished_at >= sqlc.narg(since)::timestamptz)
+      AND (sqlc.narg(error_contains)::text IS NULL
+           OR strpos(lower(t.errors -> -1 ->> 'error'), lower(sqlc.narg(error_contains)::text)) > 0)
     ORDER BY t.id
     LIMIT @batch_size::integer
     FOR UPDATE SKIP LOCKED

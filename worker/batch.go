@@ -55,7 +55,7 @@ const (
 //
 // Handle's context ends when that of any task of the batch would: the
 // earliest of their timeouts, the worker's shutdown past its grace, or a
-// lost lock (the task may then run elsewhere). A CancelRunning of one task
+// lost lock (the task may then run elsewhere). A cancel of one running task
 // does not end the batch: that task becomes cancelled once the batch
 // returns, unless Handle completed it. A task whose context ends while the
 // batch is filling leaves it without running, with that outcome (a
@@ -358,7 +358,7 @@ func (b *batcher) runBatch(bt *batch) {
 
 // batchContext is the context of a batch's run: it ends when any member's
 // ends, with its cause (its deadline the earliest of theirs), but for a
-// member's CancelRunning, which is that task's alone.
+// member's cancel request, which is that task's alone.
 func batchContext(live []*member) (context.Context, func()) {
 	base, cancel := context.WithCancelCause(context.Background())
 	ctx, stopDeadline := context.Context(base), context.CancelFunc(func() {})

@@ -8,7 +8,7 @@ import (
 	"github.com/skiplock/skiplock/internal/control"
 )
 
-// A running task is cancelled on request (queue.Client.CancelRunning) by
+// A running task is cancelled on request (queue.Client.Cancel) by
 // two ways to this worker: the control.Cancel command, which the listener
 // hands to handleControl at once, and the request's mark on the task's
 // row, which the cancel poller reads every HealthInterval in case the

@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/skiplock/skiplock/queue"
 )
 
 func TestCancelPollerFindsRequests(t *testing.T) {
@@ -11,7 +13,7 @@ func TestCancelPollerFindsRequests(t *testing.T) {
 	b := setupJobs(t)
 	g := newGuard(b.deps(t, "w1", ModeLease, nil, nil))
 	rows := b.claim(t, g, "w1", 2)
-	if _, err := b.client.CancelRunning(context.Background(), []int64{rows[1].ID}); err != nil {
+	if _, err := b.client.Cancel(context.Background(), queue.CancelRequest{IDs: []int64{rows[1].ID}, Filter: queue.Filter{Statuses: []queue.Status{queue.StatusRunning}}}); err != nil {
 		t.Fatal(err)
 	}
 	got := make(chan []int64, 1)

@@ -42,6 +42,7 @@ func (w *Worker) claimLoop(ctx context.Context, queueName string, qslots *semaph
 		claimed, refill, err := w.claimRound(queueName, n, qslots, l)
 		w.slots.release(qslots, n-claimed)
 		if err != nil {
+			saturated = false
 			w.claimFailed(queueName, err, o)
 			if errors.Is(err, errSessionDown) {
 				select {

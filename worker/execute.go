@@ -22,7 +22,7 @@ var (
 	errShutdown = errors.New("skiplock: worker shutting down")
 	errLockLost = errors.New("skiplock: worker lost the lock session holding this task; it may run elsewhere")
 	// ErrCancelled is the cause (context.Cause) of a handler's context when
-	// its task was cancelled with queue.Client.CancelRunning.
+	// its task was cancelled with queue.Client.Cancel.
 	ErrCancelled = errors.New("skiplock: task cancelled")
 )
 

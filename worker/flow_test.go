@@ -274,9 +274,11 @@ func TestCancelRunningTask(t *testing.T) {
 	id := b.enqueue(t, "long", nil)
 	waitFor(t, 10*time.Second, "running", func() bool { return b.get(t, id).Status == queue.StatusRunning })
 	requested := time.Now()
-	running, err := b.client.CancelRunning(context.Background(), []int64{id, 987654})
-	if err != nil || len(running) != 1 || running[0] != id {
-		t.Fatalf("CancelRunning = %v, %v", running, err)
+	res, err := b.client.Cancel(context.Background(), queue.CancelRequest{
+		IDs: []int64{id, 987654}, Filter: queue.Filter{Statuses: []queue.Status{queue.StatusRunning}},
+	})
+	if err != nil || len(res.Requested) != 1 || res.Requested[0] != id || res.Changed != 0 {
+		t.Fatalf("Cancel of a running task = %+v, %v", res, err)
 	}
 	select {
 	case cause := <-causes:

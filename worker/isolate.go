@@ -198,9 +198,8 @@ func (iso *isolator) pass(ctx context.Context) bool {
 	// Hold the claim loops back, then take every slot of the process:
 	// the running tasks' slots come back once their outcomes are written.
 	sl := w.slots
-	sl.pause()
+	n := sl.pause()
 	defer sl.resume()
-	n := sl.size - sl.held.Load() - sl.owed.Load()
 	if n <= 0 {
 		return false
 	}

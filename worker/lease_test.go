@@ -178,7 +178,7 @@ func TestLeaseModeFlow(t *testing.T) {
 	long := b.enqueue(t, "long", nil)
 	waitFor(t, 10*time.Second, "retry then success", func() bool { return b.get(t, flaky).Status == queue.StatusCompleted })
 	waitFor(t, 10*time.Second, "long running", func() bool { return b.get(t, long).Status == queue.StatusRunning })
-	if _, err := b.client.CancelRunning(context.Background(), []int64{long}); err != nil {
+	if _, err := b.client.Cancel(context.Background(), queue.CancelRequest{IDs: []int64{long}, Filter: queue.Filter{Statuses: []queue.Status{queue.StatusRunning}}}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 5*time.Second, "cancelled by poll", func() bool { return b.get(t, long).Status == queue.StatusCancelled })

@@ -6,6 +6,7 @@ import (
 
 	"github.com/skiplock/skiplock/internal/control"
 	"github.com/skiplock/skiplock/internal/schema"
+	"github.com/skiplock/skiplock/queue"
 )
 
 func TestListenerHandsOverWorkAndCommands(t *testing.T) {
@@ -30,7 +31,7 @@ func TestListenerHandsOverWorkAndCommands(t *testing.T) {
 	}
 	g := newGuard(b.deps(t, "w1", ModeLease, nil, nil))
 	rows := b.claim(t, g, "w1", 1)
-	if _, err := b.client.CancelRunning(context.Background(), []int64{rows[0].ID}); err != nil {
+	if _, err := b.client.Cancel(context.Background(), queue.CancelRequest{IDs: []int64{rows[0].ID}, Filter: queue.Filter{Statuses: []queue.Status{queue.StatusRunning}}}); err != nil {
 		t.Fatal(err)
 	}
 	msg := waitFor(t, commands, "a cancel command")

@@ -24,9 +24,11 @@ import (
 var ErrShardMismatch = queue.ErrShardMismatch
 
 // ShardedWorker runs the tasks of a sharded queue (queue.ShardedClient):
-// one Worker per shard in one process, each with its own lock session,
-// listener, claim loops and elections on its shard's database, as if it
-// were alone. Create it with NewSharded and start it with Run.
+// one Worker per shard in one process, each with its own lock session
+// (or leases, in ModeLease), listener, claim loops, rescuer and elections
+// on its shard's database, as if it were alone, sharing the process's
+// Concurrency (NewSharded). Create it with NewSharded and start it with
+// Run.
 type ShardedWorker struct {
 	shards  []int // ascending
 	workers map[int]*Worker
@@ -44,13 +46,17 @@ type ShardedWorker struct {
 // named by its shard number as for queue.NewSharded. cfg applies to the
 // Worker of every shard, except:
 //
-//   - Concurrency, when set, is split evenly between the shards (the first
-//     ones take the remainder), so the process holds at most Concurrency
-//     tasks; it must be at least the number of shards. A shard without
-//     work leaves its part unused. Left at zero, each shard's Worker sizes
+//   - Concurrency, when set, is the process's, shared by the shards: it
+//     holds at most Concurrency tasks in all, and must be at least the
+//     number of shards. Each shard's share is an even split of it (the
+//     first ones take the remainder). A shard with work takes the slots
+//     of shards without (all but one slot of each), and gives them back
+//     as its tasks end once they have work again: with work on every
+//     shard, each runs its share. Left at zero, each shard's Worker sizes
 //     its own, as a Worker does: each shard is a server of its own, with
 //     its own lock table.
-//   - ClaimBatch, when set, is at most each shard's part of Concurrency.
+//   - ClaimBatch, when set, is at most each shard's share of Concurrency,
+//     and defaults to half of it.
 //   - Periodic tasks are enqueued by the Worker of the lowest shard only,
 //     so that each tick is enqueued once; the schedules stored in each
 //     shard's database (queue.Client.SetSchedule) run on that shard.
@@ -98,16 +104,27 @@ func NewSharded(shards map[int]*pgxpool.Pool, cfg Config) (*ShardedWorker, error
 	if logger == nil {
 		logger = slog.Default()
 	}
+	var shared *sharedSlots
+	if cfg.Concurrency > 0 {
+		// The even split is each shard's share, and sizes its claims
+		// (ClaimBatch) as it would a Worker's of that Concurrency.
+		shares, batches := make([]int, len(s.shards)), make([]int, len(s.shards))
+		for i := range s.shards {
+			shares[i] = cfg.Concurrency / len(s.shards)
+			if i < cfg.Concurrency%len(s.shards) {
+				shares[i]++
+			}
+			batches[i] = min(max(shares[i]/2, 1), MaxClaimBatch)
+			if cfg.ClaimBatch > 0 {
+				batches[i] = min(cfg.ClaimBatch, shares[i])
+			}
+		}
+		shared = newSharedSlots(cfg.Concurrency, shares, batches)
+	}
 	for i, n := range s.shards {
 		c := cfg
-		if cfg.Concurrency > 0 {
-			c.Concurrency = cfg.Concurrency / len(s.shards)
-			if i < cfg.Concurrency%len(s.shards) {
-				c.Concurrency++
-			}
-			if c.ClaimBatch > c.Concurrency {
-				c.ClaimBatch = c.Concurrency
-			}
+		if shared != nil {
+			c.ClaimBatch = shared.shards[i].batch()
 		}
 		if i > 0 {
 			c.Periodic = nil
@@ -116,6 +133,9 @@ func NewSharded(shards map[int]*pgxpool.Pool, cfg Config) (*ShardedWorker, error
 		s.logs[n] = c.Logger
 		s.pools[n] = shards[n]
 		s.workers[n] = New(shards[n], c)
+		if shared != nil {
+			s.workers[n].slots = shared.shards[i]
+		}
 	}
 	return s, nil
 }

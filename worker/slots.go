@@ -33,15 +33,24 @@ type slots struct {
 	// slot: a suspect task runs alone (isolate.go). Closed on resume.
 	pausedMu sync.Mutex
 	paused   chan struct{}
+	// shared, for a shard of a ShardedWorker, is the process's
+	// Concurrency that its shards share (shareslots.go), and index this
+	// shard's place in it; nil for a Worker of its own.
+	shared *sharedSlots
+	index  int
+	wanted atomic.Int64 // when a claim loop last had work or found no free slot, in Unix ns
 }
 
-// pause holds every claim loop back at its next acquire, until resume.
-func (s *slots) pause() {
+// pause holds every claim loop back at its next acquire, until resume,
+// and returns the slots of the worker (those the window holds back, or
+// another shard has, left out).
+func (s *slots) pause() int64 {
 	s.pausedMu.Lock()
 	defer s.pausedMu.Unlock()
 	if s.paused == nil {
 		s.paused = make(chan struct{})
 	}
+	return s.size - s.held.Load() - s.owed.Load()
 }
 
 // resume lets the claim loops take slots again.
@@ -101,7 +110,7 @@ func (s *slots) acquire(ctx context.Context, q *semaphore.Weighted, coalesce boo
 			return 0, err
 		}
 	}
-	if err := s.all.Acquire(ctx, 1); err != nil {
+	if err := s.acquireOne(ctx, coalesce); err != nil {
 		if q != nil {
 			q.Release(1)
 		}
@@ -123,13 +132,22 @@ func (s *slots) acquire(ctx context.Context, q *semaphore.Weighted, coalesce boo
 	return n, nil
 }
 
+// acquireOne waits for one free slot; a shard of a ShardedWorker moves
+// capacity to it first when it has none (shareslots.go).
+func (s *slots) acquireOne(ctx context.Context, backlog bool) error {
+	if s.shared == nil {
+		return s.all.Acquire(ctx, 1)
+	}
+	return s.shared.acquire(ctx, s, backlog)
+}
+
 // takeMore takes free slots without waiting, up to the batch.
 func (s *slots) takeMore(q *semaphore.Weighted, n int) int {
 	for batch := s.batch(); n < batch; {
 		if q != nil && !q.TryAcquire(1) {
 			break
 		}
-		if !s.all.TryAcquire(1) {
+		if !s.all.TryAcquire(1) && !s.borrow(batch-n) {
 			if q != nil {
 				q.Release(1)
 			}
@@ -140,12 +158,22 @@ func (s *slots) takeMore(q *semaphore.Weighted, n int) int {
 	return n
 }
 
+// borrow, for a shard of a ShardedWorker without a free slot, moves up to
+// k free slots of idle shards to it, and takes one.
+func (s *slots) borrow(k int) bool {
+	return s.shared != nil && s.shared.borrow(s, int64(k)) > 0 && s.all.TryAcquire(1)
+}
+
 // release gives back n slots a claim did not use.
 func (s *slots) release(q *semaphore.Weighted, n int) {
 	if n <= 0 {
 		return
 	}
-	s.all.Release(int64(n))
+	kept := 0
+	if s.shared != nil {
+		kept = s.reclaim(n) // what the shard owes other shards goes to them
+	}
+	s.all.Release(int64(n - kept))
 	if q != nil {
 		q.Release(int64(n))
 	}
@@ -171,6 +199,9 @@ func (s *slots) reclaim(n int) int {
 		k := min(owed, int64(n))
 		if k <= 0 {
 			return 0
+		}
+		if s.shared != nil {
+			return s.shared.repay(s, n) // owed to other shards
 		}
 		if s.owed.CompareAndSwap(owed, owed-k) {
 			s.held.Add(k)

@@ -45,9 +45,12 @@ func (w *Worker) start(ctx context.Context) (opened func() error, err error) {
 
 	w.classOID = table.Oid
 	w.limitClass = int32(uint32(limitClass))
-	if w.cfg.autoWindow {
+	switch {
+	case w.slots != nil:
+		// A shard's of a ShardedWorker, made with the others' (shareslots.go).
+	case w.cfg.autoWindow:
 		w.slots = newSlots(MaxAutoConcurrency, w.cfg.ClaimBatch)
-	} else {
+	default:
 		w.slots = newSlots(w.cfg.Concurrency, w.cfg.ClaimBatch)
 	}
 	free := func(batch []finish) {

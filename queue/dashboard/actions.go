@@ -148,7 +148,7 @@ func (h *handler) requeueOne(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	def := fmt.Sprintf("/tasks/%d", id)
-	if res.Requeued == 0 {
+	if res.Changed == 0 {
 		h.done(w, r, def, "Task %d was not requeued: only failed and cancelled tasks can be.%s", id, skippedNote(res.Skipped))
 		return
 	}
@@ -171,7 +171,7 @@ func (h *handler) cancelOne(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	def := fmt.Sprintf("/tasks/%d", id)
-	if res.Cancelled == 0 {
+	if res.Changed == 0 {
 		h.done(w, r, def, "Task %d was not cancelled: only pending and failed tasks can be.%s", id, skippedNote(res.Skipped))
 		return
 	}
@@ -188,13 +188,15 @@ func (h *handler) cancelRunning(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	running, err := h.client.CancelRunning(ctx, []int64{id})
+	res, err := h.client.Cancel(ctx, queue.CancelRequest{
+		IDs: []int64{id}, Filter: queue.Filter{Statuses: []queue.Status{queue.StatusRunning}},
+	})
 	if err != nil {
 		h.actionFailed(w, r, err)
 		return
 	}
 	def := fmt.Sprintf("/tasks/%d", id)
-	if len(running) == 0 {
+	if len(res.Requested) == 0 {
 		h.done(w, r, def, "Task %d is not running; nothing to cancel.", id)
 		return
 	}
@@ -230,7 +232,7 @@ func (h *handler) requeueMany(w http.ResponseWriter, r *http.Request) {
 		h.actionFailed(w, r, err)
 		return
 	}
-	h.done(w, r, "/failed", "Requeued %d %s.%s", res.Requeued, plural(res.Requeued, "task"), skippedNote(res.Skipped))
+	h.done(w, r, "/failed", "Requeued %d %s.%s", res.Changed, plural(res.Changed, "task"), skippedNote(res.Skipped))
 }
 
 // cancelMany cancels the checked tasks, or every failed task matching the
@@ -262,7 +264,7 @@ func (h *handler) cancelMany(w http.ResponseWriter, r *http.Request) {
 		h.actionFailed(w, r, err)
 		return
 	}
-	h.done(w, r, "/failed", "Cancelled %d %s.%s", res.Cancelled, plural(res.Cancelled, "task"), skippedNote(res.Skipped))
+	h.done(w, r, "/failed", "Cancelled %d %s.%s", res.Changed, plural(res.Changed, "task"), skippedNote(res.Skipped))
 }
 
 func plural(n int64, word string) string {
@@ -440,7 +442,7 @@ func (h *handler) runNow(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	def := fmt.Sprintf("/tasks/%d", id)
-	if len(res.IDs) == 0 {
+	if res.Changed == 0 {
 		h.done(w, r, def, "Task %d was not changed: only scheduled and retrying tasks wait for a later run time.%s", id, skippedNote(res.Skipped))
 		return
 	}
@@ -462,7 +464,7 @@ func (h *handler) deleteOne(w http.ResponseWriter, r *http.Request) {
 		h.actionFailed(w, r, err)
 		return
 	}
-	if len(res.IDs) == 0 {
+	if res.Changed == 0 {
 		h.done(w, r, fmt.Sprintf("/tasks/%d", id), "Task %d was not deleted: a running task must be cancelled first.%s", id, skippedNote(res.Skipped))
 		return
 	}

@@ -140,7 +140,7 @@ type handler struct {
 // fails for invalid Options.
 func New(client *queue.Client, opts Options) (http.Handler, error) {
 	if client == nil {
-		return nil, errors.New("dashboard: a queue.Client is required")
+		return nil, errors.New("making the dashboard: a queue.Client is required")
 	}
 	if err := checkPrefix(opts.Prefix); err != nil {
 		return nil, err
@@ -158,7 +158,7 @@ func New(client *queue.Client, opts Options) (http.Handler, error) {
 		}
 		opts.CSRFToken = hex.EncodeToString(secret[:])
 	} else if len(opts.CSRFToken) < MinCSRFToken {
-		return nil, fmt.Errorf("dashboard: Options.CSRFToken must be at least %d characters, got %d", MinCSRFToken, len(opts.CSRFToken))
+		return nil, fmt.Errorf("making the dashboard: Options.CSRFToken must be at least %d characters, got %d", MinCSRFToken, len(opts.CSRFToken))
 	}
 	h := &handler{opts: opts, client: client, csrf: opts.CSRFToken}
 	var err error
@@ -179,7 +179,7 @@ func checkPrefix(p string) error {
 		return nil
 	}
 	bad := func(why string) error {
-		return fmt.Errorf("dashboard: Options.Prefix %q %s (want a path such as /admin/jobs)", p, why)
+		return fmt.Errorf("making the dashboard: Options.Prefix %q %s (want a path such as /admin/jobs)", p, why)
 	}
 	if !strings.HasPrefix(p, "/") || strings.HasSuffix(p, "/") {
 		return bad("must begin with / and not end with one")

@@ -173,7 +173,7 @@ func parsePages(prefix string) (map[string]*template.Template, error) {
 	for _, name := range pageNames {
 		t, err := template.New("layout.html").Funcs(funcs).Funcs(fm).ParseFS(assets, "templates/layout.html", "templates/"+name+".html")
 		if err != nil {
-			return nil, fmt.Errorf("dashboard: parsing template %s: %w", name, err)
+			return nil, fmt.Errorf("making the dashboard: parsing template %s: %w", name, err)
 		}
 		out[name] = t
 	}

@@ -31,7 +31,7 @@ import (
 // are New's and hold for every page and action.
 func NewSharded(sc *queue.ShardedClient, opts Options) (http.Handler, error) {
 	if sc == nil {
-		return nil, errors.New("dashboard: a queue.ShardedClient is required")
+		return nil, errors.New("making the dashboard: a queue.ShardedClient is required")
 	}
 	shards := sc.Shards()
 	first, err := sc.Shard(shards[0])
@@ -98,7 +98,7 @@ func parseShardPages(prefix string, names []string, top string, n int) (map[stri
 			t, err = t.Parse(shardNav)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("dashboard: parsing template %s: %w", name, err)
+			return nil, fmt.Errorf("making the dashboard: parsing template %s: %w", name, err)
 		}
 		out[name] = t
 	}
@@ -491,11 +491,11 @@ func (s *sharded) requeueMany(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res, err := s.sc.Requeue(ctx, req)
-	if err != nil && res.Requeued == 0 && len(res.Skipped) == 0 {
+	if err != nil && res.Changed == 0 && len(res.Skipped) == 0 {
 		s.actionFailed(w, r, err)
 		return
 	}
-	s.done(w, r, "/failed", "Requeued %d %s.%s%s", res.Requeued, plural(res.Requeued, "task"), skippedNote(res.Skipped), partly(err))
+	s.done(w, r, "/failed", "Requeued %d %s.%s%s", res.Changed, plural(res.Changed, "task"), skippedNote(res.Skipped), partly(err))
 }
 
 // cancelMany cancels the checked tasks on their shards, or every failed
@@ -523,9 +523,9 @@ func (s *sharded) cancelMany(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res, err := s.sc.Cancel(ctx, req)
-	if err != nil && res.Cancelled == 0 && len(res.Skipped) == 0 {
+	if err != nil && res.Changed == 0 && len(res.Skipped) == 0 {
 		s.actionFailed(w, r, err)
 		return
 	}
-	s.done(w, r, "/failed", "Cancelled %d %s.%s%s", res.Cancelled, plural(res.Cancelled, "task"), skippedNote(res.Skipped), partly(err))
+	s.done(w, r, "/failed", "Cancelled %d %s.%s%s", res.Changed, plural(res.Changed, "task"), skippedNote(res.Skipped), partly(err))
 }

@@ -149,7 +149,7 @@ func TestProducerCannotChange(t *testing.T) {
 		wantDenied(t, who+"Requeue", err)
 		_, err = c.Delete(ctx, []int64{failed})
 		wantDenied(t, who+"Delete", err)
-		_, err = c.Purge(ctx, queue.PurgeRequest{FinishedBefore: time.Now().Add(time.Hour)})
+		_, err = c.Purge(ctx, queue.PurgeRequest{Filter: queue.Filter{FinishedBefore: time.Now().Add(time.Hour)}})
 		wantDenied(t, who+"Purge", err)
 		_, err = c.RunNow(ctx, []int64{pending})
 		wantDenied(t, who+"RunNow", err)

@@ -106,7 +106,7 @@ func TestWorkersRunEverything(t *testing.T) {
 	}
 	hung := enqueue("hang")
 	waitFor(t, 10*time.Second, "the hanging task running", func() bool { return b.get(t, hung).Status == queue.StatusRunning })
-	if _, err := b.client.CancelRunning(ctx, []int64{hung}); err != nil {
+	if _, err := b.client.Cancel(ctx, queue.CancelRequest{IDs: []int64{hung}, Filter: queue.Filter{Statuses: []queue.Status{queue.StatusRunning}}}); err != nil {
 		t.Fatal(err)
 	}
 

@@ -101,10 +101,10 @@ func (b *bencher) sustainedRun(ctx context.Context, label string) ([]measure, er
 	if o.Purge > 0 {
 		helpers.Go(func() {
 			every(runCtx, o.Purge, func() bool {
-				n, err := client.Purge(runCtx, queue.PurgeRequest{
+				res, err := client.Purge(runCtx, queue.PurgeRequest{Filter: queue.Filter{
 					Statuses: []queue.Status{queue.StatusCompleted}, FinishedBefore: time.Now().Add(-o.Purge),
-				})
-				purged.Add(n)
+				}})
+				purged.Add(res.Changed)
 				if err != nil && runCtx.Err() == nil {
 					failed <- fmt.Errorf("purge: %w", err)
 				}

@@ -427,7 +427,7 @@ not found); a task already pending is fine.`,
 				run: func(ctx context.Context, client *queue.Client, progress func(int64)) (int64, error) {
 					req.Progress = progress
 					res, err := client.Requeue(ctx, req)
-					return res.Requeued, err
+					return res.Changed, err
 				},
 			})
 		},
@@ -493,20 +493,14 @@ is 3; a task already cancelled is fine.`,
 				sts = []queue.Status{queue.StatusPending, queue.StatusWaiting, queue.StatusFailed}
 			}
 			withRunning := slices.Contains(sts, queue.StatusRunning)
-			f, err := ff.filter(sts) // what the command selects, running included
+			f, err := ff.filter(sts) // running tasks get a request instead
 			if err != nil {
 				return err
 			}
-			// What Cancel itself changes: running tasks get a request instead.
-			sts = slices.DeleteFunc(slices.Clone(sts), func(s queue.Status) bool { return s == queue.StatusRunning })
-			cancelFilter, err := ff.filter(sts)
-			if err != nil {
-				return err
-			}
-			req := queue.CancelRequest{Filter: cancelFilter, BatchSize: int(bf.batch)}
+			req := queue.CancelRequest{Filter: f, BatchSize: int(bf.batch)}
 			if len(ids) > 0 {
 				req.IDs = ids
-				req.Filter = queue.Filter{}
+				req.Filter = queue.Filter{Statuses: []queue.Status{queue.StatusPending, queue.StatusWaiting, queue.StatusFailed, queue.StatusRunning}}
 			}
 			set, done, err := bf.openShards(cmd.Context(), a, req.Validate())
 			if err != nil {
@@ -536,7 +530,6 @@ is 3; a task already cancelled is fine.`,
 						// request in the same call.
 						req := req
 						req.IDs = ids
-						req.Running = true
 						res, err := client.Cancel(ctx, req)
 						if err != nil {
 							return nil, nil, err
@@ -556,23 +549,13 @@ is 3; a task already cancelled is fine.`,
 			return a.changeBulk(cmd.Context(), set, bulk{
 				action: "cancel", past: "cancelled", filter: f, dryRun: bf.dryRun, yes: bf.yes, limit: int(bf.limit),
 				run: func(ctx context.Context, client *queue.Client, progress func(int64)) (int64, error) {
-					var cancelled int64
-					if len(sts) > 0 {
-						req.Progress = progress
-						res, err := client.Cancel(ctx, req)
-						if err != nil {
-							return res.Cancelled, err
-						}
-						cancelled = res.Cancelled
-					}
-					if withRunning {
-						running := f
-						running.Statuses = nil
-						n, err := client.CancelRunningMatching(ctx, running)
-						requested += n
-						return cancelled + n, err
-					}
-					return cancelled, nil
+					// One operator change, one audit record (per shard):
+					// the running tasks get their request in the same call.
+					req.Progress = progress
+					res, err := client.Cancel(ctx, req)
+					n := int64(len(res.Requested))
+					requested += n
+					return res.Changed + n, err
 				},
 				after: func(ctx context.Context, clients []*queue.Client) (string, error) {
 					if withRunning {
@@ -644,7 +627,8 @@ Asks for confirmation (--yes skips it; without a terminal it is required).`,
 				sts = []queue.Status{queue.StatusCompleted, queue.StatusFailed, queue.StatusCancelled}
 			}
 			before := time.Now().Add(-age)
-			req := queue.PurgeRequest{FinishedBefore: before, Statuses: sts, Queues: queues, Names: names, BatchSize: int(bf.batch)}
+			f := queue.Filter{Statuses: sts, Queues: queues, Names: names, FinishedBefore: before}
+			req := queue.PurgeRequest{Filter: f, BatchSize: int(bf.batch)}
 			client, done, err := bf.open(cmd.Context(), a, req.Validate())
 			if err != nil {
 				return err
@@ -656,10 +640,11 @@ Asks for confirmation (--yes skips it; without a terminal it is required).`,
 			}
 			return a.changeBulk(cmd.Context(), shardSet{{client: client, pool: a.pool}}, bulk{
 				action: "purge", past: "purged", dryRun: bf.dryRun, yes: bf.yes, limit: int(bf.limit),
-				filter: queue.Filter{Statuses: sts, Queues: queues, Names: names, FinishedBefore: before},
+				filter: f,
 				run: func(ctx context.Context, client *queue.Client, progress func(int64)) (int64, error) {
 					req.Progress = progress
-					return client.Purge(ctx, req)
+					res, err := client.Purge(ctx, req)
+					return res.Changed, err
 				},
 			})
 		},

@@ -77,6 +77,25 @@ func TestCancelRunningOneAuditRecord(t *testing.T) {
 	}
 }
 
+// Cancelling pending and running tasks by filter is one operator change
+// too: one audit record of both.
+func TestCancelFilterRunningOneAuditRecord(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	pending := b.insert(t, "q", "a", queue.StatusPending, 0, 3, "")
+	running := b.insert(t, "q", "a", queue.StatusRunning, 1, 3, "")
+	b.insert(t, "other", "a", queue.StatusRunning, 1, 3, "")
+	r := b.run(t, "cancel", "--status", "pending,running", "--queue", "q", "--yes").ok(t)
+	records := b.auditRecords(t)
+	if len(records) != 1 || records[0].action != "cancel" || records[0].affected != 2 {
+		t.Fatalf("cancel by filter recorded %+v, want one cancel record of 2 tasks\n%s", records, r.stdout)
+	}
+	if b.count(t, "cancel_requested_at IS NOT NULL") != 1 || b.count(t, "id = $1 AND cancel_requested_at IS NOT NULL", running) != 1 ||
+		b.status(t, pending) != queue.StatusCancelled {
+		t.Fatal("the running task of queue q has no request (or another has one), or the pending one is not cancelled")
+	}
+}
+
 type auditRecord struct {
 	action   string
 	affected int64

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -70,8 +71,9 @@ func (a *app) limitSetCommand(set bool) *cobra.Command {
 				fmt.Fprintf(a.env.Stdout, "Limit %s: at most %d running.\n", l, l.Max)
 				return nil
 			}
-			removed, err := client.RemoveLimit(cmd.Context(), l)
-			if err != nil {
+			err = client.RemoveLimit(cmd.Context(), l)
+			removed := !errors.Is(err, queue.ErrLimitNotFound)
+			if err != nil && removed {
 				return err
 			}
 			if a.json {
