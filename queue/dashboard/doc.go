@@ -31,6 +31,23 @@
 //
 // At the root, leave Prefix empty and mount it on "/".
 //
+// # Several shards
+//
+// NewSharded serves one dashboard over every shard of a
+// queue.ShardedClient, with the same Options. Its Queues page lists each
+// shard's queues, a row per shard and queue, with their totals; Tasks and
+// Failed list the tasks of every shard, newest first, each naming its
+// shard; their bulk requeue and cancel run on every shard (every matching
+// task) or on the shards of the tasks picked, one audit record per shard.
+// An ID at the top, /tasks/{id}, /workflows/{id} or /batches/{id}, leads to
+// its shard's page (queue.ShardOf); each shard's own dashboard is under
+// /shards/{n}/. A shard that cannot be read shows as an error row while the
+// others show:
+//
+//	dash, err := dashboard.NewSharded(sc, dashboard.Options{Prefix: "/admin/jobs"})
+//	if err != nil { ... }
+//	mux.Handle("/admin/jobs/", requireLogin(http.StripPrefix("/admin/jobs", dash)))
+//
 // # Security
 //
 // The dashboard authenticates nobody: whoever reaches the handler can read

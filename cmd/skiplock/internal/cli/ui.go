@@ -9,7 +9,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/skiplock/skiplock/internal/ops"
 	"github.com/skiplock/skiplock/queue/dashboard"
 )
 
@@ -30,6 +29,12 @@ locks held now and the live workers; the audit trail of operator changes.
 Pages refresh themselves every --refresh. Changes made here are recorded in
 the audit trail as made by "skiplock ui", source dashboard.
 
+With one --database-url per shard of a sharded queue, the first page lists
+the queues of every shard with their totals, Tasks and Failed list every
+shard's tasks, each naming its shard, bulk requeue and cancel act on every
+shard, a task's ID leads to its shard's pages, and each shard's own
+dashboard is under /shards/N/.
+
 To serve the dashboard from your own application, behind its login, mount
 package github.com/skiplock/skiplock/queue/dashboard instead.
 
@@ -40,6 +45,7 @@ user name, and scripts send "Authorization: Bearer TOKEN". Without a token it
 refuses to listen beyond loopback.`,
 		Example: `  skiplock ui                                   # http://127.0.0.1:8080/
   skiplock ui --listen 127.0.0.1:9000 --refresh 2s
+  skiplock ui --database-url "$SHARD1_URL" --database-url "$SHARD2_URL"
   export ` + uiTokenEnv + `=$(openssl rand -hex 16)
   skiplock ui --listen 0.0.0.0:8080              # basic auth, password = the token`,
 		Args: noArgs,
@@ -50,20 +56,11 @@ refuses to listen beyond loopback.`,
 			if err := checkListen(listen, token); err != nil {
 				return usageErrorf("%v", err)
 			}
-			client, done, err := a.open(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer done()
-			info, err := ops.Schema(cmd.Context(), client)
-			if err != nil {
-				return err
-			}
 			if refresh <= 0 {
 				refresh = -1 // off; dashboard.Options takes zero for its default
 			}
 			log := slog.New(slog.NewTextHandler(a.env.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-			dash, err := dashboard.New(client, dashboard.Options{
+			dash, what, done, err := a.uiDashboard(cmd.Context(), dashboard.Options{
 				Refresh: refresh,
 				Logger:  log,
 				Authorize: func(*http.Request, dashboard.Action) (string, error) {
@@ -73,12 +70,13 @@ refuses to listen beyond loopback.`,
 			if err != nil {
 				return err
 			}
+			defer done()
 			err = serveUI(cmd.Context(), listen, &uiServer{token: token, dashboard: dash}, log, func(url string) {
 				auth := ""
 				if token != "" {
 					auth = " (token required)"
 				}
-				fmt.Fprintf(a.env.Stdout, "skiplock ui: schema %s at %s%s\n", info.Name, url, auth)
+				fmt.Fprintf(a.env.Stdout, "skiplock ui: %s at %s%s\n", what, url, auth)
 			})
 			if errors.Is(err, errNoCredentials) {
 				return usageErrorf("%v", err)
