@@ -43,12 +43,12 @@ func ExampleNewSharded() {
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 
-	id, err := sc.Enqueue(ctx, "email.send", nil, queue.WithShardKey("customer-42"))
+	res, err := sc.Enqueue(ctx, "email.send", nil, queue.WithShardKey("customer-42"))
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("%s/admin/jobs/tasks/%d", srv.URL, id), nil)
+	req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("%s/admin/jobs/tasks/%d", srv.URL, res.ID), nil)
 	req.Header.Set("X-User", "alice")
 	resp, err := http.DefaultTransport.RoundTrip(req)
 	if err != nil {
@@ -56,7 +56,7 @@ func ExampleNewSharded() {
 		return
 	}
 	resp.Body.Close()
-	fmt.Println(resp.Status, resp.Header.Get("Location") == fmt.Sprintf("/admin/jobs/shards/%d/tasks/%d", queue.ShardOf(id), id))
+	fmt.Println(resp.Status, resp.Header.Get("Location") == fmt.Sprintf("/admin/jobs/shards/%d/tasks/%d", queue.ShardOf(res.ID), res.ID))
 	// Output:
 	// 302 Found true
 }

@@ -478,7 +478,7 @@ func (s *sharded) requeueMany(w http.ResponseWriter, r *http.Request) {
 	action := Action{Kind: queue.AuditRequeue}
 	switch {
 	case len(ids) > 0:
-		req.IDs, action.IDs = ids, ids
+		req.Filter.IDs, action.IDs = ids, ids
 	case r.PostFormValue("scope") == "filter":
 		req.Filter = formFilter(r, queue.StatusFailed)
 		action.Filter = &req.Filter
@@ -510,7 +510,7 @@ func (s *sharded) cancelMany(w http.ResponseWriter, r *http.Request) {
 	action := Action{Kind: queue.AuditCancel}
 	switch {
 	case len(ids) > 0:
-		req.IDs, action.IDs = ids, ids
+		req.Filter.IDs, action.IDs = ids, ids
 	case r.PostFormValue("scope") == "filter":
 		req.Filter = formFilter(r, queue.StatusFailed)
 		action.Filter = &req.Filter
