@@ -9,8 +9,8 @@
 //
 //	handlers := worker.Handlers{
 //		"email.send": func(ctx context.Context, t *worker.Task) error {
-//			e, err := worker.Decode[Email](t)
-//			if err != nil {
+//			var e Email
+//			if err := t.Decode(&e); err != nil {
 //				return err
 //			}
 //			return send(ctx, e) // ctx ends on shutdown, timeout or cancel
@@ -21,8 +21,9 @@
 //		log.Fatal(err)
 //	}
 //
-// A payload type that names its task (queue.TaskArgs) has a typed
-// handler, [Handle], with a [TaskOf]; [HandleBatch] and [BatchHandler] run
+// [Task.Decode] reads an untyped handler's payload; a payload type that
+// names its task (queue.TaskArgs) has a typed handler, [Handle], whose
+// [TaskOf] carries the decoded Args; [HandleBatch] and [BatchHandler] run
 // many tasks of one name in one call, each task keeping its own outcome.
 //
 // A handler's error is retried with exponential backoff (Config.Retry,

@@ -33,13 +33,6 @@ func (t *Task) Decode(v any) error {
 	return nil
 }
 
-// Decode returns the task's payload as a T; see Task.Decode.
-func Decode[T any](t *Task) (T, error) {
-	var v T
-	err := t.Decode(&v)
-	return v, err
-}
-
 // Handler runs one attempt of a task. It must respect ctx: ctx is cancelled
 // when the attempt times out, when the worker shuts down past its grace
 // period, and when the worker loses the database session that holds the
