@@ -114,9 +114,7 @@ type BatchOf[T queue.TaskArgs] struct {
 //
 // Payloads are decoded before Handle is called. A task whose payload is
 // not a T fails for good on its first attempt, with one error that names
-// the task and the type, and is left out of the batch; the others run. An
-// error Handle returns for a task of a type that implements TaskBackoff is
-// retried after the type's backoff.
+// the task and the type, and is left out of the batch; the others run.
 //
 // HandleBatch panics if handlers is nil, if the name is empty or already
 // has a handler, or as BatchHandler.Handler does.
@@ -133,7 +131,6 @@ func HandleBatch[T queue.TaskArgs](handlers Handlers, b BatchOf[T]) {
 	case b.Handle == nil:
 		panic(fmt.Sprintf("skiplock: worker.HandleBatch[%T]: Handle is nil", zero))
 	}
-	backoff, _ := any(zero).(TaskBackoff)
 	handlers[name] = BatchHandler{MaxSize: b.MaxSize, MaxWait: b.MaxWait, Handle: func(ctx context.Context, tasks []*Task) []error {
 		errs := make([]error, len(tasks))
 		typed := make([]*TaskOf[T], 0, len(tasks))
@@ -151,9 +148,6 @@ func HandleBatch[T queue.TaskArgs](handlers Handlers, b BatchOf[T]) {
 			return errs
 		}
 		for j, err := range batchResults(name, len(typed), b.Handle(ctx, typed)) {
-			if backoff != nil && err != nil && !decided(err) {
-				err = RetryAfter(backoff.RetryBackoff(typed[j].Attempt), err)
-			}
 			errs[at[j]] = err
 		}
 		return errs

@@ -163,14 +163,23 @@ type Config struct {
 	ShutdownGrace time.Duration
 
 	// RetryBackoff returns how long to wait before retrying a task whose
-	// attempt (1-based) failed. Defaults to DefaultRetryBackoff.
+	// attempt (1-based) failed, for the names Retry gives no Backoff.
+	// Defaults to DefaultRetryBackoff. See Retry for the whole model.
 	RetryBackoff func(attempt int) time.Duration
 
-	// Retry sets the retry policy of tasks by name, over RetryBackoff; a
-	// typed task's name is its TaskName (Retry[Email{}.TaskName()]).
-	// Names not listed follow RetryBackoff and their own max attempts. A
-	// delay given with RetryAfter, or by a typed task's TaskBackoff, wins
-	// over both.
+	// Retry sets the retry policy of tasks by name; a typed task's name is
+	// its TaskName (Retry[Email{}.TaskName()]). This is the one retry
+	// model, for typed and untyped handlers alike. An attempt that failed
+	// (an error, a timeout or a panic, as OnError or OnPanic left it, or a
+	// handler abandoned) fails the task for good if it was Permanent or
+	// the task's own max attempts (queue.WithMaxAttempts, a typed task's
+	// TaskOptions) are spent; else if Retry[name].MaxAttempts
+	// is positive and reached, the task fails for good too, its history
+	// saying the policy stopped it; else the task runs again after, first
+	// found: the delay of RetryAfter(d, err) if the handler or hook
+	// returned one, Retry[name].Backoff(attempt), RetryBackoff(attempt),
+	// DefaultRetryBackoff(attempt). Snooze, Cancel, a shutdown and a lost
+	// lock are not failures of the task and follow none of this.
 	Retry map[string]RetryPolicy
 
 	// OnError, if set, is called when a handler returns an error, a

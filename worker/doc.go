@@ -26,8 +26,8 @@
 // [TaskOf] carries the decoded Args; [HandleBatch] and [BatchHandler] run
 // many tasks of one name in one call, each task keeping its own outcome.
 //
-// A handler's error is retried with exponential backoff (Config.Retry,
-// RetryBackoff); [Permanent], [Cancel], [Snooze] and [RetryAfter] say
+// A handler's error is retried with exponential backoff while the task
+// has attempts left (Config.Retry states the whole model); [Permanent], [Cancel], [Snooze] and [RetryAfter] say
 // otherwise, and a panic is an error with its stack; Config.OnError and
 // OnPanic decide what a failed attempt leads to. Worker.Stop finishes running tasks,
 // Worker.StopAndCancel cancels them; both return unfinished tasks to the
