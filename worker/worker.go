@@ -74,7 +74,7 @@ type Worker struct {
 	cursors    claimCursors // where each claim loop's claims start (cursor.go)
 	settled    sync.WaitGroup
 	execs      *executors // goroutines that run handlers (executors.go)
-	batchers   sync.Map   // *batchSpec -> *batcher: batch handlers' batches (batch.go)
+	gatherers  sync.Map   // *bulkSpec -> *gatherer: bulk handlers' groups (bulk.go)
 	comp       *completer
 	window     *windowSizer // sizes Concurrency by the round trip when it was left at zero
 	classOID   int64        // skiplock_tasks' OID: the advisory lock class
@@ -224,7 +224,7 @@ func (w *Worker) Run(ctx context.Context, handlers Handlers) error {
 
 	<-ctx.Done()
 	w.stopClaiming()
-	w.flushBatches()
+	w.flushBulk()
 	w.shutdown()
 	w.comp.close()
 	w.execs.stop()

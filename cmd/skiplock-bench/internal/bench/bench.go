@@ -41,12 +41,12 @@ const (
 	WorkloadSustained     = "sustained"
 	WorkloadPinned        = "pinned"
 	WorkloadGated         = "gated"
-	WorkloadBatch         = "batch"
+	WorkloadBulk          = "bulk"
 	WorkloadRateKey       = "rate-key"
 )
 
 // Workloads lists every workload in run order.
-var Workloads = []string{WorkloadThroughput, WorkloadWorkflow, WorkloadBurst, WorkloadEnqueueCopy, WorkloadEnqueueSingle, WorkloadLatency, WorkloadScaling, WorkloadGated, WorkloadBatch, WorkloadRateKey, WorkloadSustained, WorkloadPinned}
+var Workloads = []string{WorkloadThroughput, WorkloadWorkflow, WorkloadBurst, WorkloadEnqueueCopy, WorkloadEnqueueSingle, WorkloadLatency, WorkloadScaling, WorkloadGated, WorkloadBulk, WorkloadRateKey, WorkloadSustained, WorkloadPinned}
 
 // DefaultWorkloads are the workloads run when none are named: all but
 // sustained and pinned, which take minutes, and workflow, which measures a
@@ -79,7 +79,7 @@ type Options struct {
 	// Runs is how many times each case runs; the report shows the median.
 	// Defaults to 1.
 	Runs int
-	// Tasks is the backlog of the throughput, workflow and batch workloads
+	// Tasks is the backlog of the throughput, workflow and bulk workloads
 	// (one case per value) and of enqueue-copy; scaling uses the first
 	// value.
 	// Defaults to [100000].
@@ -429,7 +429,7 @@ func Run(ctx context.Context, opts Options, w io.Writer) error {
 		WorkloadSustained:     b.sustained,
 		WorkloadPinned:        b.pinned,
 		WorkloadGated:         b.gated,
-		WorkloadBatch:         b.batch,
+		WorkloadBulk:          b.bulk,
 		WorkloadRateKey:       b.rateKey,
 	}
 	for _, name := range Workloads {
