@@ -47,11 +47,10 @@ const (
 	// MinLeaseTTL is the shortest lease: a renewal must have time to go
 	// and come back well within it.
 	MinLeaseTTL = time.Second
-	// DefaultKeepaliveInterval, DefaultPingTimeout and DefaultPollInterval
-	// are the defaults of the Options fields of the same names.
-	DefaultKeepaliveInterval = time.Second
-	DefaultPingTimeout       = 5 * time.Second
-	DefaultPollInterval      = 250 * time.Millisecond
+	// The defaults of the Options fields of the same names.
+	defaultKeepaliveInterval = time.Second
+	defaultPingTimeout       = 5 * time.Second
+	defaultPollInterval      = 250 * time.Millisecond
 )
 
 // Mode is how a lock is held.
@@ -83,11 +82,11 @@ type Options struct {
 	// KeepaliveInterval is how often the session that holds the client's
 	// locks is pinged, so that its loss is noticed, and the locks'
 	// Contexts ended, within KeepaliveInterval + PingTimeout. Defaults to
-	// DefaultKeepaliveInterval (1s).
+	// 1s.
 	KeepaliveInterval time.Duration
 	// PingTimeout bounds a ping, and any statement on the session: one not
 	// answered in time gives the session up, and its locks are lost.
-	// Defaults to DefaultPingTimeout (5s). The server drops a silent
+	// Defaults to 5s. The server drops a silent
 	// client's session, releasing its locks, after about 11s (TCP
 	// keepalives and tcp_user_timeout, asked of it by the session), so
 	// keep KeepaliveInterval + PingTimeout below that: the holder then
@@ -95,7 +94,7 @@ type Options struct {
 	PingTimeout time.Duration
 	// PollInterval is the longest pause between two tries while Acquire
 	// or AcquireLease waits (tries start 10ms apart and back off).
-	// Defaults to DefaultPollInterval (250ms).
+	// Defaults to 250ms.
 	PollInterval time.Duration
 	// ManualRenewal stops leases from renewing themselves: the caller
 	// calls Lease.Renew before the lease expires. By default each lease
@@ -138,9 +137,9 @@ func New(pool *pgxpool.Pool, opts Options) (*Client, error) {
 		v    *time.Duration
 		def  time.Duration
 	}{
-		{"KeepaliveInterval", &opts.KeepaliveInterval, DefaultKeepaliveInterval},
-		{"PingTimeout", &opts.PingTimeout, DefaultPingTimeout},
-		{"PollInterval", &opts.PollInterval, DefaultPollInterval},
+		{"KeepaliveInterval", &opts.KeepaliveInterval, defaultKeepaliveInterval},
+		{"PingTimeout", &opts.PingTimeout, defaultPingTimeout},
+		{"PollInterval", &opts.PollInterval, defaultPollInterval},
 	} {
 		if *d.v < 0 {
 			return nil, fmt.Errorf("%w: Options.%s is negative (%s)", ErrInvalid, d.name, *d.v)

@@ -603,10 +603,12 @@ func runLabel(run, runs int) string {
 	return fmt.Sprintf(" run %d/%d", run+1, runs)
 }
 
-// concurrencyOf resolves 0 to the worker's default.
+// concurrencyOf resolves 0 to the worker's default on a local network,
+// 500 (worker.Config.Concurrency: left at zero, the worker sizes it by the
+// round trip to the server, from 500 up).
 func concurrencyOf(c int) int {
 	if c == 0 {
-		return worker.DefaultConcurrency
+		return 500
 	}
 	return c
 }
