@@ -193,7 +193,7 @@ func TestStoredScheduleReplacesConfigured(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	noop := func(context.Context, *worker.Task) error { return nil }
-	cfg := storedConfig(worker.Config{Periodic: []worker.PeriodicTask{{ID: "report", Every: time.Second, Name: "from-config"}}})
+	cfg := storedConfig(worker.Config{Periodic: []worker.PeriodicTask{{Name: "report", Every: time.Second, Task: "from-config"}}})
 	start(t, b.pool, cfg, worker.Handlers{"from-config": noop, "from-db": noop})
 	waitFor(t, 2*time.Second, "a tick of the configured schedule", func() bool { return len(b.ticksOf(t, "from-config")) >= 1 })
 	if err := b.client.AddSchedule(ctx, queue.Schedule{Name: "report", Every: time.Second, Task: "from-db"}); err != nil {

@@ -19,7 +19,7 @@ func TestStartIsOneLineAtInfo(t *testing.T) {
 	cfg := worker.Config{
 		Logger:         slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		RescueInterval: time.Second, // the default
-		Periodic:       []worker.PeriodicTask{{ID: "hourly", Every: time.Hour, Name: "tick"}},
+		Periodic:       []worker.PeriodicTask{{Name: "hourly", Every: time.Hour, Task: "tick"}},
 	}
 	start(t, b.pool, cfg, worker.Handlers{"tick": func(context.Context, *worker.Task) error { return nil }})
 	for _, want := range []string{"worker started", "now runs the rescuer", "now runs the scheduler"} {

@@ -258,7 +258,7 @@ func TestPeriodicWithoutItsHandler(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	counted := &claims{}
-	start(t, b.pool, worker.Config{Observer: counted, Periodic: []worker.PeriodicTask{{Every: time.Second, Name: "tick"}}},
+	start(t, b.pool, worker.Config{Observer: counted, Periodic: []worker.PeriodicTask{{Every: time.Second, Task: "tick"}}},
 		worker.Handlers{"other": func(context.Context, *worker.Task) error { return nil }})
 	waitFor(t, 5*time.Second, "a tick enqueued", func() bool { return b.count(t, "name = 'tick'") > 0 })
 	waitClaims(t, 10, counted)
