@@ -110,9 +110,16 @@ type Config struct {
 	// limit (queue.Client.SetLimit, `skiplock limit set`).
 	QueueConcurrency map[string]int
 
-	// RateLimits bound how many tasks start per window, across every worker
-	// that declares the same limit. Tasks over a limit stay pending until
-	// the next window; they are neither failed nor lost.
+	// RateLimits bound how many tasks start per window, across every
+	// worker that declares the same limit, and only those: the count is a
+	// row every worker shares, but a limit is configuration, so a worker
+	// that does not declare it claims the tasks freely and its starts are
+	// not counted. Declare a limit, with the same Limit and Per, in every
+	// worker that handles its tasks (each claim takes budget by its own
+	// worker's Limit and Per). A concurrency limit (queue.Client.SetLimit,
+	// `skiplock limit set`) is a row in the database instead, and binds
+	// every worker. Tasks over a limit stay pending until the next
+	// window; they are neither failed nor lost.
 	RateLimits []RateLimit
 
 	// ClaimBatch bounds how many tasks one claim takes; a claim never
