@@ -25,19 +25,19 @@ var (
 	// ErrNotAcquired: someone else holds the lock (or a lock whose name
 	// shares its key, see Key), and the try ended, or the wait reached its
 	// context's deadline.
-	ErrNotAcquired = errors.New("skiplock lock: not acquired")
+	ErrNotAcquired = errors.New("skiplock: lock not acquired")
 	// ErrLockLost is the cause of a held lock's Context when the lock was
 	// lost: its session died or went silent, or a lease expired or was
 	// taken over. Release and Renew return it too.
-	ErrLockLost = errors.New("skiplock lock: lock lost")
+	ErrLockLost = errors.New("skiplock: lock lost")
 	// ErrReleased is the cause of a lock's Context after Release.
-	ErrReleased = errors.New("skiplock lock: released")
+	ErrReleased = errors.New("skiplock: lock released")
 	// ErrClosed is returned by a Client after Close, and is the cause of
 	// the Context of the session locks it held.
-	ErrClosed = errors.New("skiplock lock: client closed")
+	ErrClosed = errors.New("skiplock: lock client closed")
 	// ErrInvalid is wrapped by the errors of bad arguments: an empty name,
 	// a lease TTL too short, a bad option.
-	ErrInvalid = errors.New("skiplock lock: invalid argument")
+	ErrInvalid = errors.New("skiplock: invalid lock argument")
 )
 
 // Limits and defaults.
@@ -231,7 +231,7 @@ func (c *Client) register(ctx context.Context, name string, key int32) {
 			c.regMu.Lock()
 			delete(c.registered, name)
 			c.regMu.Unlock()
-			c.log.Warn("skiplock lock: recording a lock's name for `skiplock locks`", "name", name, "error", pgerr.Interpret(err))
+			c.log.Warn("skiplock: recording a lock's name for `skiplock locks`", "name", name, "error", pgerr.Interpret(err))
 		}
 	}()
 }
@@ -275,7 +275,7 @@ func waitEnded(ctx context.Context, what string) error {
 	if cause != ctx.Err() {
 		errs = append(errs, cause)
 	}
-	return &waitError{msg: fmt.Sprintf("%s: not acquired before the context's deadline: %v", what, cause), errs: errs}
+	return &waitError{msg: fmt.Sprintf("%v: %s was not free before the context's deadline: %v", ErrNotAcquired, what, cause), errs: errs}
 }
 
 type waitError struct {
