@@ -25,8 +25,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/skiplock/skiplock/worker"
 )
 
 // Workload names, in the order Run runs them.
