@@ -42,7 +42,8 @@ func ExampleClient_SetLimit() {
 	var wg sync.WaitGroup
 	wg.Add(len(tasks))
 	export := func(ctx context.Context, t *worker.Task) error {
-		tenant, _ := worker.Decode[string](t)
+		var tenant string
+		_ = t.Decode(&tenant)
 		mu.Lock()
 		running[tenant]++
 		peak[tenant] = max(peak[tenant], running[tenant])

@@ -45,7 +45,8 @@ func ExampleWithSequence() {
 	var wg sync.WaitGroup
 	wg.Add(len(tasks))
 	apply := func(ctx context.Context, t *worker.Task) error {
-		c, _ := worker.Decode[change](t)
+		var c change
+		_ = t.Decode(&c)
 		mu.Lock()
 		overlap = overlap || running[c.Account]
 		running[c.Account] = true

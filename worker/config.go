@@ -14,32 +14,30 @@ import (
 	"github.com/skiplock/skiplock/queue"
 )
 
-// Defaults and limits of Config.
+// Defaults and limits of Config; each field's doc gives its default.
 const (
-	DefaultConcurrency     = 500
-	MaxClaimBatch          = 1000
-	DefaultPollInterval    = time.Second
-	DefaultTaskTimeout     = time.Minute
-	DefaultAbandonAfter    = 10 * time.Second
-	DefaultShutdownGrace   = 30 * time.Second
-	DefaultRescueInterval  = time.Second
-	DefaultHealthInterval  = time.Second
-	DefaultLeaseDuration   = 30 * time.Second
-	DefaultRetainCompleted = 24 * time.Hour
-	DefaultRetainFailed    = 7 * 24 * time.Hour
-	DefaultRetainCancelled = 7 * 24 * time.Hour
-	DefaultRetainAudit     = 90 * 24 * time.Hour
+	defaultConcurrency     = 500
+	maxClaimBatch          = 1000
+	defaultPollInterval    = time.Second
+	defaultTaskTimeout     = time.Minute
+	defaultAbandonAfter    = 10 * time.Second
+	defaultShutdownGrace   = 30 * time.Second
+	defaultRescueInterval  = time.Second
+	defaultHealthInterval  = time.Second
+	defaultLeaseDuration   = 30 * time.Second
+	defaultRetainCompleted = 24 * time.Hour
+	defaultRetainFailed    = 7 * 24 * time.Hour
+	defaultRetainCancelled = 7 * 24 * time.Hour
+	defaultRetainAudit     = 90 * 24 * time.Hour
 	// Dead-peer detection on the lock session; see Config.TCPKeepaliveIdle.
-	DefaultTCPKeepaliveIdle     = 5 * time.Second
-	DefaultTCPKeepaliveInterval = 2 * time.Second
-	DefaultTCPKeepaliveCount    = 3
-	DefaultTCPUserTimeout       = 10 * time.Second
-	DefaultPingTimeout          = 5 * time.Second
-	DefaultStaleAfter           = 15 * time.Second
-	// DefaultMaxCrashes is Config.MaxCrashes' default.
-	DefaultMaxCrashes = 3
-	// MaxRetryBackoff caps DefaultRetryBackoff.
-	MaxRetryBackoff = time.Hour
+	defaultTCPKeepaliveIdle     = 5 * time.Second
+	defaultTCPKeepaliveInterval = 2 * time.Second
+	defaultTCPKeepaliveCount    = 3
+	defaultTCPUserTimeout       = 10 * time.Second
+	defaultPingTimeout          = 5 * time.Second
+	defaultStaleAfter           = 15 * time.Second
+	defaultMaxCrashes           = 3
+	maxRetryBackoff             = time.Hour // DefaultRetryBackoff's cap
 )
 
 // Mode is how a running task is guarded against a second claim, and how a
@@ -74,7 +72,7 @@ type Config struct {
 
 	// LeaseDuration is, in lease mode, how long a claim lasts without its
 	// worker's heartbeat: the time to detect a dead worker. Defaults to
-	// DefaultLeaseDuration (30s); at least 1s.
+	// 30s; at least 1s.
 	LeaseDuration time.Duration
 
 	// ListenURL is, in lease mode, a direct connection (not through the
@@ -93,14 +91,13 @@ type Config struct {
 	// worker; Run warns when Concurrency alone takes more than a quarter of
 	// it.
 	//
-	// Left at zero, the worker sizes it itself, every few seconds:
-	// DefaultConcurrency (500) on a local network, more as the measured
-	// round trip to the server grows (each task is held for two round
-	// trips, its claim's and its outcome's: 1,000 at 0.5 ms, 3,000 at
-	// 2.5 ms), at most MaxAutoConcurrency (3,200), and never more than
-	// this worker's share of half the server's lock table among the
-	// workers whose heartbeat is recent (but never below 500). Set it to
-	// fix how many handlers may run at once.
+	// Left at zero, the worker sizes it itself, every few seconds: 500
+	// on a local network, more as the measured round trip to the server
+	// grows (each task is held for two round trips, its claim's and its
+	// outcome's: 1,000 at 0.5 ms, 3,000 at 2.5 ms), at most 3,200, and
+	// never more than this worker's share of half the server's lock
+	// table among the workers whose heartbeat is recent (but never below
+	// 500). Set it to fix how many handlers may run at once.
 	Concurrency int
 
 	// Queues are the queues this worker claims from. Defaults to
@@ -113,17 +110,24 @@ type Config struct {
 	// limit (queue.Client.SetLimit, `skiplock limit set`).
 	QueueConcurrency map[string]int
 
-	// RateLimits bound how many tasks start per window, across every worker
-	// that declares the same limit. Tasks over a limit stay pending until
-	// the next window; they are neither failed nor lost.
+	// RateLimits bound how many tasks start per window, across every
+	// worker that declares the same limit, and only those: the count is a
+	// row every worker shares, but a limit is configuration, so a worker
+	// that does not declare it claims the tasks freely and its starts are
+	// not counted. Declare a limit, with the same Limit and Per, in every
+	// worker that handles its tasks (each claim takes budget by its own
+	// worker's Limit and Per). A concurrency limit (queue.Client.SetLimit,
+	// `skiplock limit set`) is a row in the database instead, and binds
+	// every worker. Tasks over a limit stay pending until the next
+	// window; they are neither failed nor lost.
 	RateLimits []RateLimit
 
-	// ClaimBatch bounds how many tasks one claim takes; a claim never takes
-	// more than the free capacity. A task keeps its slot until its outcome
-	// is written, so half of Concurrency lets one batch be claimed while the
-	// last one's outcomes are written. Defaults to Concurrency/2, at most
-	// MaxClaimBatch (1000); with Concurrency sized by the worker, half of
-	// its window.
+	// ClaimBatch bounds how many tasks one claim takes; a claim never
+	// takes more than the free capacity. A task keeps its slot until its
+	// outcome is written, so half of Concurrency lets one batch be
+	// claimed while the last one's outcomes are written. Defaults to
+	// Concurrency/2, at most 1000 (the most ClaimBatch may be); with
+	// Concurrency sized by the worker, half of its window.
 	ClaimBatch int
 
 	// ParallelClaims lets this worker's claims run at the same time as
@@ -141,36 +145,44 @@ type Config struct {
 
 	// PollInterval is how often an idle worker looks for due tasks without
 	// being notified: delayed tasks and retries become due this way.
-	// Defaults to DefaultPollInterval (1s).
+	// Defaults to 1s.
 	PollInterval time.Duration
 
 	// TaskTimeout bounds each attempt whose task sets no timeout of its own:
 	// the handler's context is cancelled after it. Negative means no
-	// timeout. Defaults to DefaultTaskTimeout (1m).
+	// timeout. Defaults to 1m.
 	TaskTimeout time.Duration
 
-	// AbandonAfter is how long a handler may run on after its context was
-	// cancelled (timeout, shutdown, lost lock session). Past it the task is
-	// recorded as abandoned, its lock released and its slot reused; the
-	// goroutine cannot be killed and is left to end on its own. Defaults to
-	// DefaultAbandonAfter (10s).
+	// AbandonAfter is how long a handler may run on after its context
+	// was cancelled (timeout, shutdown, lost lock session). Past it the
+	// task is recorded as abandoned, its lock released and its slot
+	// reused; the goroutine cannot be killed and is left to end on its
+	// own. Defaults to 10s.
 	AbandonAfter time.Duration
 
 	// ShutdownGrace is how long a graceful shutdown lets running handlers
 	// finish before cancelling them. Tasks cancelled by shutdown go back to
-	// pending without spending an attempt. Defaults to DefaultShutdownGrace
-	// (30s).
+	// pending without spending an attempt. Defaults to 30s.
 	ShutdownGrace time.Duration
 
 	// RetryBackoff returns how long to wait before retrying a task whose
-	// attempt (1-based) failed. Defaults to DefaultRetryBackoff.
+	// attempt (1-based) failed, for the names Retry gives no Backoff.
+	// Defaults to DefaultRetryBackoff. See Retry for the whole model.
 	RetryBackoff func(attempt int) time.Duration
 
-	// Retry sets the retry policy of tasks by name, over RetryBackoff; a
-	// typed task's name is its TaskName (Retry[Email{}.TaskName()]).
-	// Names not listed follow RetryBackoff and their own max attempts. A
-	// delay given with RetryAfter, or by a typed task's TaskBackoff, wins
-	// over both.
+	// Retry sets the retry policy of tasks by name; a typed task's name is
+	// its TaskName (Retry[Email{}.TaskName()]). This is the one retry
+	// model, for typed and untyped handlers alike. An attempt that failed
+	// (an error, a timeout or a panic, as OnError or OnPanic left it, or a
+	// handler abandoned) fails the task for good if it was Permanent or
+	// the task's own max attempts (queue.WithMaxAttempts, a typed task's
+	// TaskOptions) are spent; else if Retry[name].MaxAttempts
+	// is positive and reached, the task fails for good too, its history
+	// saying the policy stopped it; else the task runs again after, first
+	// found: the delay of RetryAfter(d, err) if the handler or hook
+	// returned one, Retry[name].Backoff(attempt), RetryBackoff(attempt),
+	// DefaultRetryBackoff(attempt). Snooze, Cancel, a shutdown and a lost
+	// lock are not failures of the task and follow none of this.
 	Retry map[string]RetryPolicy
 
 	// OnError, if set, is called when a handler returns an error, a
@@ -194,39 +206,38 @@ type Config struct {
 	OnPanic func(ctx context.Context, t *Task, p *PanicError) error
 
 	// RescueInterval is how often the elected process looks for running
-	// tasks whose worker is gone, and how often the others try to take over
-	// when it dies. Defaults to DefaultRescueInterval (1s). While a look at
-	// every running task is slow (a transaction holds the xmin horizon
-	// back), the rescuer looks at a span of task ids at a time, less often
+	// tasks whose worker is gone, and how often the others try to take
+	// over when it dies. Defaults to 1s. While a look at every running
+	// task is slow (a transaction holds the xmin horizon back), the
+	// rescuer looks at a span of task ids at a time, less often
 	// (docs/OPERATIONS.md, "What the rescuer needs").
 	RescueInterval time.Duration
 
 	// MaxCrashes fails a task that was running in MaxCrashes worker
 	// processes when they died (killed for memory, a segfault in cgo,
-	// os.Exit in a library), with an error that names each death's worker,
-	// host and pid; it runs again only when requeued. A rescue charges no
-	// attempt, so the tasks that ran beside it lose none. After a first
-	// death each of that process's tasks is a suspect, which a worker runs
-	// alone, so that a later death counts against that task only
-	// (docs/RELIABILITY.md, "Poison tasks"). The elected rescuer's value
-	// applies. A lock session lost by a process that lives on is not a
-	// death. Defaults to DefaultMaxCrashes (3); at most 1000. With 1, every
-	// task running in a process that dies is failed.
+	// os.Exit in a library), with an error that names each death's
+	// worker, host and pid; it runs again only when requeued. A rescue
+	// charges no attempt, so the tasks that ran beside it lose none.
+	// After a first death each of that process's tasks is a suspect,
+	// which a worker runs alone, so that a later death counts against
+	// that task only (docs/RELIABILITY.md, "Poison tasks"). The elected
+	// rescuer's value applies. A lock session lost by a process that
+	// lives on is not a death. Defaults to 3; at most 1000. With 1,
+	// every task running in a process that dies is failed.
 	MaxCrashes int
 
 	// HealthInterval is how often an idle lock session is pinged, so that a
 	// session the server ended, or a network that went silent, is noticed
-	// and its tasks' handlers cancelled. Defaults to DefaultHealthInterval
-	// (1s).
+	// and its tasks' handlers cancelled. Defaults to 1s.
 	HealthInterval time.Duration
 
-	// PingTimeout bounds a ping (and heartbeat) of the lock session. A ping
-	// that gets no answer in time ends the session at once, without waiting
-	// for TCP: a worker cut off while idle stops its handlers within
-	// HealthInterval + PingTimeout (6s by default). A statement already in
-	// flight on a silent network is bounded by TCPUserTimeout and by
-	// StaleAfter/2 without any proof that the session lives. Defaults to
-	// DefaultPingTimeout (5s).
+	// PingTimeout bounds a ping (and heartbeat) of the lock session. A
+	// ping that gets no answer in time ends the session at once, without
+	// waiting for TCP: a worker cut off while idle stops its handlers
+	// within HealthInterval + PingTimeout (6s by default). A statement
+	// already in flight on a silent network is bounded by TCPUserTimeout
+	// and by StaleAfter/2 without any proof that the session lives.
+	// Defaults to 5s.
 	PingTimeout time.Duration
 
 	// TCPKeepaliveIdle, TCPKeepaliveInterval, TCPKeepaliveCount and
@@ -246,9 +257,8 @@ type Config struct {
 	// dead peer is detected by either side within 5s + 3×2s = 11s, and
 	// the rescuer returns its tasks within one RescueInterval more: about
 	// 12s. Over a Unix socket none of this applies (nor is it needed).
-	// Negative leaves the operating system's setting. Default to
-	// DefaultTCPKeepaliveIdle (5s), DefaultTCPKeepaliveInterval (2s),
-	// DefaultTCPKeepaliveCount (3) and DefaultTCPUserTimeout (10s).
+	// Negative leaves the operating system's setting. Default to 5s, 2s, 3
+	// and 10s.
 	TCPKeepaliveIdle     time.Duration
 	TCPKeepaliveInterval time.Duration
 	TCPKeepaliveCount    int
@@ -267,7 +277,7 @@ type Config struct {
 	// without it the rescuer logs one warning naming the grant, and the TCP
 	// settings above still bound the wait. A worker cut off
 	// stops its own handlers well before (see PingTimeout). Negative
-	// disables it. Defaults to DefaultStaleAfter (15s).
+	// disables it. Defaults to 15s.
 	StaleAfter time.Duration
 
 	// RetainCompleted, RetainFailed and RetainCancelled are how long tasks
@@ -301,8 +311,7 @@ type Config struct {
 	// RetainAudit is how long the records of the audit trail (operator
 	// changes: queue.Client.AuditLog, `skiplock audit`) stay before the
 	// elected worker deletes them, in batches, with the finished tasks.
-	// Negative keeps them forever. Defaults to DefaultRetainAudit (90
-	// days).
+	// Negative keeps them forever. Defaults to 90 days.
 	RetainAudit time.Duration
 
 	// WorkerID names this process in the tasks it runs and in
@@ -337,7 +346,7 @@ type Config struct {
 	// with SetOutput: past it the task fails for good with an error that
 	// says so (ErrOutputTooLarge), and can be requeued once the limit is
 	// raised. Outputs are stored in the task's row and read with it.
-	// Negative means no limit. Defaults to DefaultMaxOutputSize (32 KiB).
+	// Negative means no limit. Defaults to 32 KiB.
 	// The same limit bounds each progress value (SetProgress) and
 	// checkpoint (SaveCheckpoint); past it those calls return
 	// ErrProgressTooLarge and write nothing.
@@ -402,12 +411,12 @@ func (r RateLimit) key() string {
 }
 
 // DefaultRetryBackoff waits 1s after the first failed attempt and doubles
-// after each, up to MaxRetryBackoff, with ±20% jitter so that a burst of
+// after each, up to an hour, with ±20% jitter so that a burst of
 // failures does not retry in lockstep. 25 attempts span about 14 hours.
 func DefaultRetryBackoff(attempt int) time.Duration {
-	d := MaxRetryBackoff
+	d := maxRetryBackoff
 	if attempt <= 13 {
-		d = min(time.Second<<max(attempt-1, 0), MaxRetryBackoff)
+		d = min(time.Second<<max(attempt-1, 0), maxRetryBackoff)
 	}
 	jitter := 0.8 + 0.4*rand.Float64()
 	return time.Duration(float64(d) * jitter)
@@ -415,7 +424,7 @@ func DefaultRetryBackoff(attempt int) time.Duration {
 
 func (c Config) withDefaults() (Config, error) {
 	if c.Concurrency == 0 {
-		c.Concurrency = DefaultConcurrency
+		c.Concurrency = defaultConcurrency
 		c.autoWindow = true
 		c.autoBatch = c.ClaimBatch == 0
 	}
@@ -423,64 +432,64 @@ func (c Config) withDefaults() (Config, error) {
 		c.Queues = []string{queue.DefaultQueue}
 	}
 	if c.ClaimBatch == 0 {
-		c.ClaimBatch = min(max(c.Concurrency/2, 1), MaxClaimBatch)
+		c.ClaimBatch = min(max(c.Concurrency/2, 1), maxClaimBatch)
 	}
 	if c.PollInterval == 0 {
-		c.PollInterval = DefaultPollInterval
+		c.PollInterval = defaultPollInterval
 	}
 	if c.TaskTimeout == 0 {
-		c.TaskTimeout = DefaultTaskTimeout
+		c.TaskTimeout = defaultTaskTimeout
 	}
 	if c.AbandonAfter == 0 {
-		c.AbandonAfter = DefaultAbandonAfter
+		c.AbandonAfter = defaultAbandonAfter
 	}
 	if c.ShutdownGrace == 0 {
-		c.ShutdownGrace = DefaultShutdownGrace
+		c.ShutdownGrace = defaultShutdownGrace
 	}
 	if c.RetryBackoff == nil {
 		c.RetryBackoff = DefaultRetryBackoff
 	}
 	if c.RescueInterval == 0 {
-		c.RescueInterval = DefaultRescueInterval
+		c.RescueInterval = defaultRescueInterval
 	}
 	if c.MaxCrashes == 0 {
-		c.MaxCrashes = DefaultMaxCrashes
+		c.MaxCrashes = defaultMaxCrashes
 	}
 	if c.HealthInterval == 0 {
-		c.HealthInterval = DefaultHealthInterval
+		c.HealthInterval = defaultHealthInterval
 	}
 	if c.LeaseDuration == 0 {
-		c.LeaseDuration = DefaultLeaseDuration
+		c.LeaseDuration = defaultLeaseDuration
 	}
 	if c.PingTimeout == 0 {
-		c.PingTimeout = DefaultPingTimeout
+		c.PingTimeout = defaultPingTimeout
 	}
 	if c.TCPKeepaliveIdle == 0 {
-		c.TCPKeepaliveIdle = DefaultTCPKeepaliveIdle
+		c.TCPKeepaliveIdle = defaultTCPKeepaliveIdle
 	}
 	if c.TCPKeepaliveInterval == 0 {
-		c.TCPKeepaliveInterval = DefaultTCPKeepaliveInterval
+		c.TCPKeepaliveInterval = defaultTCPKeepaliveInterval
 	}
 	if c.TCPKeepaliveCount == 0 {
-		c.TCPKeepaliveCount = DefaultTCPKeepaliveCount
+		c.TCPKeepaliveCount = defaultTCPKeepaliveCount
 	}
 	if c.TCPUserTimeout == 0 {
-		c.TCPUserTimeout = DefaultTCPUserTimeout
+		c.TCPUserTimeout = defaultTCPUserTimeout
 	}
 	if c.StaleAfter == 0 {
-		c.StaleAfter = DefaultStaleAfter
+		c.StaleAfter = defaultStaleAfter
 	}
 	if c.RetainCompleted == 0 {
-		c.RetainCompleted = DefaultRetainCompleted
+		c.RetainCompleted = defaultRetainCompleted
 	}
 	if c.RetainFailed == 0 {
-		c.RetainFailed = DefaultRetainFailed
+		c.RetainFailed = defaultRetainFailed
 	}
 	if c.RetainCancelled == 0 {
-		c.RetainCancelled = DefaultRetainCancelled
+		c.RetainCancelled = defaultRetainCancelled
 	}
 	if c.RetainAudit == 0 {
-		c.RetainAudit = DefaultRetainAudit
+		c.RetainAudit = defaultRetainAudit
 	}
 	if c.WorkerID == "" {
 		host, _ := os.Hostname()
@@ -496,7 +505,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.now = time.Now
 	}
 	if c.MaxOutputSize == 0 {
-		c.MaxOutputSize = DefaultMaxOutputSize
+		c.MaxOutputSize = defaultMaxOutputSize
 	}
 
 	var errs []error
@@ -506,7 +515,7 @@ func (c Config) withDefaults() (Config, error) {
 		}
 	}
 	check(c.Concurrency > 0, "Concurrency must be positive, got %d", c.Concurrency)
-	check(c.ClaimBatch > 0 && c.ClaimBatch <= MaxClaimBatch, "ClaimBatch must be 1 to %d, got %d", MaxClaimBatch, c.ClaimBatch)
+	check(c.ClaimBatch > 0 && c.ClaimBatch <= maxClaimBatch, "ClaimBatch must be 1 to %d, got %d", maxClaimBatch, c.ClaimBatch)
 	check(c.PollInterval > 0, "PollInterval must be positive, got %s", c.PollInterval)
 	check(c.AbandonAfter > 0, "AbandonAfter must be positive, got %s", c.AbandonAfter)
 	check(c.ShutdownGrace > 0, "ShutdownGrace must be positive, got %s", c.ShutdownGrace)

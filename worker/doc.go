@@ -9,8 +9,8 @@
 //
 //	handlers := worker.Handlers{
 //		"email.send": func(ctx context.Context, t *worker.Task) error {
-//			e, err := worker.Decode[Email](t)
-//			if err != nil {
+//			var e Email
+//			if err := t.Decode(&e); err != nil {
 //				return err
 //			}
 //			return send(ctx, e) // ctx ends on shutdown, timeout or cancel
@@ -21,14 +21,16 @@
 //		log.Fatal(err)
 //	}
 //
-// A payload type that names its task (queue.TaskArgs) has a typed
-// handler, [Handle], with a [TaskOf]; [HandleBatch] and [BatchHandler] run
+// [Task.Decode] reads an untyped handler's payload; a payload type that
+// names its task (queue.TaskArgs) has a typed handler, [Handle], whose
+// [TaskOf] carries the decoded Args; [HandleBulk] and [BulkHandler] run
 // many tasks of one name in one call, each task keeping its own outcome.
 //
-// A handler's error is retried with exponential backoff (Config.Retry,
-// RetryBackoff); [Permanent], [Cancel], [Snooze] and [RetryAfter] say
-// otherwise, and a panic is an error with its stack; Config.OnError and
-// OnPanic decide what a failed attempt leads to. Worker.Stop finishes running tasks,
+// A handler's error is retried with exponential backoff while the task
+// has attempts left (Config.Retry states the whole retry model);
+// [Permanent], [Cancel], [Snooze] and [RetryAfter] say otherwise, and a
+// panic is an error with its stack; Config.OnError and OnPanic decide what
+// a failed attempt leads to. Worker.Stop finishes running tasks,
 // Worker.StopAndCancel cancels them; both return unfinished tasks to the
 // queue without spending an attempt.
 //
@@ -42,7 +44,7 @@
 // migrations.ErrNotMigrated.
 //
 // Runnable examples, against a real database: ExampleWorker_Run,
-// ExampleHandle, ExampleHandleBatch, ExampleConfig_onError,
+// ExampleHandle, ExampleHandleBulk, ExampleConfig_onError,
 // ExampleWorker_StopAndCancel, ExampleRateLimit, ExampleRateLimit_perKey,
 // ExamplePeriodicTask, ExampleWorker_AddQueue, ExampleModeLease,
 // ExampleSetOutput, ExampleSaveCheckpoint, ExampleDependencyOutputs,
@@ -50,7 +52,7 @@
 // skiplock; package worker/lock gives application code the same locks;
 // module worker/observe adds Prometheus and OpenTelemetry.
 //
-// The guides, in the repository's docs/: TASKS.md (consuming, batch
+// The guides, in the repository's docs/: TASKS.md (consuming, bulk
 // handlers, retries, configuration, output, checkpoints), SCHEDULING.md
 // (rate limits, periodic tasks, queues at run time), RELIABILITY.md (what
 // happens when a process, the network or the database fails),

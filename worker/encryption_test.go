@@ -39,8 +39,8 @@ type recorder struct {
 }
 
 func (r *recorder) handle(ctx context.Context, task *worker.Task) error {
-	c, err := worker.Decode[card](task)
-	if err != nil {
+	var c card
+	if err := task.Decode(&c); err != nil {
 		return err
 	}
 	r.mu.Lock()

@@ -28,7 +28,7 @@ func ExamplePeriodicTask() {
 	w := worker.New(pool, worker.Config{
 		// Every second for the example; Cron: "*/5 * * * *" or "@hourly"
 		// take cron expressions.
-		Periodic:     []worker.PeriodicTask{{ID: "refresh", Every: time.Second, Name: "cache.refresh"}},
+		Periodic:     []worker.PeriodicTask{{Name: "refresh", Every: time.Second, Task: "cache.refresh"}},
 		PollInterval: 10 * time.Millisecond,
 		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})

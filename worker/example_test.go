@@ -23,8 +23,8 @@ func ExampleWorker_Run() {
 
 	done := make(chan struct{})
 	handlers := worker.Handlers{"greet": func(ctx context.Context, t *worker.Task) error {
-		p, err := worker.Decode[struct{ Name string }](t)
-		if err != nil {
+		var p struct{ Name string }
+		if err := t.Decode(&p); err != nil {
 			return err
 		}
 		if t.Attempt == 1 {

@@ -147,8 +147,8 @@ func TestExclusiveKeyNeverRunsTwice(t *testing.T) {
 	runningByKey := map[int]int{}
 	maxByKey, maxTotal, total := 0, 0, 0
 	b.startThree(t, worker.Config{Concurrency: 8}, worker.Handlers{"sync": func(ctx context.Context, task *worker.Task) error {
-		key, err := worker.Decode[int](task)
-		if err != nil {
+		var key int
+		if err := task.Decode(&key); err != nil {
 			return err
 		}
 		mu.Lock()

@@ -163,7 +163,7 @@ func TestLeaseModeFlow(t *testing.T) {
 	b := setup(t)
 	bouncer := pgtest.PgBouncer(t, pgtest.Server(t).URL, b.schema)
 	var calls atomic.Int32
-	cfg := worker.Config{Mode: worker.ModeLease, Periodic: []worker.PeriodicTask{{Every: time.Second, Name: "tick"}}}
+	cfg := worker.Config{Mode: worker.ModeLease, Periodic: []worker.PeriodicTask{{Every: time.Second, Task: "tick"}}}
 	start(t, b.bouncerPool(t, bouncer), cfg, worker.Handlers{
 		"flaky": func(context.Context, *worker.Task) error {
 			if calls.Add(1) == 1 {

@@ -98,17 +98,19 @@ func (w *Worker) classify(e *execution, err error) result {
 		return result{outcome: outcomeSnoozed, snooze: snooze.d}
 	case errors.As(err, &cancel):
 		return result{outcome: outcomeCancelled, err: err.Error()}
-	case errors.As(err, &p):
-		return result{outcome: outcomePanic, err: err.Error(), permanent: IsPermanent(err)}
 	}
 	var res result
-	switch out := OutcomeOf(e.ctx, err); out {
-	case OutcomeTimeout:
-		res = result{outcome: outcomeTimeout, err: fmt.Sprintf("timed out after %s: %v", e.timeout, err), permanent: IsPermanent(err)}
-	case OutcomeError:
-		res = result{outcome: outcomeError, err: err.Error(), permanent: IsPermanent(err)}
-	default:
-		return result{outcome: string(out), err: err.Error()}
+	if errors.As(err, &p) {
+		res = result{outcome: outcomePanic, err: err.Error(), permanent: IsPermanent(err)}
+	} else {
+		switch out := OutcomeOf(e.ctx, err); out {
+		case OutcomeTimeout:
+			res = result{outcome: outcomeTimeout, err: fmt.Sprintf("timed out after %s: %v", e.timeout, err), permanent: IsPermanent(err)}
+		case OutcomeError:
+			res = result{outcome: outcomeError, err: err.Error(), permanent: IsPermanent(err)}
+		default:
+			return result{outcome: string(out), err: err.Error()}
+		}
 	}
 	var retry retryError
 	if errors.As(err, &retry) {

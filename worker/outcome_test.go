@@ -72,8 +72,8 @@ func TestPermanentError(t *testing.T) {
 	b := setup(t)
 	id := b.enqueue(t, "decode", json.RawMessage(`{"n":"not a number"}`))
 	start(t, b.pool, worker.Config{}, worker.Handlers{"decode": func(ctx context.Context, task *worker.Task) error {
-		_, err := worker.Decode[struct{ N int }](task)
-		return err
+		var p struct{ N int }
+		return task.Decode(&p)
 	}})
 	waitFor(t, 10*time.Second, "failure", func() bool { return b.get(t, id).Status == queue.StatusFailed })
 	task := b.get(t, id)

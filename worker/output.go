@@ -11,9 +11,8 @@ import (
 	"github.com/skiplock/skiplock/internal/schema"
 )
 
-// DefaultMaxOutputSize bounds the JSON a task may record as its output
-// (Config.MaxOutputSize): 32 KiB.
-const DefaultMaxOutputSize = 32 << 10
+// defaultMaxOutputSize is Config.MaxOutputSize's default.
+const defaultMaxOutputSize = 32 << 10
 
 // ErrOutputTooLarge is wrapped by the error SetOutput returns, and fails the
 // task for good, when an output is larger than Config.MaxOutputSize.

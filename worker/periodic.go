@@ -27,31 +27,20 @@ import (
 // scheduler handover, a stalled process or a slow pass loses none.
 const onTimeWithin = 10 * time.Second
 
-// MissedTicks says what happens to ticks that passed while no worker ran:
-// ticks more than 10s late. Every tick less late than that is enqueued,
-// whatever the policy.
-type MissedTicks int
-
-const (
-	// SkipMissed drops ticks more than 10s late: after an outage the
-	// schedule resumes with the ticks of its last 10s and its next.
-	SkipMissed MissedTicks = iota
-	// CatchUpOnce enqueues the most recent of the ticks more than 10s
-	// late once, and drops the older ones.
-	CatchUpOnce
-)
-
-// PeriodicTask enqueues a task on a schedule. Whatever the number of
-// worker processes, each tick is enqueued once: one elected worker
-// schedules, enqueuing the ticks due since the schedule's last tick and
-// moving the last tick on in one transaction under its row lock, and every
-// tick carries a unique key (the schedule's ID and the tick's time) that a
+// PeriodicTask enqueues a task on a schedule: a schedule declared in code,
+// with queue.Schedule's field names and meanings (a stored schedule of
+// the same Name replaces it while stored). Whatever the number of worker
+// processes, each tick is enqueued once: one elected worker schedules,
+// enqueuing the ticks due since the schedule's last tick and moving the
+// last tick on in one transaction under its row lock, and every tick
+// carries a unique key (the schedule's name and the tick's time) that a
 // unique index enforces, so that even two schedulers, with clocks that
 // differ, cannot enqueue a tick twice.
 type PeriodicTask struct {
-	// ID names the schedule; keep it stable across deploys. Defaults to the
-	// task name and the schedule.
-	ID string
+	// Name names the schedule; keep it stable across deploys. Defaults to
+	// the task name and the spec ("report.build every 1h0m0s",
+	// "report.build 0 3 * * *").
+	Name string
 	// Cron is a cron expression: five fields, or six with seconds first,
 	// or a descriptor such as @hourly; "CRON_TZ=Europe/Paris 0 9 * * *"
 	// sets its time zone (UTC by default). Set Cron or Every.
@@ -59,16 +48,20 @@ type PeriodicTask struct {
 	// Every is a fixed interval, at least 1s, aligned to the Unix epoch so
 	// that every process computes the same ticks.
 	Every time.Duration
-	// Name, Payload and Options make the task, as for queue.Client.Enqueue.
-	// Its run time is the tick. A Payload that is a typed task
-	// (queue.TaskArgs) may leave Name empty: its TaskName is the name, and
-	// its TaskOptions, if it has them, apply before Options.
-	Name    string
+	// Task, Payload and Options make the task, as the name, payload and
+	// options of queue.Client.Enqueue. Its run time is the tick. A Payload
+	// that is a typed task (queue.TaskArgs) may leave Task empty: its
+	// TaskName is the task name, and its TaskOptions, if it has them,
+	// apply before Options.
+	Task    string
 	Payload any
 	Options []queue.Option
-	// Missed is the policy for ticks missed while no worker ran (more
-	// than 10s late). Defaults to SkipMissed.
-	Missed MissedTicks
+	// CatchUp is queue.Schedule's: it enqueues, once, the latest of the
+	// ticks missed while no worker ran (ticks more than 10s late; every
+	// tick less late than that is enqueued in any case); by default
+	// missed ticks are skipped. Either way the scheduler logs how many it
+	// missed, once.
+	CatchUp bool
 }
 
 // schedule is a parsed PeriodicTask.
@@ -84,40 +77,40 @@ func parseSchedules(tasks []PeriodicTask) ([]schedule, error) {
 	var out []schedule
 	ids := map[string]bool{}
 	for i, p := range tasks {
-		if args, ok := p.Payload.(queue.TaskArgs); ok && p.Name == "" {
+		if args, ok := p.Payload.(queue.TaskArgs); ok && p.Task == "" {
 			t := queue.NewTaskFrom(args, p.Options...)
-			p.Name, p.Options = t.Name, t.Options
+			p.Task, p.Options = t.Name, t.Options
 		}
 		s := schedule{PeriodicTask: p}
 		switch {
-		case p.Name == "":
-			return nil, fmt.Errorf("skiplock: worker.Config.Periodic[%d]: Name is empty", i)
+		case p.Task == "":
+			return nil, fmt.Errorf("skiplock: worker.Config.Periodic[%d]: Task is empty (and Payload is no queue.TaskArgs to name it)", i)
 		case (p.Cron == "") == (p.Every == 0):
-			return nil, fmt.Errorf("skiplock: worker.Config.Periodic[%d] (%s): set exactly one of Cron and Every", i, p.Name)
+			return nil, fmt.Errorf("skiplock: worker.Config.Periodic[%d] (%s): set exactly one of Cron and Every", i, p.Task)
 		case p.Every != 0 && p.Every < time.Second:
-			return nil, fmt.Errorf("skiplock: worker.Config.Periodic[%d] (%s): Every must be at least 1s, got %s", i, p.Name, p.Every)
+			return nil, fmt.Errorf("skiplock: worker.Config.Periodic[%d] (%s): Every must be at least 1s, got %s", i, p.Task, p.Every)
 		case strings.HasPrefix(strings.TrimSpace(p.Cron), "@every"):
-			return nil, fmt.Errorf("skiplock: worker.Config.Periodic[%d] (%s): use Every, not %q: @every counts from each process's start, so processes would disagree on ticks", i, p.Name, p.Cron)
+			return nil, fmt.Errorf("skiplock: worker.Config.Periodic[%d] (%s): use Every, not %q: @every counts from each process's start, so processes would disagree on ticks", i, p.Task, p.Cron)
 		}
 		if p.Cron != "" {
 			c, err := cronspec.Parse(p.Cron)
 			if err != nil {
-				return nil, fmt.Errorf("skiplock: worker.Config.Periodic[%d] (%s): cron %q: %w", i, p.Name, p.Cron, err)
+				return nil, fmt.Errorf("skiplock: worker.Config.Periodic[%d] (%s): cron %q: %w", i, p.Task, p.Cron, err)
 			}
 			s.cron = c
 		}
-		if s.ID == "" {
-			s.ID = p.Name + " " + p.Cron
+		if s.Name == "" {
+			s.Name = p.Task + " " + p.Cron
 			if p.Every != 0 {
-				s.ID = p.Name + " every " + p.Every.String()
+				s.Name = p.Task + " every " + p.Every.String()
 			}
 		}
-		if ids[s.ID] {
-			return nil, fmt.Errorf("skiplock: worker.Config.Periodic[%d]: schedule ID %q used twice", i, s.ID)
+		if ids[s.Name] {
+			return nil, fmt.Errorf("skiplock: worker.Config.Periodic[%d]: schedule name %q used twice", i, s.Name)
 		}
-		ids[s.ID] = true
+		ids[s.Name] = true
 		if _, err := schema.EncodePayload(p.Payload); err != nil {
-			return nil, fmt.Errorf("skiplock: worker.Config.Periodic[%d] (%s): %w", i, p.Name, err)
+			return nil, fmt.Errorf("skiplock: worker.Config.Periodic[%d] (%s): %w", i, p.Task, err)
 		}
 		out = append(out, s)
 	}
@@ -221,7 +214,7 @@ func (s schedule) due(last, now time.Time, window time.Duration) dueTicks {
 // skiplock_schedules (queue.Client.AddSchedule), which it loads when it
 // becomes the leader, when a change is announced on the control channel,
 // and every reloadEvery in case an announcement was missed. A stored
-// schedule replaces a configured one of the same ID. A worker with no
+// schedule replaces a configured one of the same name. A worker with no
 // schedule at all tries for the leadership only every reloadEvery, or on
 // an announcement.
 type scheduler struct {
@@ -307,7 +300,7 @@ func (s *scheduler) pass(ctx context.Context, announced bool) {
 func (s *scheduler) scheduleAll(ctx context.Context) {
 	for _, sc := range s.schedules() {
 		if err := s.scheduleOne(ctx, sc); err != nil && ctx.Err() == nil {
-			s.log.Warn("skiplock: enqueueing a periodic task", "schedule", sc.ID, "error", err)
+			s.log.Warn("skiplock: enqueueing a periodic task", "schedule", sc.Name, "error", err)
 		}
 	}
 }
@@ -358,37 +351,33 @@ func (s *scheduler) once(name, msg string, args ...any) {
 }
 
 // schedules merges the configured schedules with the stored ones: a stored
-// schedule replaces a configured one of the same ID.
+// schedule replaces a configured one of the same name.
 func (s *scheduler) schedules() []schedule {
 	if len(s.stored) == 0 {
 		return s.config
 	}
 	names := make(map[string]bool, len(s.stored))
 	for _, sc := range s.stored {
-		names[sc.ID] = true
+		names[sc.Name] = true
 	}
 	out := append([]schedule{}, s.stored...)
 	for _, sc := range s.config {
-		if names[sc.ID] {
-			s.once("config:"+sc.ID, "skiplock: a stored schedule replaces Config.Periodic's schedule of the same ID while it is stored")
+		if names[sc.Name] {
+			s.once("config:"+sc.Name, "skiplock: a stored schedule replaces Config.Periodic's schedule of the same name while it is stored")
 			continue
 		}
-		s.once("config:"+sc.ID, "")
+		s.once("config:"+sc.Name, "")
 		out = append(out, sc)
 	}
 	return out
 }
 
-// storedSchedule is a stored schedule as the scheduler runs it: its name
-// is its ID.
+// storedSchedule is a stored schedule as the scheduler runs it: the same
+// fields, the same CatchUp.
 func storedSchedule(r queue.Schedule) (schedule, error) {
-	missed := SkipMissed
-	if r.CatchUp {
-		missed = CatchUpOnce
-	}
 	sc := schedule{
 		PeriodicTask: PeriodicTask{
-			ID: r.Name, Cron: r.Cron, Every: r.Every, Name: r.Task, Payload: r.Payload, Options: r.Options(), Missed: missed,
+			Name: r.Name, Cron: r.Cron, Every: r.Every, Task: r.Task, Payload: r.Payload, Options: r.Options(), CatchUp: r.CatchUp,
 		},
 		paused: r.Paused, changedAt: r.UpdatedAt,
 	}
@@ -415,20 +404,20 @@ func storedSchedule(r queue.Schedule) (schedule, error) {
 // handled. Each tick's task also carries a unique key (the schedule and
 // the tick), so that no tick is enqueued twice, even by a scheduler whose
 // clock is behind. Ticks at most the window late are enqueued, each once;
-// later ones are missed: skipped, or with CatchUpOnce the latest of them
+// later ones are missed: skipped, or with CatchUp the latest of them
 // enqueued, and logged once with their count.
 func (sc *scheduler) scheduleOne(ctx context.Context, s schedule) error {
 	now := sc.now()
 	window := cmp.Or(sc.window, onTimeWithin)
 	return pgx.BeginFunc(ctx, sc.pool, func(tx pgx.Tx) error {
-		last, err := sc.queries.PeriodicLockLastTick(ctx, pgerr.Interpreting(tx), s.ID)
+		last, err := sc.queries.PeriodicLockLastTick(ctx, pgerr.Interpreting(tx), s.Name)
 		if errors.Is(err, pgerr.ErrNotFound) {
 			// A new schedule starts with its next tick, not with the past.
 			first := s.latestTick(time.Unix(0, 0), now)
 			if first.IsZero() {
 				first = now
 			}
-			return sc.queries.PeriodicSetLastTick(ctx, tx, db.PeriodicSetLastTickParams{Schedule: s.ID, LastTick: first})
+			return sc.queries.PeriodicSetLastTick(ctx, tx, db.PeriodicSetLastTickParams{Schedule: s.Name, LastTick: first})
 		}
 		if err != nil {
 			return err
@@ -439,7 +428,7 @@ func (sc *scheduler) scheduleOne(ctx context.Context, s schedule) error {
 			if tick.IsZero() {
 				return nil
 			}
-			return sc.queries.PeriodicSetLastTick(ctx, tx, db.PeriodicSetLastTickParams{Schedule: s.ID, LastTick: tick})
+			return sc.queries.PeriodicSetLastTick(ctx, tx, db.PeriodicSetLastTickParams{Schedule: s.Name, LastTick: tick})
 		}
 		d := s.due(last, now, window)
 		if d.latest.IsZero() {
@@ -447,27 +436,27 @@ func (sc *scheduler) scheduleOne(ctx context.Context, s schedule) error {
 		}
 		ticks := d.onTime
 		if d.missed > 0 {
-			sc.log.Warn("skiplock: periodic schedule missed ticks while no worker ran", "schedule", s.ID,
+			sc.log.Warn("skiplock: periodic schedule missed ticks while no worker ran", "schedule", s.Name,
 				"missed", d.missed, "later_than", window, "last_tick", last,
-				"policy", map[MissedTicks]string{SkipMissed: "skip", CatchUpOnce: "catch up once"}[s.Missed])
-			if s.Missed == CatchUpOnce {
+				"catch_up", s.CatchUp)
+			if s.CatchUp {
 				ticks = append([]time.Time{d.lastMissed}, ticks...)
 			}
 		}
 		if len(ticks) > 0 {
 			tasks := make([]queue.NewTask, len(ticks))
 			for i, tick := range ticks {
-				tasks[i] = queue.NewTask{Name: s.Name, Payload: s.Payload, Options: append(append([]queue.Option{}, s.Options...),
+				tasks[i] = queue.NewTask{Name: s.Task, Payload: s.Payload, Options: append(append([]queue.Option{}, s.Options...),
 					queue.WithRunAt(tick),
 					// Unique forever (one window that never ends): the key
 					// names the schedule and the tick.
-					queue.WithUniqueKey("periodic:"+s.ID+":"+strconv.FormatInt(tick.UnixNano(), 10)),
+					queue.WithUniqueKey("periodic:"+s.Name+":"+strconv.FormatInt(tick.UnixNano(), 10)),
 					queue.WithUniqueWindow(time.Duration(math.MaxInt64)))}
 			}
 			if ids, err := sc.producer.EnqueueManyTx(ctx, tx, tasks); ids == nil || (err != nil && !errors.Is(err, queue.ErrDuplicate)) {
 				return err
 			}
 		}
-		return sc.queries.PeriodicSetLastTick(ctx, tx, db.PeriodicSetLastTickParams{Schedule: s.ID, LastTick: d.latest})
+		return sc.queries.PeriodicSetLastTick(ctx, tx, db.PeriodicSetLastTickParams{Schedule: s.Name, LastTick: d.latest})
 	})
 }

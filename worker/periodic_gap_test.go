@@ -168,7 +168,7 @@ const periodicChildEnv = "SKIPLOCK_PERIODIC_CHILD"
 // periodicChild is a worker with one schedule of Config.Periodic, a tick
 // every second.
 func periodicChild() {
-	runChild(worker.Config{Periodic: []worker.PeriodicTask{{ID: "repro", Every: time.Second, Name: "tick"}}},
+	runChild(worker.Config{Periodic: []worker.PeriodicTask{{Name: "repro", Every: time.Second, Task: "tick"}}},
 		worker.Handlers{"tick": func(context.Context, *worker.Task) error { return nil }})
 }
 

@@ -32,8 +32,8 @@ func TestPeriodicEachTickOnce(t *testing.T) {
 		cfg := worker.Config{
 			PollInterval: 100 * time.Millisecond,
 			Periodic: []worker.PeriodicTask{
-				{Every: time.Second, Name: "tick"},
-				{Cron: "*/1 * * * * *", Name: "tick", ID: "cron-every-second", Options: []queue.Option{queue.WithQueue("cron")}},
+				{Every: time.Second, Task: "tick"},
+				{Cron: "*/1 * * * * *", Task: "tick", Name: "cron-every-second", Options: []queue.Option{queue.WithQueue("cron")}},
 			},
 			Queues: []string{"default", "cron"},
 		}
@@ -114,8 +114,8 @@ func TestPeriodicMissedTicks(t *testing.T) {
 		}
 	}
 	cfg := worker.Config{Queues: []string{"none"}, Periodic: []worker.PeriodicTask{
-		{ID: "skip", Every: 10 * time.Minute, Name: "report"},
-		{ID: "catchup", Every: 10 * time.Minute, Name: "report", Payload: "catchup", Missed: worker.CatchUpOnce},
+		{Name: "skip", Every: 10 * time.Minute, Task: "report"},
+		{Name: "catchup", Every: 10 * time.Minute, Task: "report", Payload: "catchup", CatchUp: true},
 	}}
 	var clockReads atomic.Int64 // one per schedule per scheduler pass
 	worker.SetClock(&cfg, func() time.Time { clockReads.Add(1); return now })
@@ -144,11 +144,11 @@ func TestPeriodicInvalid(t *testing.T) {
 		p    worker.PeriodicTask
 		want string
 	}{
-		{worker.PeriodicTask{Name: "x", Cron: "61 * * * *"}, "cron \"61 * * * *\""},
-		{worker.PeriodicTask{Name: "x", Cron: "@every 5m"}, "use Every"},
-		{worker.PeriodicTask{Name: "x"}, "set exactly one of Cron and Every"},
-		{worker.PeriodicTask{Name: "x", Every: time.Millisecond}, "at least 1s"},
-		{worker.PeriodicTask{Name: "x", Every: time.Minute, Payload: make(chan int)}, "cannot be encoded"},
+		{worker.PeriodicTask{Task: "x", Cron: "61 * * * *"}, "cron \"61 * * * *\""},
+		{worker.PeriodicTask{Task: "x", Cron: "@every 5m"}, "use Every"},
+		{worker.PeriodicTask{Task: "x"}, "set exactly one of Cron and Every"},
+		{worker.PeriodicTask{Task: "x", Every: time.Millisecond}, "at least 1s"},
+		{worker.PeriodicTask{Task: "x", Every: time.Minute, Payload: make(chan int)}, "cannot be encoded"},
 	} {
 		err := worker.New(pool, worker.Config{Periodic: []worker.PeriodicTask{tc.p}}).Run(context.Background(), noop)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

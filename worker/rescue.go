@@ -277,7 +277,7 @@ func (r *rescuer) releaseSequences(ctx context.Context) {
 
 func (r *rescuer) rescueOrphans(ctx context.Context, from, to int64) int {
 	if r.maxCrashes <= 0 {
-		r.maxCrashes = DefaultMaxCrashes
+		r.maxCrashes = defaultMaxCrashes
 	}
 	rows, err := r.queries.TaskRescueOrphans(ctx, r.pool, db.TaskRescueOrphansParams{
 		LockClassOid: r.classOID, FromID: from, ToID: to,

@@ -201,18 +201,16 @@ func firstLine(s string) string {
 	return line
 }
 
-// report is a typed task with a backoff of its own.
+// report is a typed task, retried as any task of its name.
 type report struct {
 	Mode string `json:"mode"`
 }
 
 func (report) TaskName() string { return "report.build" }
 
-func (report) RetryBackoff(attempt int) time.Duration { return time.Duration(attempt) * 2 * time.Hour }
-
 // TestRetryDelays: the delay of a retry comes from RetryAfter (the
-// handler's or a hook's), else the type's RetryBackoff, else the name's
-// policy, else RetryBackoff; a panic skips the type's.
+// handler's or a hook's), else the name's policy, else RetryBackoff;
+// errors, timeouts and panics alike.
 func TestRetryDelays(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -226,8 +224,18 @@ func TestRetryDelays(t *testing.T) {
 			}
 			return err
 		},
+		OnPanic: func(_ context.Context, t *worker.Task, p *worker.PanicError) error {
+			if t.Name == "hooked.panic" {
+				return worker.RetryAfter(4*time.Hour, p)
+			}
+			return p
+		},
 	}))
-	handlers := worker.Handlers{"hooked": func(context.Context, *worker.Task) error { return errors.New("down") }}
+	handlers := worker.Handlers{
+		"hooked":       func(context.Context, *worker.Task) error { return errors.New("down") },
+		"hooked.panic": func(context.Context, *worker.Task) error { panic("boom") },
+		"plain":        func(context.Context, *worker.Task) error { return errors.New("down") },
+	}
 	worker.Handle(handlers, func(ctx context.Context, t *worker.TaskOf[report]) error {
 		switch t.Args.Mode {
 		case "own":
@@ -249,14 +257,16 @@ func TestRetryDelays(t *testing.T) {
 		status queue.Status
 		retry  time.Duration
 	}{
-		{"type's backoff", func() (queue.EnqueueResult, error) { return b.client.EnqueueArgs(ctx, report{Mode: "fail"}) }, queue.StatusRetrying, 2 * time.Hour},
+		{"typed, the name's policy", func() (queue.EnqueueResult, error) { return b.client.EnqueueArgs(ctx, report{Mode: "fail"}) }, queue.StatusRetrying, 7 * time.Hour},
 		{"handler's RetryAfter", func() (queue.EnqueueResult, error) { return b.client.EnqueueArgs(ctx, report{Mode: "own"}) }, queue.StatusRetrying, 5 * time.Minute},
-		{"timeout, type's backoff", func() (queue.EnqueueResult, error) {
+		{"timeout, the name's policy", func() (queue.EnqueueResult, error) {
 			return b.client.EnqueueArgs(ctx, report{Mode: "timeout"}, queue.WithTimeout(20*time.Millisecond))
-		}, queue.StatusRetrying, 2 * time.Hour},
+		}, queue.StatusRetrying, 7 * time.Hour},
 		{"panic, the name's policy", func() (queue.EnqueueResult, error) { return b.client.EnqueueArgs(ctx, report{Mode: "panic"}) }, queue.StatusRetrying, 7 * time.Hour},
 		{"permanent", func() (queue.EnqueueResult, error) { return b.client.EnqueueArgs(ctx, report{Mode: "permanent"}) }, queue.StatusFailed, 0},
 		{"hook's RetryAfter", func() (queue.EnqueueResult, error) { return b.client.Enqueue(ctx, "hooked", nil) }, queue.StatusRetrying, 3 * time.Hour},
+		{"panic, OnPanic's RetryAfter", func() (queue.EnqueueResult, error) { return b.client.Enqueue(ctx, "hooked.panic", nil) }, queue.StatusRetrying, 4 * time.Hour},
+		{"no policy, RetryBackoff", func() (queue.EnqueueResult, error) { return b.client.Enqueue(ctx, "plain", nil) }, queue.StatusRetrying, time.Hour},
 	} {
 		enq, err := c.enq()
 		if err != nil {

@@ -20,8 +20,8 @@ func TestSchedulersEnqueueEachTickOnce(t *testing.T) {
 	t.Parallel()
 	b := setupJobs(t)
 	schedules, err := parseSchedules([]PeriodicTask{
-		{Every: time.Minute, Name: "report"},
-		{Cron: "*/5 * * * *", Name: "digest"},
+		{Every: time.Minute, Task: "report"},
+		{Cron: "*/5 * * * *", Task: "digest"},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -89,24 +89,24 @@ func TestSchedulersEnqueueEachTickOnce(t *testing.T) {
 
 // TestSchedulerTickWindow: after a stall of 15 s, the scheduler enqueues
 // each tick at most 10 s late (the default window), once, and skips the
-// older ones, logging their count once; with CatchUpOnce it enqueues the
+// older ones, logging their count once; with CatchUp it enqueues the
 // latest of those too. Passes that race (a handover) enqueue nothing twice.
 func TestSchedulerTickWindow(t *testing.T) {
 	t.Parallel()
 	b := setupJobs(t)
 	ctx := context.Background()
 	schedules, err := parseSchedules([]PeriodicTask{
-		{ID: "every", Every: time.Second, Name: "every"},
-		{ID: "every-catchup", Every: time.Second, Name: "every-catchup", Missed: CatchUpOnce},
-		{ID: "cron", Cron: "* * * * * *", Name: "cron"},
-		{ID: "cron-catchup", Cron: "* * * * * *", Name: "cron-catchup", Missed: CatchUpOnce},
+		{Name: "every", Every: time.Second, Task: "every"},
+		{Name: "every-catchup", Every: time.Second, Task: "every-catchup", CatchUp: true},
+		{Name: "cron", Cron: "* * * * * *", Task: "cron"},
+		{Name: "cron-catchup", Cron: "* * * * * *", Task: "cron-catchup", CatchUp: true},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 	for _, s := range schedules {
-		if _, err := b.pool.Exec(ctx, "INSERT INTO skiplock_periodic (schedule, last_tick) VALUES ($1, $2)", s.ID, t0); err != nil {
+		if _, err := b.pool.Exec(ctx, "INSERT INTO skiplock_periodic (schedule, last_tick) VALUES ($1, $2)", s.Name, t0); err != nil {
 			t.Fatal(err)
 		}
 	}

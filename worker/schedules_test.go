@@ -158,7 +158,7 @@ func TestStoredScheduleFirstTick(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	start(t, b.pool, storedConfig(worker.Config{PollInterval: worker.DefaultPollInterval}),
+	start(t, b.pool, storedConfig(worker.Config{PollInterval: time.Second}), // the default
 		worker.Handlers{"tick": func(context.Context, *worker.Task) error { return nil }})
 	waitFor(t, 2*time.Second, "an elected scheduler", func() bool { return b.schedulerPID(t) != 0 })
 	var took []time.Duration
@@ -181,7 +181,7 @@ func TestStoredScheduleFirstTick(t *testing.T) {
 	}
 	slices.Sort(took)
 	t.Logf("AddSchedule to first enqueue, PollInterval %s, 8 additions spread over the second: %s to %s, median %s",
-		worker.DefaultPollInterval, took[0].Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond),
+		time.Second, took[0].Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond),
 		((took[3] + took[4]) / 2).Round(time.Millisecond))
 }
 
@@ -193,7 +193,7 @@ func TestStoredScheduleReplacesConfigured(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	noop := func(context.Context, *worker.Task) error { return nil }
-	cfg := storedConfig(worker.Config{Periodic: []worker.PeriodicTask{{ID: "report", Every: time.Second, Name: "from-config"}}})
+	cfg := storedConfig(worker.Config{Periodic: []worker.PeriodicTask{{Name: "report", Every: time.Second, Task: "from-config"}}})
 	start(t, b.pool, cfg, worker.Handlers{"from-config": noop, "from-db": noop})
 	waitFor(t, 2*time.Second, "a tick of the configured schedule", func() bool { return len(b.ticksOf(t, "from-config")) >= 1 })
 	if err := b.client.AddSchedule(ctx, queue.Schedule{Name: "report", Every: time.Second, Task: "from-db"}); err != nil {

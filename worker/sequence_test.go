@@ -110,8 +110,8 @@ func TestSequenceOrderTwoWorkers(t *testing.T) {
 	handlers := func(pool *pgxpool.Pool) worker.Handlers {
 		return worker.Handlers{
 			"step": func(ctx context.Context, task *worker.Task) error {
-				s, err := worker.Decode[seqStep](task)
-				if err != nil {
+				var s seqStep
+				if err := task.Decode(&s); err != nil {
 					return err
 				}
 				log.begin(s, task.Attempt)
@@ -172,7 +172,8 @@ func TestSequenceRetryKeepsOrder(t *testing.T) {
 	log := newSeqLog()
 	start(t, b.pool, worker.Config{Concurrency: 4}, worker.Handlers{
 		"step": func(ctx context.Context, task *worker.Task) error {
-			s, _ := worker.Decode[seqStep](task)
+			var s seqStep
+			_ = task.Decode(&s)
 			log.begin(s, task.Attempt)
 			defer log.end(s)
 			if s.N == 0 && task.Attempt < 3 {
@@ -213,7 +214,8 @@ func TestSequenceHoldOnFailure(t *testing.T) {
 	obs := &claims{}
 	start(t, b.pool, worker.Config{Concurrency: 4, Observer: obs}, worker.Handlers{
 		"step": func(ctx context.Context, task *worker.Task) error {
-			s, _ := worker.Decode[seqStep](task)
+			var s seqStep
+			_ = task.Decode(&s)
 			log.begin(s, task.Attempt)
 			defer log.end(s)
 			if s.N == 0 && failFirst.Load() {
@@ -275,7 +277,8 @@ func TestSequenceKilledWorkerMidHead(t *testing.T) {
 	var once sync.Once
 	handlers := worker.Handlers{
 		"step": func(ctx context.Context, task *worker.Task) error {
-			s, _ := worker.Decode[seqStep](task)
+			var s seqStep
+			_ = task.Decode(&s)
 			log.begin(s, task.Attempt)
 			defer log.end(s)
 			if s.N == 0 && task.Attempt == 1 {
@@ -333,7 +336,8 @@ func TestSequenceSweeperAfterProducerRace(t *testing.T) {
 	worker.SetRescuePassed(&cfg, func() { passes.Add(1) })
 	start(t, b.pool, cfg, worker.Handlers{
 		"step": func(ctx context.Context, task *worker.Task) error {
-			s, _ := worker.Decode[seqStep](task)
+			var s seqStep
+			_ = task.Decode(&s)
 			log.begin(s, task.Attempt)
 			defer log.end(s)
 			if s.N == 0 {

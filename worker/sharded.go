@@ -18,11 +18,6 @@ import (
 	"github.com/skiplock/skiplock/queue"
 )
 
-// ErrShardMismatch is wrapped by ShardedWorker.Run's error when the
-// database of a shard is stamped with another shard number, or not
-// stamped (migrations.SetShard). It is queue.ErrShardMismatch.
-var ErrShardMismatch = queue.ErrShardMismatch
-
 // ShardedWorker runs the tasks of a sharded queue (queue.ShardedClient):
 // one Worker per shard in one process, each with its own lock session
 // (or leases, in ModeLease), listener, claim loops, rescuer and elections
@@ -114,7 +109,7 @@ func NewSharded(shards map[int]*pgxpool.Pool, cfg Config) (*ShardedWorker, error
 			if i < cfg.Concurrency%len(s.shards) {
 				shares[i]++
 			}
-			batches[i] = min(max(shares[i]/2, 1), MaxClaimBatch)
+			batches[i] = min(max(shares[i]/2, 1), maxClaimBatch)
 			if cfg.ClaimBatch > 0 {
 				batches[i] = min(cfg.ClaimBatch, shares[i])
 			}
@@ -147,9 +142,9 @@ func (s *ShardedWorker) Shards() []int { return slices.Clone(s.shards) }
 // every shard's Worker down gracefully and returns once all have, as
 // Worker.Run does. Before a shard's Worker starts, Run reads the shard's
 // stamp (migrations.SetShard) and refuses a database stamped with another
-// number (ErrShardMismatch). A shard whose database cannot be reached, at
-// start or later, is waited for by its own Worker, with backoff, while
-// the others run. A configuration error of one shard (a mismatched stamp,
+// number, or not stamped: an error wrapping queue.ErrShardMismatch. A
+// shard whose database cannot be reached, at start or later, is waited
+// for by its own Worker, with backoff, while the others run. A configuration error of one shard (a mismatched stamp,
 // a schema not migrated, a login refused) stops them all: Run returns it,
 // naming the shard.
 func (s *ShardedWorker) Run(ctx context.Context, handlers Handlers) error {
@@ -206,9 +201,9 @@ func (s *ShardedWorker) runShard(ctx context.Context, n int, handlers Handlers) 
 	}
 	if stamp != n {
 		if stamp == 0 {
-			return fmt.Errorf("%w: shard %d's database is not stamped: run migrations.SetShard on it with %d", ErrShardMismatch, n, n)
+			return fmt.Errorf("%w: shard %d's database is not stamped: run migrations.SetShard on it with %d", queue.ErrShardMismatch, n, n)
 		}
-		return fmt.Errorf("%w: shard %d's database is stamped as shard %d", ErrShardMismatch, n, stamp)
+		return fmt.Errorf("%w: shard %d's database is stamped as shard %d", queue.ErrShardMismatch, n, stamp)
 	}
 	return s.workers[n].Run(ctx, handlers)
 }

@@ -172,7 +172,7 @@ func TestShardedWorkerRefuses(t *testing.T) {
 	}()
 	select {
 	case err := <-done:
-		if !errors.Is(err, worker.ErrShardMismatch) || !strings.Contains(err.Error(), "shard 3") {
+		if !errors.Is(err, queue.ErrShardMismatch) || !strings.Contains(err.Error(), "shard 3") {
 			t.Fatalf("Run with a mismatched shard: %v, want ErrShardMismatch naming shard 3", err)
 		}
 		t.Logf("mismatch: %v", err)

@@ -18,15 +18,15 @@ func TestStartIsOneLineAtInfo(t *testing.T) {
 	logs := &syncBuffer{}
 	cfg := worker.Config{
 		Logger:         slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		RescueInterval: worker.DefaultRescueInterval,
-		Periodic:       []worker.PeriodicTask{{ID: "hourly", Every: time.Hour, Name: "tick"}},
+		RescueInterval: time.Second, // the default
+		Periodic:       []worker.PeriodicTask{{Name: "hourly", Every: time.Hour, Task: "tick"}},
 	}
 	start(t, b.pool, cfg, worker.Handlers{"tick": func(context.Context, *worker.Task) error { return nil }})
 	for _, want := range []string{"worker started", "now runs the rescuer", "now runs the scheduler"} {
 		waitFor(t, 30*time.Second, want, func() bool { return strings.Contains(logs.String(), want) })
 	}
 	// A few of the rescuer's passes, the scheduler's first look.
-	time.Sleep(3 * worker.DefaultRescueInterval)
+	time.Sleep(3 * cfg.RescueInterval)
 	var info []string
 	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
 		if strings.Contains(line, "level=DEBUG") ||

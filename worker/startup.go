@@ -49,7 +49,7 @@ func (w *Worker) start(ctx context.Context) (opened func() error, err error) {
 	case w.slots != nil:
 		// A shard's of a ShardedWorker, made with the others' (shareslots.go).
 	case w.cfg.autoWindow:
-		w.slots = newSlots(MaxAutoConcurrency, w.cfg.ClaimBatch)
+		w.slots = newSlots(maxAutoConcurrency, w.cfg.ClaimBatch)
 	default:
 		w.slots = newSlots(w.cfg.Concurrency, w.cfg.ClaimBatch)
 	}
@@ -153,13 +153,13 @@ func untilAvailable(ctx context.Context, o *outage, pool *pgxpool.Pool, step fun
 // (or is dirty), a transaction pooler in advisory mode or a statement cache
 // behind one, a server that refuses the login (SQLSTATE class 28: wrong
 // user or password, no pg_hba.conf entry) or has no such database (3D000),
-// a role that lacks a grant workers need (ErrPermissionDenied).
+// a role that lacks a grant workers need (queue.ErrPermissionDenied).
 // Everything else (refused or timed-out connections, a server starting up
 // or shutting down, too many connections, a read-only server) is an outage
 // and is retried.
 func isConfigError(err error) bool {
 	if errors.Is(err, pgerr.ErrNotMigrated) || errors.Is(err, ErrTransactionPooling) || errors.Is(err, ErrStatementCache) ||
-		errors.Is(pgerr.Interpret(err), ErrPermissionDenied) {
+		errors.Is(pgerr.Interpret(err), pgerr.ErrPermissionDenied) {
 		return true
 	}
 	return pgerr.IsLoginRefused(err)

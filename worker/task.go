@@ -33,13 +33,6 @@ func (t *Task) Decode(v any) error {
 	return nil
 }
 
-// Decode returns the task's payload as a T; see Task.Decode.
-func Decode[T any](t *Task) (T, error) {
-	var v T
-	err := t.Decode(&v)
-	return v, err
-}
-
 // Handler runs one attempt of a task. It must respect ctx: ctx is cancelled
 // when the attempt times out, when the worker shuts down past its grace
 // period, and when the worker loses the database session that holds the
@@ -70,8 +63,8 @@ func (e retryError) Error() string { return e.err.Error() }
 func (e retryError) Unwrap() error { return e.err }
 
 // RetryAfter returns err marked to be retried after d instead of the
-// backoff (Config.Retry, RetryBackoff): the attempt fails and is spent
-// as with err, and if the task has attempts left it runs again after d.
+// backoff (see Config.Retry): the attempt fails and is spent as with err,
+// and if the task has attempts left it runs again after d.
 // For a server that says when to come back without it costing an attempt,
 // use Snooze. A nil err records "retry requested by its handler".
 func RetryAfter(d time.Duration, err error) error {

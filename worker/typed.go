@@ -3,9 +3,7 @@ package worker
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"time"
 
 	"github.com/skiplock/skiplock/queue"
 )
@@ -47,35 +45,11 @@ func Handle[T queue.TaskArgs](handlers Handlers, fn func(ctx context.Context, t 
 	case handlers[name] != nil:
 		panic(fmt.Sprintf("skiplock: worker.Handle[%T]: task name %q already has a handler", zero, name))
 	}
-	backoff, _ := any(zero).(TaskBackoff)
 	handlers[name] = func(ctx context.Context, t *Task) error {
 		tt := &TaskOf[T]{Task: t}
 		if err := json.Unmarshal(t.Payload, &tt.Args); err != nil {
 			return Permanent(fmt.Errorf("decoding payload of task %d (%s) as %T: %w", t.ID, t.Name, zero, err))
 		}
-		err := fn(ctx, tt)
-		if backoff != nil && err != nil && !decided(err) {
-			err = RetryAfter(backoff.RetryBackoff(t.Attempt), err)
-		}
-		return err
+		return fn(ctx, tt)
 	}
-}
-
-// TaskBackoff is implemented by a typed task (queue.TaskArgs) whose retries
-// have a backoff of their own: a handler registered with Handle returns its
-// errors (timeouts included) as RetryAfter(RetryBackoff(attempt), err), so
-// the type's delay wins over Config.Retry and RetryBackoff. It does not
-// apply to a panic, which Handle's handler does not see return: panics
-// follow the worker's policy. Max attempts, the other half of a retry
-// policy, are the type's TaskOptions (queue.WithMaxAttempts).
-type TaskBackoff interface {
-	RetryBackoff(attempt int) time.Duration
-}
-
-// decided reports whether err already says what becomes of the task.
-func decided(err error) bool {
-	var s snoozeError
-	var c cancelError
-	var r retryError
-	return errors.As(err, &s) || errors.As(err, &c) || errors.As(err, &r) || IsPermanent(err)
 }

@@ -23,7 +23,7 @@ import (
 // worker has no handler for stays pending, attempt 0 and no history, while
 // the worker runs the names it handles; the worker says so once in its
 // log; the stats list it as waiting for a handler; and a worker with its
-// (batch) handler, started later, runs it. In both modes.
+// (bulk) handler, started later, runs it. In both modes.
 func TestUnhandledNameWaitsForItsHandler(t *testing.T) {
 	t.Parallel()
 	for _, mode := range []worker.Mode{worker.ModeAdvisory, worker.ModeLease} {
@@ -72,8 +72,8 @@ func TestUnhandledNameWaitsForItsHandler(t *testing.T) {
 				t.Errorf("Unhandled = %+v, want one task of later in %s, created %s", un, queue.DefaultQueue, created)
 			}
 
-			// A batch handler: its name is claimed like any other.
-			start(t, pgtest.NewPool(t, b.schema), worker.Config{Mode: mode}, worker.Handlers{"later": worker.BatchHandler{
+			// A bulk handler: its name is claimed like any other.
+			start(t, pgtest.NewPool(t, b.schema), worker.Config{Mode: mode}, worker.Handlers{"later": worker.BulkHandler{
 				Handle:  func(context.Context, []*worker.Task) []error { return nil },
 				MaxWait: time.Millisecond,
 			}.Handler()})
@@ -259,7 +259,7 @@ func TestPeriodicWithoutItsHandler(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	counted := &claims{}
-	start(t, b.pool, worker.Config{Observer: counted, Periodic: []worker.PeriodicTask{{Every: time.Second, Name: "tick"}}},
+	start(t, b.pool, worker.Config{Observer: counted, Periodic: []worker.PeriodicTask{{Every: time.Second, Task: "tick"}}},
 		worker.Handlers{"other": func(context.Context, *worker.Task) error { return nil }})
 	waitFor(t, 5*time.Second, "a tick enqueued", func() bool { return b.count(t, "name = 'tick'") > 0 })
 	waitClaims(t, 10, counted)

@@ -15,18 +15,18 @@ import (
 // of that at a 2 ms round trip (docs/PERFORMANCE.md, "Across a network").
 //
 // So with Concurrency left at zero, the worker sizes its window itself:
-// DefaultConcurrency, plus as much again for every windowRTTUnit of round
+// defaultConcurrency, plus as much again for every windowRTTUnit of round
 // trip, measured on a pool connection every windowEvery (the least of
-// three pings: the path, not a passing stall), up to MaxAutoConcurrency;
+// three pings: the path, not a passing stall), up to maxAutoConcurrency;
 // and never more than its share of the server's lock table, half of it
 // divided among the workers whose heartbeat is recent, since every task
-// held is an advisory lock in that table (never below DefaultConcurrency:
+// held is an advisory lock in that table (never below defaultConcurrency:
 // that much a worker always had). ClaimBatch, when left at zero too,
-// follows: half the window, at most MaxClaimBatch.
+// follows: half the window, at most maxClaimBatch.
 const (
-	// MaxAutoConcurrency bounds the window of a worker whose Concurrency
+	// maxAutoConcurrency bounds the window of a worker whose Concurrency
 	// is zero (sized by the round trip to the server).
-	MaxAutoConcurrency = 3200
+	maxAutoConcurrency = 3200
 	windowRTTUnit      = 500 * time.Microsecond
 	windowEvery        = 5 * time.Second
 	windowPings        = 3
@@ -35,12 +35,12 @@ const (
 // autoWindow is the window for a round trip, the server's lock table
 // (entries; 0 if unknown) and the number of live workers sharing it.
 func autoWindow(rtt time.Duration, lockEntries int64, workers int) int {
-	n := DefaultConcurrency + int(int64(DefaultConcurrency)*int64(rtt)/int64(windowRTTUnit))
-	n = min(n, MaxAutoConcurrency)
+	n := defaultConcurrency + int(int64(defaultConcurrency)*int64(rtt)/int64(windowRTTUnit))
+	n = min(n, maxAutoConcurrency)
 	if lockEntries > 0 {
 		n = min(n, int(lockEntries/2/int64(max(workers, 1))))
 	}
-	return max(n, DefaultConcurrency)
+	return max(n, defaultConcurrency)
 }
 
 // windowSizer resizes a worker's slots to its window, in a goroutine of its
@@ -63,12 +63,12 @@ type windowSizer struct {
 // parallelWritesRTT is the round trip past which outcome writes overlap.
 const parallelWritesRTT = 500 * time.Microsecond
 
-// newWindowSizer holds back the slots above DefaultConcurrency: the window
+// newWindowSizer holds back the slots above defaultConcurrency: the window
 // starts where a fixed Concurrency would.
 func newWindowSizer(w *Worker, auto, autoBatch bool) *windowSizer {
 	z := &windowSizer{w: w, auto: auto, autoBatch: autoBatch, current: w.cfg.Concurrency}
 	if auto {
-		held := MaxAutoConcurrency - DefaultConcurrency
+		held := maxAutoConcurrency - defaultConcurrency
 		_ = w.slots.all.Acquire(context.Background(), int64(held)) // free: nothing runs yet
 		w.slots.held.Store(int64(held))
 	}
@@ -139,7 +139,7 @@ func (z *windowSizer) resize(n int) {
 		return
 	}
 	s := z.w.slots
-	want := int64(MaxAutoConcurrency - n) // to hold back
+	want := int64(maxAutoConcurrency - n) // to hold back
 	switch have := s.held.Load() + s.owed.Load(); {
 	case want < have:
 		give := have - want
@@ -162,7 +162,7 @@ func (z *windowSizer) resize(n int) {
 	}
 	z.current = n
 	if z.autoBatch {
-		s.setBatch(min(max(n/2, 1), MaxClaimBatch))
+		s.setBatch(min(max(n/2, 1), maxClaimBatch))
 	}
 	z.w.log.Debug("skiplock: in-flight window", "concurrency", n)
 }

@@ -15,10 +15,10 @@ func TestAutoWindow(t *testing.T) {
 		want    int
 	}{
 		{50 * time.Microsecond, 6400, 1, 550},        // loopback: about the default
-		{0, 0, 0, DefaultConcurrency},                // nothing known
+		{0, 0, 0, defaultConcurrency},                // nothing known
 		{500 * time.Microsecond, 6400, 1, 1000},      // one unit of round trip: twice
 		{2300 * time.Microsecond, 6400, 1, 2800},     // a network
-		{time.Second, 1 << 30, 1, 3200},              // never past MaxAutoConcurrency
+		{time.Second, 1 << 30, 1, 3200},              // never past maxAutoConcurrency
 		{2300 * time.Microsecond, 6400, 2, 1600},     // half the lock table, shared by two
 		{2300 * time.Microsecond, 6400, 8, 500},      // eight: the share is 400, but never below the default
 		{2300 * time.Microsecond, 0, 8, 2800},        // lease mode: no locks to budget
@@ -35,8 +35,8 @@ func TestAutoWindow(t *testing.T) {
 // as running tasks give them up, never waiting; the claim batch follows.
 func TestWindowResize(t *testing.T) {
 	w := &Worker{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	w.slots = newSlots(MaxAutoConcurrency, DefaultConcurrency/2)
-	w.cfg.Concurrency = DefaultConcurrency
+	w.slots = newSlots(maxAutoConcurrency, defaultConcurrency/2)
+	w.cfg.Concurrency = defaultConcurrency
 	z := newWindowSizer(w, true, true)
 	free := func() int {
 		n := 0
@@ -46,8 +46,8 @@ func TestWindowResize(t *testing.T) {
 		w.slots.all.Release(int64(n))
 		return n
 	}
-	if got := free(); got != DefaultConcurrency {
-		t.Fatalf("%d slots free at start, want %d", got, DefaultConcurrency)
+	if got := free(); got != defaultConcurrency {
+		t.Fatalf("%d slots free at start, want %d", got, defaultConcurrency)
 	}
 	z.resize(1600)
 	if got := free(); got != 1600 || w.slots.batch() != 800 {
@@ -57,19 +57,19 @@ func TestWindowResize(t *testing.T) {
 	if !w.slots.all.TryAcquire(1500) {
 		t.Fatal("could not take 1500 slots")
 	}
-	z.resize(DefaultConcurrency)
+	z.resize(defaultConcurrency)
 	z.collect()
-	if got := free(); got != 0 || w.slots.batch() != DefaultConcurrency/2 {
+	if got := free(); got != 0 || w.slots.batch() != defaultConcurrency/2 {
 		t.Fatalf("after shrinking with 1500 running: %d free, batch %d", got, w.slots.batch())
 	}
 	// 1,200 of them finish, their slots given back by the completer: the
 	// window keeps what it is owed.
 	w.slots.free(make([]finish, 1200))
-	if w.slots.owed.Load() != 0 || w.slots.held.Load() != MaxAutoConcurrency-DefaultConcurrency {
+	if w.slots.owed.Load() != 0 || w.slots.held.Load() != maxAutoConcurrency-defaultConcurrency {
 		t.Fatalf("owed %d, held %d", w.slots.owed.Load(), w.slots.held.Load())
 	}
-	if got := free(); got != DefaultConcurrency-300 {
-		t.Fatalf("%d free with 300 running in a window of %d", got, DefaultConcurrency)
+	if got := free(); got != defaultConcurrency-300 {
+		t.Fatalf("%d free with 300 running in a window of %d", got, defaultConcurrency)
 	}
 	// Growing again cancels what is owed before it gives back held slots.
 	z.resize(1000)

@@ -18,7 +18,6 @@ import (
 
 	"github.com/skiplock/skiplock/db"
 	"github.com/skiplock/skiplock/internal/connstr"
-	"github.com/skiplock/skiplock/internal/pgerr"
 	"github.com/skiplock/skiplock/queue"
 )
 
@@ -28,10 +27,6 @@ var (
 	ErrNoHandlers = errors.New("skiplock: worker needs at least one handler")
 	// ErrAlreadyRunning is returned by a second call to Run on one Worker.
 	ErrAlreadyRunning = errors.New("skiplock: worker is already running")
-	// ErrPermissionDenied is wrapped by Run's error when the database role
-	// lacks a privilege that workers need (migrations.Grants with
-	// migrations.Worker, or `skiplock migrate grants --kind worker`).
-	ErrPermissionDenied = pgerr.ErrPermissionDenied
 )
 
 // Worker claims and runs tasks. Create it with New and start it with Run.
@@ -74,7 +69,7 @@ type Worker struct {
 	cursors    claimCursors // where each claim loop's claims start (cursor.go)
 	settled    sync.WaitGroup
 	execs      *executors // goroutines that run handlers (executors.go)
-	batchers   sync.Map   // *batchSpec -> *batcher: batch handlers' batches (batch.go)
+	gatherers  sync.Map   // *bulkSpec -> *gatherer: bulk handlers' groups (bulk.go)
 	comp       *completer
 	window     *windowSizer // sizes Concurrency by the round trip when it was left at zero
 	classOID   int64        // skiplock_tasks' OID: the advisory lock class
@@ -139,8 +134,11 @@ func (w *Worker) ID() string { return w.cfg.WorkerID }
 // error: invalid cfg or handlers (ErrNoHandlers), a schema not migrated
 // (migrations.ErrNotMigrated), a transaction pooler in advisory mode
 // (ErrTransactionPooling) or a statement cache behind one
-// (ErrStatementCache), a login the server refuses, or a database that does
-// not exist. A database that cannot be reached at start (or that is
+// (ErrStatementCache), a login the server refuses, a database that does
+// not exist, or a role that lacks a privilege workers need (an error
+// wrapping queue.ErrPermissionDenied; migrations.Grants with
+// migrations.Worker, or `skiplock migrate grants --kind worker`, gives
+// them). A database that cannot be reached at start (or that is
 // read-only: a standby, or a primary during a failover) is waited for,
 // with backoff and one log line per change of state; so is one that goes
 // away while the worker runs.
@@ -224,7 +222,7 @@ func (w *Worker) Run(ctx context.Context, handlers Handlers) error {
 
 	<-ctx.Done()
 	w.stopClaiming()
-	w.flushBatches()
+	w.flushBulk()
 	w.shutdown()
 	w.comp.close()
 	w.execs.stop()

@@ -132,8 +132,8 @@ func run(ctx context.Context, stdout io.Writer, databaseURL string) error {
 	var captureCalls atomic.Int32
 	handlers := worker.Handlers{
 		"email.send": func(ctx context.Context, t *worker.Task) error {
-			e, err := worker.Decode[email](t)
-			if err != nil {
+			var e email
+			if err := t.Decode(&e); err != nil {
 				return err
 			}
 			fmt.Fprintf(out, "  task %d: sending %q to %s\n", t.ID, e.Subject, e.To)

@@ -53,7 +53,7 @@ func Example() {
 	fmt.Println("ran:", ran, err)
 	// Output:
 	// node-2 refused: true
-	// after release: skiplock lock: released
+	// after release: skiplock: lock released
 	// node-1 refused: true
 	// token given: true
 	// daily report sent

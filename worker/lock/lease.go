@@ -159,7 +159,7 @@ func (l *Lease) lose(cause error) {
 	l.finish()
 	l.mu.Unlock()
 	l.cancel(cause)
-	l.c.log.Error("skiplock lock: lease lost", "name", l.name, "token", l.token, "error", cause)
+	l.c.log.Error("skiplock: lease lost", "name", l.name, "token", l.token, "error", cause)
 }
 
 // finish stops the timer and the renewer; mu held.
@@ -226,7 +226,7 @@ func (l *Lease) renewLoop() {
 		case errors.Is(err, ErrLockLost):
 			return
 		default:
-			l.c.log.Warn("skiplock lock: renewing a lease failed; trying again", "name", l.name, "token", l.token,
+			l.c.log.Warn("skiplock: renewing a lease failed; trying again", "name", l.name, "token", l.token,
 				"expires_in", time.Until(l.ExpiresAt()).Round(time.Millisecond), "error", err)
 			wait = l.ttl / 10
 		}

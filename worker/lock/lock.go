@@ -25,19 +25,19 @@ var (
 	// ErrNotAcquired: someone else holds the lock (or a lock whose name
 	// shares its key, see Key), and the try ended, or the wait reached its
 	// context's deadline.
-	ErrNotAcquired = errors.New("skiplock lock: not acquired")
+	ErrNotAcquired = errors.New("skiplock: lock not acquired")
 	// ErrLockLost is the cause of a held lock's Context when the lock was
 	// lost: its session died or went silent, or a lease expired or was
 	// taken over. Release and Renew return it too.
-	ErrLockLost = errors.New("skiplock lock: lock lost")
+	ErrLockLost = errors.New("skiplock: lock lost")
 	// ErrReleased is the cause of a lock's Context after Release.
-	ErrReleased = errors.New("skiplock lock: released")
+	ErrReleased = errors.New("skiplock: lock released")
 	// ErrClosed is returned by a Client after Close, and is the cause of
 	// the Context of the session locks it held.
-	ErrClosed = errors.New("skiplock lock: client closed")
+	ErrClosed = errors.New("skiplock: lock client closed")
 	// ErrInvalid is wrapped by the errors of bad arguments: an empty name,
 	// a lease TTL too short, a bad option.
-	ErrInvalid = errors.New("skiplock lock: invalid argument")
+	ErrInvalid = errors.New("skiplock: invalid lock argument")
 )
 
 // Limits and defaults.
@@ -47,11 +47,10 @@ const (
 	// MinLeaseTTL is the shortest lease: a renewal must have time to go
 	// and come back well within it.
 	MinLeaseTTL = time.Second
-	// DefaultKeepaliveInterval, DefaultPingTimeout and DefaultPollInterval
-	// are the defaults of the Options fields of the same names.
-	DefaultKeepaliveInterval = time.Second
-	DefaultPingTimeout       = 5 * time.Second
-	DefaultPollInterval      = 250 * time.Millisecond
+	// The defaults of the Options fields of the same names.
+	defaultKeepaliveInterval = time.Second
+	defaultPingTimeout       = 5 * time.Second
+	defaultPollInterval      = 250 * time.Millisecond
 )
 
 // Mode is how a lock is held.
@@ -83,11 +82,11 @@ type Options struct {
 	// KeepaliveInterval is how often the session that holds the client's
 	// locks is pinged, so that its loss is noticed, and the locks'
 	// Contexts ended, within KeepaliveInterval + PingTimeout. Defaults to
-	// DefaultKeepaliveInterval (1s).
+	// 1s.
 	KeepaliveInterval time.Duration
 	// PingTimeout bounds a ping, and any statement on the session: one not
 	// answered in time gives the session up, and its locks are lost.
-	// Defaults to DefaultPingTimeout (5s). The server drops a silent
+	// Defaults to 5s. The server drops a silent
 	// client's session, releasing its locks, after about 11s (TCP
 	// keepalives and tcp_user_timeout, asked of it by the session), so
 	// keep KeepaliveInterval + PingTimeout below that: the holder then
@@ -95,7 +94,7 @@ type Options struct {
 	PingTimeout time.Duration
 	// PollInterval is the longest pause between two tries while Acquire
 	// or AcquireLease waits (tries start 10ms apart and back off).
-	// Defaults to DefaultPollInterval (250ms).
+	// Defaults to 250ms.
 	PollInterval time.Duration
 	// ManualRenewal stops leases from renewing themselves: the caller
 	// calls Lease.Renew before the lease expires. By default each lease
@@ -138,9 +137,9 @@ func New(pool *pgxpool.Pool, opts Options) (*Client, error) {
 		v    *time.Duration
 		def  time.Duration
 	}{
-		{"KeepaliveInterval", &opts.KeepaliveInterval, DefaultKeepaliveInterval},
-		{"PingTimeout", &opts.PingTimeout, DefaultPingTimeout},
-		{"PollInterval", &opts.PollInterval, DefaultPollInterval},
+		{"KeepaliveInterval", &opts.KeepaliveInterval, defaultKeepaliveInterval},
+		{"PingTimeout", &opts.PingTimeout, defaultPingTimeout},
+		{"PollInterval", &opts.PollInterval, defaultPollInterval},
 	} {
 		if *d.v < 0 {
 			return nil, fmt.Errorf("%w: Options.%s is negative (%s)", ErrInvalid, d.name, *d.v)
@@ -232,7 +231,7 @@ func (c *Client) register(ctx context.Context, name string, key int32) {
 			c.regMu.Lock()
 			delete(c.registered, name)
 			c.regMu.Unlock()
-			c.log.Warn("skiplock lock: recording a lock's name for `skiplock locks`", "name", name, "error", pgerr.Interpret(err))
+			c.log.Warn("skiplock: recording a lock's name for `skiplock locks`", "name", name, "error", pgerr.Interpret(err))
 		}
 	}()
 }
@@ -276,7 +275,7 @@ func waitEnded(ctx context.Context, what string) error {
 	if cause != ctx.Err() {
 		errs = append(errs, cause)
 	}
-	return &waitError{msg: fmt.Sprintf("%s: not acquired before the context's deadline: %v", what, cause), errs: errs}
+	return &waitError{msg: fmt.Sprintf("%v: %s was not free before the context's deadline: %v", ErrNotAcquired, what, cause), errs: errs}
 }
 
 type waitError struct {

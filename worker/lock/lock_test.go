@@ -134,7 +134,7 @@ func TestModes(t *testing.T) {
 	defer cancel()
 	l, err = c2.Acquire(dctx, "m", lock.Exclusive)
 	refused("a wait that reached its deadline", l, err)
-	if want := `lock "m": not acquired before the context's deadline: context deadline exceeded`; !errors.Is(err, context.DeadlineExceeded) || err.Error() != want {
+	if want := `skiplock: lock not acquired: lock "m" was not free before the context's deadline: context deadline exceeded`; !errors.Is(err, context.DeadlineExceeded) || err.Error() != want {
 		t.Fatalf("a wait that reached its deadline: %v, want %q wrapping context.DeadlineExceeded", err, want)
 	}
 	cctx, cancelWait := context.WithCancelCause(ctx)
@@ -152,7 +152,7 @@ func TestModes(t *testing.T) {
 	dctx, cancel = context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancel()
 	_, err = c2.AcquireLease(dctx, "m", time.Minute)
-	if want := `lease "m": not acquired before the context's deadline: context deadline exceeded`; !errors.Is(err, lock.ErrNotAcquired) ||
+	if want := `skiplock: lock not acquired: lease "m" was not free before the context's deadline: context deadline exceeded`; !errors.Is(err, lock.ErrNotAcquired) ||
 		!errors.Is(err, context.DeadlineExceeded) || err.Error() != want {
 		t.Fatalf("a lease wait that reached its deadline: %v, want %q wrapping ErrNotAcquired and context.DeadlineExceeded", err, want)
 	}

@@ -256,7 +256,7 @@ func (s *session) lose(cause error) {
 	n := len(s.locks)
 	s.drop(fmt.Errorf("%w: the session holding it ended: %w", ErrLockLost, cause))
 	if n > 0 {
-		s.c.log.Error("skiplock lock: lock session lost; its locks are lost", "locks", n, "error", cause)
+		s.c.log.Error("skiplock: lock session lost; its locks are lost", "locks", n, "error", cause)
 	}
 }
 

@@ -29,7 +29,7 @@ func TryInTx(ctx context.Context, tx pgx.Tx, name string, mode Mode) error {
 // bound the wait with context.WithTimeout. At ctx's deadline the error
 // wraps both ErrNotAcquired and context.DeadlineExceeded; cancelled, it
 // wraps ctx's cause. It tries again and again rather than block in the
-// server, pausing up to DefaultPollInterval between tries.
+// server, pausing up to 250ms (Options.PollInterval's default) between tries.
 func InTx(ctx context.Context, tx pgx.Tx, name string, mode Mode) error {
 	if err := check(name, mode); err != nil {
 		return err
@@ -37,7 +37,7 @@ func InTx(ctx context.Context, tx pgx.Tx, name string, mode Mode) error {
 	if tx == nil {
 		return fmt.Errorf("%w: lock.InTx needs a transaction", ErrInvalid)
 	}
-	poller := &Client{opts: Options{PollInterval: DefaultPollInterval}}
+	poller := &Client{opts: Options{PollInterval: defaultPollInterval}}
 	return poller.poll(ctx, fmt.Sprintf("lock %q", name), func() error {
 		return tryInTx(ctx, tx, name, mode)
 	})

@@ -17,8 +17,8 @@ import (
 var DefaultDurationBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
 
 // ClaimBatchBuckets are the buckets of the claim batch size histogram. A
-// claim takes at most worker.MaxClaimBatch tasks; 0 is a claim that found
-// nothing.
+// claim takes at most 1000 tasks (worker.Config.ClaimBatch's bound); 0 is a
+// claim that found nothing.
 var ClaimBatchBuckets = []float64{0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000}
 
 // MetricsOptions tunes NewMetrics.

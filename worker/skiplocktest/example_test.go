@@ -50,8 +50,8 @@ func Example() {
 	w := worker.New(pool, worker.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	res := skiplocktest.Work(ctx, t, w, worker.Handlers{
 		"email.welcome": func(ctx context.Context, t *worker.Task) error {
-			p, err := worker.Decode[map[string]string](t)
-			if err != nil {
+			var p map[string]string
+			if err := t.Decode(&p); err != nil {
 				return err
 			}
 			fmt.Println("sending", p["template"], "to", p["to"])

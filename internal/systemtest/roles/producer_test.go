@@ -208,7 +208,7 @@ func TestRoleWithoutUsage(t *testing.T) {
 	check("Enqueue", err)
 	err = worker.New(pool, worker.Config{}).Run(ctx, worker.Handlers{"job": func(context.Context, *worker.Task) error { return nil }})
 	check("worker Run", err)
-	if !errors.Is(err, worker.ErrPermissionDenied) {
-		t.Errorf("worker Run: %v, want worker.ErrPermissionDenied", err)
+	if !errors.Is(err, queue.ErrPermissionDenied) {
+		t.Errorf("worker Run: %v, want queue.ErrPermissionDenied", err)
 	}
 }

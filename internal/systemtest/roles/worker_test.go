@@ -75,7 +75,7 @@ func TestWorkersRunEverything(t *testing.T) {
 		start(t, pgtest.PoolAs(t, b.schema, role), worker.Config{
 			Queues:     []string{"default", "limited", "rated"},
 			RateLimits: []worker.RateLimit{{Queue: "rated", Limit: 1000, Per: time.Second}},
-			Periodic:   []worker.PeriodicTask{{ID: "tick", Every: time.Second, Name: "job", Payload: "tick"}},
+			Periodic:   []worker.PeriodicTask{{Name: "tick", Every: time.Second, Task: "job", Payload: "tick"}},
 			Logger:     logs[i].logger(),
 		}, handlers)
 	}

@@ -117,11 +117,11 @@ func run(migrate bool, id string, every time.Duration) error {
 		Logger:       slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
 	})
 	err = w.Run(sigCtx, worker.Handlers{"upgrade": func(ctx context.Context, t *worker.Task) error {
-		p, err := worker.Decode[payload](t)
-		if err != nil {
+		var p payload
+		if err := t.Decode(&p); err != nil {
 			return err
 		}
-		_, err = pool.Exec(ctx, "INSERT INTO upgrade_runs (payload_id, worker_id, task_id) VALUES ($1, $2, $3)", p.ID, id, t.ID)
+		_, err := pool.Exec(ctx, "INSERT INTO upgrade_runs (payload_id, worker_id, task_id) VALUES ($1, $2, $3)", p.ID, id, t.ID)
 		return err
 	}})
 	wg.Wait()

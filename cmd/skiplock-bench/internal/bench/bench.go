@@ -25,8 +25,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/skiplock/skiplock/worker"
 )
 
 // Workload names, in the order Run runs them.
@@ -41,12 +39,12 @@ const (
 	WorkloadSustained     = "sustained"
 	WorkloadPinned        = "pinned"
 	WorkloadGated         = "gated"
-	WorkloadBatch         = "batch"
+	WorkloadBulk          = "bulk"
 	WorkloadRateKey       = "rate-key"
 )
 
 // Workloads lists every workload in run order.
-var Workloads = []string{WorkloadThroughput, WorkloadWorkflow, WorkloadBurst, WorkloadEnqueueCopy, WorkloadEnqueueSingle, WorkloadLatency, WorkloadScaling, WorkloadGated, WorkloadBatch, WorkloadRateKey, WorkloadSustained, WorkloadPinned}
+var Workloads = []string{WorkloadThroughput, WorkloadWorkflow, WorkloadBurst, WorkloadEnqueueCopy, WorkloadEnqueueSingle, WorkloadLatency, WorkloadScaling, WorkloadGated, WorkloadBulk, WorkloadRateKey, WorkloadSustained, WorkloadPinned}
 
 // DefaultWorkloads are the workloads run when none are named: all but
 // sustained and pinned, which take minutes, and workflow, which measures a
@@ -79,7 +77,7 @@ type Options struct {
 	// Runs is how many times each case runs; the report shows the median.
 	// Defaults to 1.
 	Runs int
-	// Tasks is the backlog of the throughput, workflow and batch workloads
+	// Tasks is the backlog of the throughput, workflow and bulk workloads
 	// (one case per value) and of enqueue-copy; scaling uses the first
 	// value.
 	// Defaults to [100000].
@@ -429,7 +427,7 @@ func Run(ctx context.Context, opts Options, w io.Writer) error {
 		WorkloadSustained:     b.sustained,
 		WorkloadPinned:        b.pinned,
 		WorkloadGated:         b.gated,
-		WorkloadBatch:         b.batch,
+		WorkloadBulk:          b.bulk,
 		WorkloadRateKey:       b.rateKey,
 	}
 	for _, name := range Workloads {
@@ -603,10 +601,12 @@ func runLabel(run, runs int) string {
 	return fmt.Sprintf(" run %d/%d", run+1, runs)
 }
 
-// concurrencyOf resolves 0 to the worker's default.
+// concurrencyOf resolves 0 to the worker's default on a local network,
+// 500 (worker.Config.Concurrency: left at zero, the worker sizes it by the
+// round trip to the server, from 500 up).
 func concurrencyOf(c int) int {
 	if c == 0 {
-		return worker.DefaultConcurrency
+		return 500
 	}
 	return c
 }

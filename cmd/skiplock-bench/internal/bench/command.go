@@ -34,13 +34,13 @@ Examples:
   skiplock-bench --workload pinned --pin 4m --rate-sustained 5000
 
 Workloads: throughput, workflow, burst, enqueue-copy, enqueue-single,
-latency, scaling, gated, batch, rate-key, sustained and pinned. Not run
+latency, scaling, gated, bulk, rate-key, sustained and pinned. Not run
 unless named: workflow (throughput with the backlog made of workflows: a
 root, --workflow-size minus 2 tasks depending on it, a final task depending
 on all of those), gated (300 tasks of 36 ms under a cluster-wide limit of 3,
 then under 3 exclusive keys, worked by 3 workers: how fast a freed place is
-taken), batch (--tasks tasks that each insert a row, by a handler per task
-with a one-row INSERT, then by a batch handler of 100 with one multi-row
+taken), bulk (--tasks tasks that each insert a row, by a handler per task
+with a one-row INSERT, then by a bulk handler of 100 with one multi-row
 INSERT), rate-key (--rate-key-backlog tasks for each of 5 keys under a
 per-key rate limit of 10/s, worked by 3 worker processes: the rate each key
 gets), sustained and pinned (they take minutes; pinned holds the server's xmin

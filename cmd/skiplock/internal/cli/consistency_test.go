@@ -28,7 +28,7 @@ func TestDurationFlagsOneSyntax(t *testing.T) {
 	if until := time.Until(got.RunAt); until < 35*time.Hour || until > 37*time.Hour {
 		t.Errorf("enqueue --delay 1d12h: runs in %v, want about 36h", until)
 	}
-	b.run(t, "schedules", "add", "daily", "--every", "1d", "--name", "x").ok(t)
+	b.run(t, "schedules", "add", "daily", "--every", "1d", "--task", "x").ok(t)
 	b.run(t, "purge", "--older-than", "2w", "--dry-run").ok(t)
 	b.run(t, "list", "--since", "1w").ok(t)
 	b.run(t, "audit", "--since", "1d").ok(t)
@@ -36,7 +36,7 @@ func TestDurationFlagsOneSyntax(t *testing.T) {
 	for _, args := range [][]string{
 		{"enqueue", "x", "--delay", "1y"},
 		{"enqueue", "x", "--unique-key", "k", "--unique-window", "a day"},
-		{"schedules", "add", "y", "--every", "1 d", "--name", "x"},
+		{"schedules", "add", "y", "--every", "1 d", "--task", "x"},
 		{"purge", "--older-than", "1y", "--dry-run"},
 	} {
 		r := b.run(t, args...)
@@ -127,7 +127,7 @@ func (b *bundle) auditRecords(t *testing.T) []auditRecord {
 func TestScheduleListNeverTicked(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.run(t, "schedules", "add", "hourly", "--every", "1h", "--name", "x").ok(t)
+	b.run(t, "schedules", "add", "hourly", "--every", "1h", "--task", "x").ok(t)
 	lastTick := func() (string, bool) {
 		t.Helper()
 		cells := tableRow(t, b.run(t, "schedules", "list").ok(t).stdout, "hourly")
@@ -168,7 +168,7 @@ func TestRemoveIsTheVerb(t *testing.T) {
 	if r := b.run(t, "limit", "remove", "--queue", "q").ok(t); !strings.Contains(r.stdout, "Removed limit") {
 		t.Errorf("limit remove: %q", r.stdout)
 	}
-	b.run(t, "schedules", "add", "s", "--every", "1m", "--name", "x").ok(t)
+	b.run(t, "schedules", "add", "s", "--every", "1m", "--task", "x").ok(t)
 	for _, args := range [][]string{{"limit", "rm"}, {"schedules", "rm", "s"}} {
 		if r := b.run(t, args...); r.code != cli.ExitUsage || !strings.Contains(r.stderr, `unknown command "rm"`) {
 			t.Errorf("%v: exit %d, stderr %q; want exit 2, unknown command", args, r.code, r.stderr)

@@ -20,10 +20,10 @@ func (a *app) schedulesCommand() *cobra.Command {
 interval (--every), like a worker's Config.Periodic, but lives in the
 database: running workers pick up a change within seconds, without a
 restart, and each tick is enqueued once across every worker. A stored
-schedule named as a configured schedule's ID replaces it while it is
-stored. Cron expressions are in UTC unless they begin with CRON_TZ=Zone.`,
-		Example: `  skiplock schedules add nightly-report --cron '0 3 * * *' --name report.build --queue reports
-  skiplock schedules add heartbeat --every 30s --name ping --payload '{"target":"db"}'
+schedule named as a configured schedule (worker.PeriodicTask's Name)
+replaces it while it is stored. Cron expressions are in UTC unless they begin with CRON_TZ=Zone.`,
+		Example: `  skiplock schedules add nightly-report --cron '0 3 * * *' --task report.build --queue reports
+  skiplock schedules add heartbeat --every 30s --task ping --payload '{"target":"db"}'
   skiplock schedules set heartbeat --every 1m
   skiplock schedules pause heartbeat
   skiplock schedules resume heartbeat
@@ -56,7 +56,7 @@ func (a *app) scheduleWriteCommand(add bool) *cobra.Command {
 	example := "  skiplock schedules set heartbeat --every 1m\n  skiplock schedules set nightly-report --cron '30 2 * * *' --queue slow"
 	if add {
 		use, short = "add NAME", "Add a stored schedule"
-		example = "  skiplock schedules add nightly-report --cron '0 3 * * *' --name report.build\n  skiplock schedules add heartbeat --every 30s --name ping --paused"
+		example = "  skiplock schedules add nightly-report --cron '0 3 * * *' --task report.build\n  skiplock schedules add heartbeat --every 30s --task ping --paused"
 	}
 	c := newCommand(&cobra.Command{
 		Use:     use,
@@ -72,7 +72,7 @@ func (a *app) scheduleWriteCommand(add bool) *cobra.Command {
 				return usageErrorf("give --cron or --every")
 			}
 			if add && s.Task == "" {
-				return usageErrorf("give --name, the task to enqueue at each tick")
+				return usageErrorf("give --task, the name of the task to enqueue at each tick")
 			}
 			if f.Changed("payload") {
 				if err := checkJSON(json.RawMessage(payload)); err != nil {
@@ -100,7 +100,7 @@ func (a *app) scheduleWriteCommand(add bool) *cobra.Command {
 					want.Cron, want.Every = "", s.Every
 				}
 				for flag, apply := range map[string]func(){
-					"name": func() { want.Task = s.Task }, "queue": func() { want.Queue = s.Queue },
+					"task": func() { want.Task = s.Task }, "queue": func() { want.Queue = s.Queue },
 					"priority": func() { want.Priority = s.Priority }, "max-attempts": func() { want.MaxAttempts = s.MaxAttempts },
 					"timeout": func() { want.Timeout = s.Timeout }, "catch-up": func() { want.CatchUp = s.CatchUp },
 				} {
@@ -131,7 +131,7 @@ func (a *app) scheduleWriteCommand(add bool) *cobra.Command {
 	fl := c.Flags()
 	fl.StringVar(&s.Cron, "cron", "", "cron expression: 5 fields, 6 with seconds first, or @hourly...; UTC unless it begins with CRON_TZ=Zone")
 	durationVar(fl, &s.Every, "every", 0, "fixed interval, at least 1s, aligned to the Unix epoch (e.g. 30s, 5m)")
-	fl.StringVar(&s.Task, "name", "", "the name of the task enqueued at each tick")
+	fl.StringVar(&s.Task, "task", "", "the name of the task enqueued at each tick")
 	fl.StringVar(&payload, "payload", "", "the task's JSON payload (default null)")
 	fl.StringVar(&s.Queue, "queue", "", "the task's queue (default \"default\")")
 	fl.IntVar(&s.Priority, "priority", 0, "the task's priority; lower runs first")

@@ -11,11 +11,11 @@ import (
 func TestScheduleCommands(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	r := b.run(t, "schedules", "add", "nightly", "--cron", "0 3 * * *", "--name", "report.build", "--queue", "reports", "--payload", `{"full":true}`).ok(t)
+	r := b.run(t, "schedules", "add", "nightly", "--cron", "0 3 * * *", "--task", "report.build", "--queue", "reports", "--payload", `{"full":true}`).ok(t)
 	if !strings.Contains(r.stdout, "Added schedule nightly: task report.build 0 3 * * *.") {
 		t.Fatalf("stdout:\n%s", r.stdout)
 	}
-	b.run(t, "schedules", "add", "ping", "--every", "30s", "--name", "ping", "--paused").ok(t)
+	b.run(t, "schedules", "add", "ping", "--every", "30s", "--task", "ping", "--paused").ok(t)
 	b.run(t, "schedules", "set", "ping", "--every", "1m").ok(t)
 	var out struct {
 		Schedules []struct {
@@ -55,13 +55,13 @@ func TestScheduleCommands(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"schedules", "add", "bad", "--cron", "61 * * * *", "--name", "x"}, `cron expression "61 * * * *" does not parse`},
-		{[]string{"schedules", "add", "nightly", "--cron", "0 4 * * *", "--name", "x"}, "already exists"},
-		{[]string{"schedules", "add", "x", "--name", "x"}, "give --cron or --every"},
-		{[]string{"schedules", "add", "x", "--every", "1m"}, "give --name"},
-		{[]string{"schedules", "add", "x", "--every", "1m", "--cron", "* * * * *", "--name", "x"}, "not both"},
-		{[]string{"schedules", "add", "x", "--every", "100ms", "--name", "x"}, "at least 1s"},
-		{[]string{"schedules", "add", "x", "--every", "1m", "--name", "x", "--payload", "{"}, "not valid JSON"},
+		{[]string{"schedules", "add", "bad", "--cron", "61 * * * *", "--task", "x"}, `cron expression "61 * * * *" does not parse`},
+		{[]string{"schedules", "add", "nightly", "--cron", "0 4 * * *", "--task", "x"}, "already exists"},
+		{[]string{"schedules", "add", "x", "--task", "x"}, "give --cron or --every"},
+		{[]string{"schedules", "add", "x", "--every", "1m"}, "give --task"},
+		{[]string{"schedules", "add", "x", "--every", "1m", "--cron", "* * * * *", "--task", "x"}, "not both"},
+		{[]string{"schedules", "add", "x", "--every", "100ms", "--task", "x"}, "at least 1s"},
+		{[]string{"schedules", "add", "x", "--every", "1m", "--task", "x", "--payload", "{"}, "not valid JSON"},
 		{[]string{"schedules", "set", "ghost", "--every", "1m"}, `schedule not found: "ghost"`},
 		{[]string{"schedules", "remove", "ghost"}, "schedule not found"},
 		{[]string{"schedules", "pause"}, "give the schedule's NAME"},

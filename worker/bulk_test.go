@@ -15,27 +15,27 @@ import (
 	"github.com/skiplock/skiplock/worker"
 )
 
-// batchLog records the batches a batch handler ran.
-type batchLog struct {
-	mu      sync.Mutex
-	batches [][]int64
+// bulkLog records the groups a bulk handler ran.
+type bulkLog struct {
+	mu     sync.Mutex
+	groups [][]int64
 }
 
-func (l *batchLog) add(tasks []*worker.Task) {
+func (l *bulkLog) add(tasks []*worker.Task) {
 	ids := make([]int64, len(tasks))
 	for i, t := range tasks {
 		ids[i] = t.ID
 	}
 	l.mu.Lock()
-	l.batches = append(l.batches, ids)
+	l.groups = append(l.groups, ids)
 	l.mu.Unlock()
 }
 
-func (l *batchLog) sizes() []int {
+func (l *bulkLog) sizes() []int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var out []int
-	for _, b := range l.batches {
+	for _, b := range l.groups {
 		out = append(out, len(b))
 	}
 	return out
@@ -60,14 +60,14 @@ func (b *bundle) enqueueMany(t *testing.T, name string, n int, opts ...queue.Opt
 	return ids
 }
 
-// TestBatchFillsToMaxSize: a backlog is run in batches of MaxSize, each
+// TestBulkFillsToMaxSize: a backlog is run in groups of MaxSize, each
 // task completed once.
-func TestBatchFillsToMaxSize(t *testing.T) {
+func TestBulkFillsToMaxSize(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.enqueueMany(t, "bulk", 12)
-	var log batchLog
-	start(t, b.pool, worker.Config{}, worker.Handlers{"bulk": worker.BatchHandler{
+	var log bulkLog
+	start(t, b.pool, worker.Config{}, worker.Handlers{"bulk": worker.BulkHandler{
 		MaxSize: 4, MaxWait: time.Hour,
 		Handle: func(ctx context.Context, tasks []*worker.Task) []error {
 			log.add(tasks)
@@ -76,19 +76,19 @@ func TestBatchFillsToMaxSize(t *testing.T) {
 	}.Handler()})
 	waitFor(t, 5*time.Second, "12 tasks completed", func() bool { return b.count(t, "status = 'completed' AND attempt = 1") == 12 })
 	if got := log.sizes(); !slices.Equal(got, []int{4, 4, 4}) {
-		t.Fatalf("batch sizes %v, want [4 4 4]", got)
+		t.Fatalf("group sizes %v, want [4 4 4]", got)
 	}
 }
 
-// TestBatchPartialAfterMaxWait: a batch that cannot fill runs MaxWait
+// TestBulkPartialAfterMaxWait: a group that cannot fill runs MaxWait
 // after its first task came, with the tasks it has.
-func TestBatchPartialAfterMaxWait(t *testing.T) {
+func TestBulkPartialAfterMaxWait(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.enqueueMany(t, "bulk", 3)
-	var log batchLog
+	var log bulkLog
 	started := time.Now()
-	start(t, b.pool, worker.Config{}, worker.Handlers{"bulk": worker.BatchHandler{
+	start(t, b.pool, worker.Config{}, worker.Handlers{"bulk": worker.BulkHandler{
 		MaxSize: 100, MaxWait: 300 * time.Millisecond,
 		Handle: func(ctx context.Context, tasks []*worker.Task) []error {
 			log.add(tasks)
@@ -97,21 +97,21 @@ func TestBatchPartialAfterMaxWait(t *testing.T) {
 	}.Handler()})
 	waitFor(t, 5*time.Second, "3 tasks completed", func() bool { return b.count(t, "status = 'completed'") == 3 })
 	if got := log.sizes(); !slices.Equal(got, []int{3}) {
-		t.Fatalf("batch sizes %v, want [3]", got)
+		t.Fatalf("group sizes %v, want [3]", got)
 	}
 	if waited := time.Since(started); waited < 300*time.Millisecond {
-		t.Fatalf("the partial batch ran %s after the worker started, before MaxWait", waited)
+		t.Fatalf("the partial group ran %s after the worker started, before MaxWait", waited)
 	}
 }
 
-// TestBatchPerTaskOutcomes: each task of a batch gets its own outcome:
+// TestBulkPerTaskOutcomes: each task of a group gets its own outcome:
 // completed, retried with its own attempts and history, failed for good.
-func TestBatchPerTaskOutcomes(t *testing.T) {
+func TestBulkPerTaskOutcomes(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ids := b.enqueueMany(t, "bulk", 6, queue.WithMaxAttempts(3))
-	var log batchLog
-	start(t, b.pool, worker.Config{}, worker.Handlers{"bulk": worker.BatchHandler{
+	var log bulkLog
+	start(t, b.pool, worker.Config{}, worker.Handlers{"bulk": worker.BulkHandler{
 		MaxSize: 10, MaxWait: 200 * time.Millisecond,
 		Handle: func(ctx context.Context, tasks []*worker.Task) []error {
 			log.add(tasks)
@@ -152,24 +152,24 @@ func TestBatchPerTaskOutcomes(t *testing.T) {
 			}
 		}
 	}
-	// The first batch held all six; the retries ran in a batch of their own.
+	// The first group held all six; the retries ran in a group of their own.
 	if got := log.sizes(); len(got) < 2 || got[0] != 6 {
-		t.Errorf("batch sizes %v, want 6 then the retries", got)
+		t.Errorf("group sizes %v, want 6 then the retries", got)
 	}
 }
 
-// TestBatchPanicAndWrongLength: a panic, or a result slice of the wrong
-// length, fails the attempt of every task of the batch with an error that
+// TestBulkPanicAndWrongLength: a panic, or a result slice of the wrong
+// length, fails the attempt of every task of the group with an error that
 // says so; none is lost, and each is retried on its own attempts.
-func TestBatchPanicAndWrongLength(t *testing.T) {
+func TestBulkPanicAndWrongLength(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name, want string
 		fail       func(tasks []*worker.Task) []error
 	}{
-		{"panic", "batch handler of bulk panicked, failing every task of its batch of 4: panic: boom",
+		{"panic", "bulk handler of bulk panicked, failing every task of its group of 4: panic: boom",
 			func([]*worker.Task) []error { panic("boom") }},
-		{"wrong length", "batch handler of bulk returned 1 results for a batch of 4 tasks",
+		{"wrong length", "bulk handler of bulk returned 1 results for a group of 4 tasks",
 			func([]*worker.Task) []error { return []error{nil} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -182,7 +182,7 @@ func TestBatchPanicAndWrongLength(t *testing.T) {
 					panics.Store(task.ID, p.Value)
 					return errors.New("recorded: " + fmt.Sprint(p.Value))
 				},
-			}, worker.Handlers{"bulk": worker.BatchHandler{
+			}, worker.Handlers{"bulk": worker.BulkHandler{
 				MaxSize: 4, MaxWait: time.Hour,
 				Handle: func(ctx context.Context, tasks []*worker.Task) []error {
 					if tasks[0].Attempt == 1 {
@@ -211,36 +211,36 @@ func TestBatchPanicAndWrongLength(t *testing.T) {
 			}
 		})
 	}
-	// Without OnPanic, the history holds the panic with its batch.
+	// Without OnPanic, the history holds the panic with its group.
 	t.Run("panic history", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		ids := b.enqueueMany(t, "bulk", 2, queue.WithMaxAttempts(1))
-		start(t, b.pool, worker.Config{}, worker.Handlers{"bulk": worker.BatchHandler{
+		start(t, b.pool, worker.Config{}, worker.Handlers{"bulk": worker.BulkHandler{
 			MaxSize: 2, MaxWait: time.Hour,
 			Handle: func(context.Context, []*worker.Task) []error { panic("boom") },
 		}.Handler()})
 		waitFor(t, 10*time.Second, "2 tasks failed", func() bool { return b.count(t, "status = 'failed'") == 2 })
 		for _, id := range ids {
 			e := b.get(t, id).Errors[0]
-			if e.Outcome != "panic" || !strings.HasPrefix(e.Error, "batch handler of bulk panicked, failing every task of its batch of 2: panic: boom") {
+			if e.Outcome != "panic" || !strings.HasPrefix(e.Error, "bulk handler of bulk panicked, failing every task of its group of 2: panic: boom") {
 				t.Errorf("task %d: history %+v", id, e)
 			}
 		}
 	})
 }
 
-// row is a typed task of a batch handler.
+// row is a typed task of a bulk handler.
 type row struct {
 	N int `json:"n"`
 }
 
 func (row) TaskName() string { return "row.insert" }
 
-// TestHandleBatchTyped: a typed batch handler sees decoded payloads; a
+// TestHandleBulkTyped: a typed bulk handler sees decoded payloads; a
 // task whose payload is not a T fails for good with a decode error, and
 // the others run.
-func TestHandleBatchTyped(t *testing.T) {
+func TestHandleBulkTyped(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
@@ -256,7 +256,7 @@ func TestHandleBatchTyped(t *testing.T) {
 	var mu sync.Mutex
 	var seen []int
 	handlers := worker.Handlers{}
-	worker.HandleBatch(handlers, worker.BatchOf[row]{
+	worker.HandleBulk(handlers, worker.BulkOf[row]{
 		MaxSize: 4, MaxWait: 300 * time.Millisecond,
 		Handle: func(ctx context.Context, tasks []*worker.TaskOf[row]) []error {
 			mu.Lock()
@@ -287,14 +287,14 @@ func TestHandleBatchTyped(t *testing.T) {
 	}
 }
 
-// TestBatchTimeout: a batch's context ends at its tasks' timeout, and each
+// TestBulkTimeout: a group's context ends at its tasks' timeout, and each
 // task records a timeout.
-func TestBatchTimeout(t *testing.T) {
+func TestBulkTimeout(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ids := b.enqueueMany(t, "bulk", 3, queue.WithMaxAttempts(1), queue.WithTimeout(300*time.Millisecond))
 	causes := make(chan error, 1)
-	start(t, b.pool, worker.Config{}, worker.Handlers{"bulk": worker.BatchHandler{
+	start(t, b.pool, worker.Config{}, worker.Handlers{"bulk": worker.BulkHandler{
 		MaxSize: 3, MaxWait: time.Hour,
 		Handle: func(ctx context.Context, tasks []*worker.Task) []error {
 			if _, ok := ctx.Deadline(); !ok {
@@ -311,7 +311,7 @@ func TestBatchTimeout(t *testing.T) {
 	}.Handler()})
 	waitFor(t, 10*time.Second, "3 tasks failed", func() bool { return b.count(t, "status = 'failed'") == 3 })
 	if cause := <-causes; cause == nil || !strings.Contains(cause.Error(), "timed out") {
-		t.Errorf("batch context's cause %v, want the task timeout", cause)
+		t.Errorf("group context's cause %v, want the task timeout", cause)
 	}
 	for _, id := range ids {
 		if e := b.get(t, id).Errors; len(e) != 1 || e[0].Outcome != "timeout" {
@@ -320,18 +320,18 @@ func TestBatchTimeout(t *testing.T) {
 	}
 }
 
-// TestBatchShutdownWhileFilling: a worker that stops while a batch is
-// filling runs the batch at once rather than waiting out MaxWait; one whose
-// batch outlasts the grace period returns its tasks to pending, their
+// TestBulkShutdownWhileFilling: a worker that stops while a group is
+// filling runs the group at once rather than waiting out MaxWait; one whose
+// group outlasts the grace period returns its tasks to pending, their
 // attempts given back.
-func TestBatchShutdownWhileFilling(t *testing.T) {
+func TestBulkShutdownWhileFilling(t *testing.T) {
 	t.Parallel()
 	t.Run("runs", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		b.enqueueMany(t, "bulk", 2)
-		var log batchLog
-		batched := worker.BatchHandler{
+		var log bulkLog
+		bulk := worker.BulkHandler{
 			MaxSize: 100, MaxWait: time.Hour,
 			Handle: func(ctx context.Context, tasks []*worker.Task) []error {
 				log.add(tasks)
@@ -344,25 +344,25 @@ func TestBatchShutdownWhileFilling(t *testing.T) {
 		var entered atomic.Int32
 		_, stop := start(t, b.pool, worker.Config{}, worker.Handlers{"bulk": func(ctx context.Context, task *worker.Task) error {
 			entered.Add(1)
-			return batched(ctx, task)
+			return bulk(ctx, task)
 		}})
 		waitFor(t, 5*time.Second, "2 handlers called", func() bool { return entered.Load() == 2 })
 		stop()
 		if n := b.count(t, "status = 'completed' AND attempt = 1"); n != 2 {
 			t.Fatalf("%d tasks completed after shutdown, want 2", n)
 		}
-		// One batch of 2; or, when the stop came between a handler's call
-		// and its joining the batch, that task in a batch of its own, run
+		// One group of 2; or, when the stop came between a handler's call
+		// and its joining the group, that task in a group of its own, run
 		// at once like the first.
 		if got := log.sizes(); !slices.Equal(got, []int{2}) && !slices.Equal(got, []int{1, 1}) {
-			t.Fatalf("batch sizes %v, want [2] (or [1 1])", got)
+			t.Fatalf("group sizes %v, want [2] (or [1 1])", got)
 		}
 	})
 	t.Run("grace over", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		b.enqueueMany(t, "bulk", 2)
-		_, stop := start(t, b.pool, worker.Config{ShutdownGrace: 100 * time.Millisecond}, worker.Handlers{"bulk": worker.BatchHandler{
+		_, stop := start(t, b.pool, worker.Config{ShutdownGrace: 100 * time.Millisecond}, worker.Handlers{"bulk": worker.BulkHandler{
 			MaxSize: 100, MaxWait: time.Hour,
 			Handle: func(ctx context.Context, tasks []*worker.Task) []error {
 				<-ctx.Done()
@@ -381,15 +381,15 @@ func TestBatchShutdownWhileFilling(t *testing.T) {
 	})
 }
 
-// TestBatchLockLoss: a lost lock session ends the batch's context with the
+// TestBulkLockLoss: a lost lock session ends the group's context with the
 // lock's loss; its tasks are retried.
-func TestBatchLockLoss(t *testing.T) {
+func TestBulkLockLoss(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ids := b.enqueueMany(t, "bulk", 3, queue.WithMaxAttempts(3))
 	causes := make(chan error, 1)
 	var ran atomic.Bool
-	w, _ := start(t, b.pool, worker.Config{Mode: worker.ModeAdvisory}, worker.Handlers{"bulk": worker.BatchHandler{
+	w, _ := start(t, b.pool, worker.Config{Mode: worker.ModeAdvisory}, worker.Handlers{"bulk": worker.BulkHandler{
 		MaxSize: 3, MaxWait: time.Hour,
 		Handle: func(ctx context.Context, tasks []*worker.Task) []error {
 			// A rescue gives the attempt back: the second run may be
@@ -411,10 +411,10 @@ func TestBatchLockLoss(t *testing.T) {
 	select {
 	case cause := <-causes:
 		if cause == nil || !strings.Contains(cause.Error(), "lost the lock") {
-			t.Errorf("batch context's cause %v, want the lock's loss", cause)
+			t.Errorf("group context's cause %v, want the lock's loss", cause)
 		}
 	case <-time.After(30 * time.Second):
-		t.Fatal("the batch's context did not end within 30s of the lock session's end")
+		t.Fatal("the group's context did not end within 30s of the lock session's end")
 	}
 	waitFor(t, 15*time.Second, "3 tasks completed", func() bool { return b.count(t, "status = 'completed'") == 3 })
 	// A lock_lost outcome spent the attempt; a rescue (the outcome lost
@@ -428,15 +428,15 @@ func TestBatchLockLoss(t *testing.T) {
 	}
 }
 
-// TestBatchRunTask: RunTask runs a task of a batch handler in a batch of
+// TestBulkRunTask: RunTask runs a task of a bulk handler in a group of
 // one, without waiting for MaxWait.
-func TestBatchRunTask(t *testing.T) {
+func TestBulkRunTask(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	id := b.enqueue(t, "bulk", nil)
-	var log batchLog
+	var log bulkLog
 	w := worker.New(b.pool, testConfig(worker.Config{}))
-	res, err := w.RunTask(context.Background(), worker.Handlers{"bulk": worker.BatchHandler{
+	res, err := w.RunTask(context.Background(), worker.Handlers{"bulk": worker.BulkHandler{
 		MaxSize: 100, MaxWait: time.Hour,
 		Handle: func(ctx context.Context, tasks []*worker.Task) []error {
 			log.add(tasks)
@@ -447,6 +447,6 @@ func TestBatchRunTask(t *testing.T) {
 		t.Fatal(err)
 	}
 	if res.Outcome != worker.OutcomeError || res.Error != "no" || !slices.Equal(log.sizes(), []int{1}) {
-		t.Fatalf("RunTask: %+v, batches %v", res, log.sizes())
+		t.Fatalf("RunTask: %+v, groups %v", res, log.sizes())
 	}
 }

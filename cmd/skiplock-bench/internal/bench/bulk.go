@@ -11,34 +11,34 @@ import (
 	"github.com/skiplock/skiplock/worker"
 )
 
-// The batch workload measures batch handlers on a bulk insert: a backlog of
+// The bulk workload measures bulk handlers on a bulk insert: a backlog of
 // --tasks tasks, each of which inserts one row into a table of the
 // application's, worked by one worker with the default Config in this
 // process, two ways in alternation: a handler per task doing a one-row
-// INSERT, and a batch handler (worker.BatchHandler, batchMaxSize tasks,
-// batchMaxWait) doing one multi-row INSERT per batch. The inserts go
+// INSERT, and a bulk handler (worker.BulkHandler, bulkMaxSize tasks,
+// bulkMaxWait) doing one multi-row INSERT per call. The inserts go
 // through a pool of their own (pgxpool's default size), as an
 // application's would. The rate is timed from the first task's start to
 // the last one's end, as the table records them; every row is checked.
 const (
-	batchTask    = "row.insert"
-	batchMaxSize = 100
-	batchMaxWait = 100 * time.Millisecond
+	bulkTask    = "row.insert"
+	bulkMaxSize = 100
+	bulkMaxWait = 100 * time.Millisecond
 )
 
-func (b *bencher) batch(ctx context.Context) error {
+func (b *bencher) bulk(ctx context.Context) error {
 	var cases []benchCase
 	for _, n := range b.opts.Tasks {
-		for _, kind := range []string{"single", "batch"} {
+		for _, kind := range []string{"single", "bulk"} {
 			name := fmt.Sprintf("%s tasks=%d", kind, n)
 			params := map[string]float64{"tasks": float64(n)}
-			if kind == "batch" {
-				name += fmt.Sprintf(" max-size=%d max-wait=%s", batchMaxSize, batchMaxWait)
-				params["max_size"] = batchMaxSize
+			if kind == "bulk" {
+				name += fmt.Sprintf(" max-size=%d max-wait=%s", bulkMaxSize, bulkMaxWait)
+				params["max_size"] = bulkMaxSize
 			}
-			cases = append(cases, benchCase{workload: WorkloadBatch, name: name, params: params,
+			cases = append(cases, benchCase{workload: WorkloadBulk, name: name, params: params,
 				run: func(ctx context.Context, run int) ([]measure, error) {
-					elapsed, calls, err := b.workBatch(ctx, kind, n, WorkloadBatch+" "+name+runLabel(run, b.opts.Runs))
+					elapsed, calls, err := b.workBulk(ctx, kind, n, WorkloadBulk+" "+name+runLabel(run, b.opts.Runs))
 					if err != nil {
 						return nil, err
 					}
@@ -52,9 +52,9 @@ func (b *bencher) batch(ctx context.Context) error {
 	return b.alternate(ctx, cases)
 }
 
-// workBatch runs one case and returns the time from the first task's start
+// workBulk runs one case and returns the time from the first task's start
 // to the last one's end, and how many calls of the handler it took.
-func (b *bencher) workBatch(ctx context.Context, kind string, n int, label string) (_ time.Duration, calls int64, _ error) {
+func (b *bencher) workBulk(ctx context.Context, kind string, n int, label string) (_ time.Duration, calls int64, _ error) {
 	s, err := b.env.newSchema(ctx, 0)
 	if err != nil {
 		return 0, 0, err
@@ -68,7 +68,7 @@ func (b *bencher) workBatch(ctx context.Context, kind string, n int, label strin
 	for done := 0; done < n; {
 		tasks := make([]queue.NewTask, 0, min(n-done, chunk))
 		for i := done; i < min(n, done+chunk); i++ {
-			tasks = append(tasks, queue.NewTask{Name: batchTask, Payload: benchPayload{N: i}})
+			tasks = append(tasks, queue.NewTask{Name: bulkTask, Payload: benchPayload{N: i}})
 		}
 		if _, err := client.EnqueueMany(ctx, tasks); err != nil {
 			return 0, 0, fmt.Errorf("preloading: %w", err)
@@ -95,7 +95,7 @@ func (b *bencher) workBatch(ctx context.Context, kind string, n int, label strin
 			return err
 		})
 	} else {
-		worker.HandleBatch(handlers, worker.BatchOf[benchRow]{MaxSize: batchMaxSize, MaxWait: batchMaxWait,
+		worker.HandleBulk(handlers, worker.BulkOf[benchRow]{MaxSize: bulkMaxSize, MaxWait: bulkMaxWait,
 			Handle: func(ctx context.Context, tasks []*worker.TaskOf[benchRow]) []error {
 				ncalls.Add(1)
 				ns := make([]int32, len(tasks))
@@ -164,9 +164,9 @@ func (b *bencher) workBatch(ctx context.Context, kind string, n int, label strin
 	return elapsed, ncalls.Load(), werr
 }
 
-// benchRow is the batch workload's typed task.
+// benchRow is the bulk workload's typed task.
 type benchRow struct {
 	N int `json:"n"`
 }
 
-func (benchRow) TaskName() string { return batchTask }
+func (benchRow) TaskName() string { return bulkTask }

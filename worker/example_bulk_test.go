@@ -20,7 +20,7 @@ type Signup struct {
 
 func (Signup) TaskName() string { return "signup.record" }
 
-func ExampleHandleBatch() {
+func ExampleHandleBulk() {
 	ctx := context.Background()
 	pool, cleanup := pgtest.ExamplePool()
 	defer cleanup()
@@ -38,7 +38,7 @@ func ExampleHandleBatch() {
 	}
 
 	handlers := worker.Handlers{}
-	worker.HandleBatch(handlers, worker.BatchOf[Signup]{
+	worker.HandleBulk(handlers, worker.BulkOf[Signup]{
 		MaxSize: 100,
 		MaxWait: 200 * time.Millisecond,
 		Handle: func(ctx context.Context, tasks []*worker.TaskOf[Signup]) []error {
@@ -51,14 +51,14 @@ func ExampleHandleBatch() {
 				}
 				emails = append(emails, t.Args.Email)
 			}
-			// One statement for the whole batch.
+			// One statement for the whole group.
 			_, err := pool.Exec(ctx, "INSERT INTO signups SELECT unnest($1::text[]) ON CONFLICT DO NOTHING", emails)
 			for i := range errs {
 				if errs[i] == nil {
 					errs[i] = err // nil, or the insert's error for every row of it
 				}
 			}
-			fmt.Printf("one batch of %d tasks, %d rows inserted in one statement\n", len(tasks), len(emails))
+			fmt.Printf("one call of %d tasks, %d rows inserted in one statement\n", len(tasks), len(emails))
 			return errs
 		},
 	})
@@ -86,7 +86,7 @@ func ExampleHandleBatch() {
 		fmt.Println(status, n)
 	}
 	// Output:
-	// one batch of 5 tasks, 4 rows inserted in one statement
+	// one call of 5 tasks, 4 rows inserted in one statement
 	// completed 4
 	// failed 1
 }
