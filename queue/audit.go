@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/skiplock/skiplock/db"
+	"github.com/skiplock/skiplock/internal/defaults"
 	"github.com/skiplock/skiplock/internal/pgerr"
 )
 
@@ -164,14 +165,8 @@ type AuditEntry struct {
 // the rest.
 const maxAuditIDs = 1000
 
-// Defaults and bounds of AuditLog.
-const (
-	// DefaultAuditLimit is how many records AuditLog returns when
-	// AuditFilter.Limit is zero.
-	DefaultAuditLimit = 50
-	// MaxAuditLimit bounds AuditFilter.Limit.
-	MaxAuditLimit = 10000
-)
+// MaxAuditLimit bounds AuditFilter.Limit.
+const MaxAuditLimit = 10000
 
 // AuditFilter selects audit records. Every field is optional.
 type AuditFilter struct {
@@ -187,7 +182,7 @@ type AuditFilter struct {
 	// the next page.
 	BeforeID int64
 	// Limit bounds how many records AuditLog returns. Defaults to
-	// DefaultAuditLimit (50), at most MaxAuditLimit (10,000).
+	// 50, at most MaxAuditLimit (10,000).
 	Limit int
 }
 
@@ -214,7 +209,7 @@ func (c *Client) AuditLog(ctx context.Context, f AuditFilter) ([]AuditEntry, err
 	}
 	limit := f.Limit
 	if limit == 0 {
-		limit = DefaultAuditLimit
+		limit = defaults.AuditLimit
 	}
 	p := db.AuditListParams{Since: optTime(f.Since), Actor: optString(f.Actor), MaxRows: int32(limit)}
 	if f.Action != "" {

@@ -8,14 +8,12 @@ import (
 
 	"github.com/skiplock/skiplock/db"
 	"github.com/skiplock/skiplock/internal/control"
+	"github.com/skiplock/skiplock/internal/defaults"
 	"github.com/skiplock/skiplock/internal/pgerr"
 )
 
 // Cancelling tasks: Cancel, for waiting, pending and failed tasks, and
 // for running ones by a request to the workers that run them.
-
-// DefaultCancelBatch is how many tasks one cancel transaction changes.
-const DefaultCancelBatch = 5000
 
 // CancelRequest says which tasks Cancel cancels.
 type CancelRequest struct {
@@ -29,7 +27,7 @@ type CancelRequest struct {
 	// record.
 	Filter Filter
 	// BatchSize bounds how many tasks one transaction cancels. Defaults to
-	// DefaultCancelBatch (5,000), at most MaxBatch.
+	// 5,000, at most MaxBatch.
 	BatchSize int
 	// Progress, if set, is called after each committed batch with the number
 	// of tasks cancelled so far.
@@ -95,7 +93,7 @@ func (r CancelRequest) check() (statuses, waits []string, running bool, batch in
 			statuses = append(statuses, s)
 		}
 	}
-	if batch, err = batchSize(r.BatchSize, DefaultCancelBatch); err != nil {
+	if batch, err = batchSize(r.BatchSize, defaults.CancelBatch); err != nil {
 		return nil, nil, false, 0, nil, err
 	}
 	ids, err = checkIDs(r.Filter)

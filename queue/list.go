@@ -5,26 +5,21 @@ import (
 	"fmt"
 
 	"github.com/skiplock/skiplock/db"
+	"github.com/skiplock/skiplock/internal/defaults"
 	"github.com/skiplock/skiplock/internal/pgerr"
 )
 
 // Reading tasks: List, and counting them for the operator tools.
 
-// Defaults and limits of List.
-const (
-	// DefaultListLimit is how many tasks List returns when Page.Limit is
-	// zero.
-	DefaultListLimit = 50
-	// MaxListLimit bounds Page.Limit.
-	MaxListLimit = 10000
-)
+// MaxListLimit bounds Page.Limit.
+const MaxListLimit = 10000
 
 // Page says which page of the tasks a Filter selects List returns: at most
 // Limit of them, newest first, below BeforeID. The zero Page is the first
-// DefaultListLimit tasks.
+// 50 tasks.
 type Page struct {
 	// Limit bounds how many tasks List returns. Defaults to
-	// DefaultListLimit (50), at most MaxListLimit (10,000).
+	// 50, at most MaxListLimit (10,000).
 	Limit int
 	// BeforeID keeps tasks with smaller IDs: pass the last ID of a page to
 	// get the next one.
@@ -40,7 +35,7 @@ func (p Page) Validate() error {
 
 func (p Page) limit() (int, error) {
 	if p.Limit == 0 {
-		return DefaultListLimit, nil
+		return defaults.ListLimit, nil
 	}
 	if p.Limit < 0 || p.Limit > MaxListLimit {
 		return 0, fmt.Errorf("%w: limit must be 1 to %d, got %d", ErrInvalidRequest, MaxListLimit, p.Limit)

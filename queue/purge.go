@@ -5,14 +5,12 @@ import (
 	"fmt"
 
 	"github.com/skiplock/skiplock/db"
+	"github.com/skiplock/skiplock/internal/defaults"
 	"github.com/skiplock/skiplock/internal/pgerr"
 )
 
 // Deleting tasks: Purge for finished ones selected by a Filter, Delete
 // for named ones.
-
-// DefaultPurgeBatch is how many tasks one purge transaction deletes.
-const DefaultPurgeBatch = 10000
 
 // PurgeRequest says which finished tasks Purge deletes.
 type PurgeRequest struct {
@@ -22,7 +20,7 @@ type PurgeRequest struct {
 	// running tasks are never purged.
 	Filter Filter
 	// BatchSize bounds how many tasks one transaction deletes. Defaults to
-	// DefaultPurgeBatch (10,000), at most MaxBatch.
+	// 10,000, at most MaxBatch.
 	BatchSize int
 	// Progress, if set, is called after each committed batch with the number
 	// of tasks deleted so far.
@@ -108,7 +106,7 @@ func (r PurgeRequest) check() (statuses []string, batch int, err error) {
 	if r.Filter.FinishedBefore.IsZero() {
 		return nil, 0, fmt.Errorf("%w: purge needs Filter.FinishedBefore", ErrInvalidRequest)
 	}
-	batch, err = batchSize(r.BatchSize, DefaultPurgeBatch)
+	batch, err = batchSize(r.BatchSize, defaults.PurgeBatch)
 	return statuses, batch, err
 }
 

@@ -5,21 +5,13 @@ import (
 	"fmt"
 
 	"github.com/skiplock/skiplock/db"
+	"github.com/skiplock/skiplock/internal/defaults"
 	"github.com/skiplock/skiplock/internal/pgerr"
 	"github.com/skiplock/skiplock/internal/schema"
 )
 
 // Making tasks due again: Requeue (failed and cancelled tasks) and RunNow
 // (pending tasks that wait for a later run time).
-
-// Defaults of Requeue.
-const (
-	// DefaultRequeueBatch is how many tasks one requeue transaction changes.
-	DefaultRequeueBatch = 5000
-	// DefaultRequeueReason is recorded in the history of a requeued task when
-	// RequeueRequest.Reason is empty.
-	DefaultRequeueReason = "requeued"
-)
 
 // RequeueRequest says which failed or cancelled tasks Requeue returns to
 // pending.
@@ -35,10 +27,10 @@ type RequeueRequest struct {
 	// one more attempt.
 	ResetAttempts bool
 	// Reason is recorded as the error of the "requeued" entry appended to
-	// each task's error history. Defaults to DefaultRequeueReason.
+	// each task's error history. Defaults to "requeued".
 	Reason string
 	// BatchSize bounds how many tasks one transaction requeues. Defaults to
-	// DefaultRequeueBatch (5,000), at most MaxBatch.
+	// 5,000, at most MaxBatch.
 	BatchSize int
 	// Progress, if set, is called after each committed batch with the number
 	// of tasks requeued so far.
@@ -88,7 +80,7 @@ func (r RequeueRequest) check() (statuses []string, batch int, ids []int64, err 
 	if statuses, _, err = r.Filter.selection("requeue", []Status{StatusFailed, StatusCancelled}, []Status{StatusFailed}); err != nil {
 		return nil, 0, nil, err
 	}
-	if batch, err = batchSize(r.BatchSize, DefaultRequeueBatch); err != nil {
+	if batch, err = batchSize(r.BatchSize, defaults.RequeueBatch); err != nil {
 		return nil, 0, nil, err
 	}
 	ids, err = checkIDs(r.Filter)
@@ -105,7 +97,7 @@ func (c *Client) requeue(ctx context.Context, tx pgerr.Executor, req RequeueRequ
 	}
 	reason := req.Reason
 	if reason == "" {
-		reason = DefaultRequeueReason
+		reason = defaults.RequeueReason
 	}
 	request := filterRequest(req.Filter)
 	if len(ids) > 0 {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/skiplock/skiplock/internal/defaults"
 	"github.com/skiplock/skiplock/queue"
 )
 
@@ -127,7 +128,7 @@ default).`,
 	fl.StringVar(&action, "action", "", "only this action: "+auditActionNames())
 	fl.StringVar(&actor, "actor", "", "only changes made by this actor")
 	fl.StringVar(&source, "source", "", "only changes from this source: cli, dashboard or api")
-	limit.register(c, "limit", queue.DefaultAuditLimit, "at most this many records")
+	limit.register(c, "limit", defaults.AuditLimit, "at most this many records")
 	fl.Int64Var(&beforeID, "before", 0, "only records with an ID below this one (the next page)")
 	return c
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/skiplock/skiplock/internal/defaults"
 	"github.com/skiplock/skiplock/internal/ops"
 	"github.com/skiplock/skiplock/queue"
 )
@@ -294,7 +295,7 @@ func (f *bulkFlags) register(c *cobra.Command, batch int, dryRunUsage string) {
 	c.Flags().BoolVar(&f.dryRun, "dry-run", false, dryRunUsage)
 	c.Flags().BoolVarP(&f.yes, "yes", "y", false, "do not ask for confirmation")
 	f.batch.register(c, "batch-size", batch, "tasks per transaction")
-	f.limit.register(c, "limit", queue.DefaultListLimit, "with --dry-run, list at most this many tasks")
+	f.limit.register(c, "limit", defaults.ListLimit, "with --dry-run, list at most this many tasks")
 }
 
 // open connects, unless the input is bad: the request's error (its
@@ -436,7 +437,7 @@ not found); a task already pending is fine.`,
 	fl.BoolVar(&failed, "failed", false, "select failed tasks (with the filters)")
 	fl.BoolVar(&cancelled, "cancelled", false, "select cancelled tasks too; with IDs, allow requeueing cancelled ones")
 	fl.BoolVar(&reset, "reset-attempts", false, "start the tasks' attempts again from zero")
-	bf.register(c, queue.DefaultRequeueBatch, "show how many and which tasks would be requeued; change nothing")
+	bf.register(c, defaults.RequeueBatch, "show how many and which tasks would be requeued; change nothing")
 	return c
 }
 
@@ -586,7 +587,7 @@ is 3; a task already cancelled is fine.`,
 	ff.register(c, true)
 	fl := c.Flags()
 	fl.StringSliceVar(&statuses, "status", nil, "select tasks in this status: waiting, scheduled, pending, retrying, failed, running (default all but running)")
-	bf.register(c, queue.DefaultCancelBatch, "show how many and which tasks would be cancelled; change nothing")
+	bf.register(c, defaults.CancelBatch, "show how many and which tasks would be cancelled; change nothing")
 	return c
 }
 
@@ -657,7 +658,7 @@ Asks for confirmation (--yes skips it; without a terminal it is required).`,
 	fl.StringSliceVar(&statuses, "status", nil, "only tasks in this status: completed, failed, cancelled (default all three)")
 	fl.StringArrayVar(&queues, "queue", nil, "only tasks in this queue (repeat for several)")
 	fl.StringArrayVar(&names, "name", nil, "only tasks with this name (repeat for several)")
-	bf.register(c, queue.DefaultPurgeBatch, "show how many and which tasks would be deleted; delete nothing")
+	bf.register(c, defaults.PurgeBatch, "show how many and which tasks would be deleted; delete nothing")
 	return c
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/skiplock/skiplock/internal/defaults"
 	"github.com/skiplock/skiplock/internal/ops"
 	"github.com/skiplock/skiplock/queue"
 )
@@ -338,7 +339,7 @@ of attempts). --status takes the same values.`,
 	})
 	ff.register(c, true)
 	c.Flags().StringSliceVar(&statuses, "status", nil, "only tasks in this status: waiting, scheduled, pending (due), retrying, running, completed, failed or cancelled (comma separated or repeated)")
-	limit.register(c, "limit", queue.DefaultListLimit, "at most this many tasks")
+	limit.register(c, "limit", defaults.ListLimit, "at most this many tasks")
 	c.Flags().Int64Var(&beforeID, "before", 0, "only tasks with an ID below this one (the next page)")
 	c.Flags().StringVar(&sequence, "sequence", "", "only tasks of this sequence key")
 	return c
