@@ -148,6 +148,13 @@ func workerMain(id, url string) error {
 		Concurrency:  16,
 		RetryBackoff: func(int) time.Duration { return 100 * time.Millisecond },
 		Logger:       slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})),
+		// The killer picks workers, not tasks: every task it catches
+		// running is innocent, and with a kill every second or two one may
+		// be caught three times, each time run alone as a suspect, and be
+		// quarantined as poison, which is right for a real crash loop and
+		// wrong here. Quarantine has its own tests (worker's
+		// TestPoisonTaskQuarantined); this one counts losses.
+		MaxCrashes: 1000,
 	}
 	if os.Getenv(envMode) == "lease" {
 		cfg.Mode, cfg.LeaseDuration, cfg.ListenURL = worker.ModeLease, lease, os.Getenv(envListen)
