@@ -56,8 +56,8 @@ func ExampleConfig_onError() {
 	}
 	// Output:
 	// gone: cancelled, cancelled
-	// busy: snoozed, pending
-	// flaky: error, pending
+	// busy: snoozed, scheduled
+	// flaky: error, retrying
 }
 
 func ExampleWorker_StopAndCancel() {
