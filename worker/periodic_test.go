@@ -42,7 +42,7 @@ func TestPeriodicEachTickOnce(t *testing.T) {
 		ws = append(ws, w)
 		if i == 0 {
 			// The first worker is the scheduler before the others start.
-			waitFor(t, time.Second, "an elected scheduler", func() bool { return b.schedulerPID(t) != 0 })
+			waitFor(t, time.Second, "an elected scheduler", func() bool { return b.declaredPID(t) != 0 })
 		}
 	}
 	// Ticks are flowing before the handover, and none is running: ending
@@ -53,7 +53,7 @@ func TestPeriodicEachTickOnce(t *testing.T) {
 	})
 	// Take the scheduler's session away: another worker (or the same,
 	// reconnected) must go on without losing or repeating a tick.
-	pid := b.schedulerPID(t)
+	pid := b.declaredPID(t)
 	if pid == 0 {
 		t.Fatal("no elected scheduler")
 	}
@@ -157,15 +157,102 @@ func TestPeriodicInvalid(t *testing.T) {
 	}
 }
 
-// schedulerPID is the backend holding the periodic scheduler's election
-// lock, or 0 while no worker holds it.
+// schedulerPID is the backend holding the stored schedules' scheduler's
+// election lock, or 0 while no worker holds it.
 func (b *bundle) schedulerPID(t *testing.T) int32 {
+	t.Helper()
+	return b.electionPID(t, "objid = 2")
+}
+
+// declaredPID is the backend holding the election lock of a declared set
+// of schedules (the test's workers declare one set), or 0 while no worker
+// holds it.
+func (b *bundle) declaredPID(t *testing.T) int32 {
+	t.Helper()
+	return b.electionPID(t, "objid >= 1073741824 AND objid < 2147483648")
+}
+
+// electionPID is the backend holding an election lock whose job matches
+// the condition on objid, or 0 if none.
+func (b *bundle) electionPID(t *testing.T, job string) int32 {
 	t.Helper()
 	var pid int32
 	err := b.pool.QueryRow(context.Background(), `SELECT coalesce(max(pid), 0) FROM pg_locks WHERE locktype = 'advisory'
-		AND objsubid = 1 AND objid = 2 AND classid = 'skiplock_tasks'::regclass::oid AND granted`).Scan(&pid)
+		AND objsubid = 1 AND `+job+` AND classid = 'skiplock_tasks'::regclass::oid AND granted`).Scan(&pid)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return pid
+}
+
+// TestPeriodicMixedFleet: workers that declare different schedules (two
+// binaries, or a rolling deploy) each see theirs ticked. B declares
+// "b-only" and starts first, so it leads the stored schedules' election;
+// A declares "a-only" and "a-replaced", which a paused stored schedule
+// replaces. While both run, every schedule is ticked, each tick once: A's,
+// B's and a stored one; the paused one replaces A's, which enqueues
+// nothing.
+func TestPeriodicMixedFleet(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	noop := func(context.Context, *worker.Task) error { return nil }
+	handlers := worker.Handlers{"a-only": noop, "b-only": noop, "stored": noop, "a-replaced": noop, "from-db": noop}
+	if err := b.client.AddSchedule(ctx, queue.Schedule{Name: "stored", Every: time.Second, Task: "stored"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.client.AddSchedule(ctx, queue.Schedule{Name: "a-replaced", Every: time.Second, Task: "from-db"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.client.PauseSchedule(ctx, "a-replaced"); err != nil {
+		t.Fatal(err)
+	}
+	backend := func(id string) int32 {
+		var pid int32
+		b.pool.QueryRow(ctx, "SELECT coalesce(lock_backend_pid, 0) FROM skiplock_workers WHERE id = $1", id).Scan(&pid)
+		return pid
+	}
+	start(t, pgtest.NewPool(t, b.schema), worker.Config{WorkerID: "B", Periodic: []worker.PeriodicTask{{Name: "b-only", Every: time.Second, Task: "b-only"}}}, handlers)
+	waitFor(t, 2*time.Second, "B leading the stored schedules", func() bool {
+		return b.schedulerPID(t) != 0 && b.schedulerPID(t) == backend("B")
+	})
+	start(t, pgtest.NewPool(t, b.schema), worker.Config{WorkerID: "A", Periodic: []worker.PeriodicTask{
+		{Name: "a-only", Every: time.Second, Task: "a-only"},
+		{Name: "a-replaced", Every: time.Second, Task: "a-replaced"},
+	}}, handlers)
+	waitFor(t, 5*time.Second, "three ticks of each schedule", func() bool {
+		return len(b.ticksOf(t, "a-only")) >= 3 && len(b.ticksOf(t, "b-only")) >= 3 && len(b.ticksOf(t, "stored")) >= 3
+	})
+	if pid := b.schedulerPID(t); pid != backend("B") {
+		t.Errorf("the stored schedules' scheduler is backend %d, not B's %d", pid, backend("B"))
+	}
+	// Each declared set has its own election, held by its worker.
+	var pids []int32
+	if err := b.pool.QueryRow(ctx, `SELECT coalesce(array_agg(pid ORDER BY pid), '{}') FROM pg_locks WHERE locktype = 'advisory'
+		AND objsubid = 1 AND objid >= 1073741824 AND objid < 2147483648 AND classid = 'skiplock_tasks'::regclass::oid AND granted`).Scan(&pids); err != nil {
+		t.Fatal(err)
+	}
+	if a, bb := backend("A"), backend("B"); len(pids) != 2 || !(pids[0] == a && pids[1] == bb || pids[0] == bb && pids[1] == a) {
+		t.Errorf("declared sets' elections held by backends %v, want A's %d and B's %d", pids, a, bb)
+	}
+	for _, name := range []string{"a-only", "b-only", "stored"} {
+		ticks := b.ticksOf(t, name)
+		for i := 1; i < len(ticks); i++ {
+			if ticks[i].Sub(ticks[i-1]) != time.Second {
+				t.Errorf("%s: ticks %s and %s: a tick was lost or enqueued twice", name, ticks[i-1].UTC(), ticks[i].UTC())
+			}
+		}
+	}
+	// The paused stored schedule replaced A's: its ticks passed, and
+	// neither task was enqueued.
+	s, err := b.client.GetSchedule(ctx, "a-replaced")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.LastTick == nil {
+		t.Errorf("the paused schedule's ticks did not pass: no last tick")
+	}
+	if n := len(b.ticksOf(t, "a-replaced")) + len(b.ticksOf(t, "from-db")); n != 0 {
+		t.Errorf("%d ticks of a schedule that a paused stored one replaces", n)
+	}
 }
