@@ -235,7 +235,7 @@ type scheduler struct {
 	changed     <-chan struct{} // a change of the stored schedules was announced
 	reloadEvery time.Duration
 	warned      map[string]string              // what was last logged about a schedule, to log it once
-	lead        func(ctx context.Context) bool // the stored schedules' election (schedulerJob's elector.lead)
+	lead        func(ctx context.Context) bool // the stored schedules' election (schedulerJob's elector.lead); nil: none (a test's scheduler)
 	// leadDeclared is the declared schedules' election (declaredJob's
 	// elector.lead); nil: config's schedules are not ticked.
 	leadDeclared func(ctx context.Context) bool
@@ -291,7 +291,7 @@ func (s *scheduler) run(ctx context.Context) {
 func (s *scheduler) pass(ctx context.Context, announced bool) {
 	declared := s.leadDeclared != nil && len(s.config) > 0 && s.leadDeclared(ctx)
 	began := false // began to lead the stored schedules: load them afresh
-	if s.leadsStored && len(s.stored) > 0 || announced || time.Since(s.lastTry) >= s.reloadEvery {
+	if s.lead != nil && (s.leadsStored && len(s.stored) > 0 || announced || time.Since(s.lastTry) >= s.reloadEvery) {
 		s.lastTry = time.Now()
 		was := s.leadsStored
 		s.leadsStored = s.lead(ctx)

@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -186,14 +187,23 @@ func (b *bundle) electionPID(t *testing.T, job string) int32 {
 }
 
 // TestPeriodicMixedFleet: workers that declare different schedules (two
-// binaries, or a rolling deploy) each see theirs ticked. B declares
-// "b-only" and starts first, so it leads the stored schedules' election;
-// A declares "a-only" and "a-replaced", which a paused stored schedule
-// replaces. While both run, every schedule is ticked, each tick once: A's,
-// B's and a stored one; the paused one replaces A's, which enqueues
-// nothing.
+// binaries, or a rolling deploy) each see theirs ticked, in either mode. B
+// declares "b-only" and starts first, so it leads the stored schedules'
+// election; A declares "a-only" and "a-replaced", which a paused stored
+// schedule replaces. While both run, every schedule is ticked, each tick
+// once: A's, B's and a stored one; the paused one replaces A's, which
+// enqueues nothing.
 func TestPeriodicMixedFleet(t *testing.T) {
 	t.Parallel()
+	for _, mode := range []worker.Mode{worker.ModeAdvisory, worker.ModeLease} {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			testPeriodicMixedFleet(t, mode)
+		})
+	}
+}
+
+func testPeriodicMixedFleet(t *testing.T, mode worker.Mode) {
 	b := setup(t)
 	ctx := context.Background()
 	noop := func(context.Context, *worker.Task) error { return nil }
@@ -207,33 +217,39 @@ func TestPeriodicMixedFleet(t *testing.T) {
 	if err := b.client.PauseSchedule(ctx, "a-replaced"); err != nil {
 		t.Fatal(err)
 	}
-	backend := func(id string) int32 {
-		var pid int32
-		b.pool.QueryRow(ctx, "SELECT coalesce(lock_backend_pid, 0) FROM skiplock_workers WHERE id = $1", id).Scan(&pid)
-		return pid
+	// leaders are the IDs of the workers that hold the stored schedules'
+	// election (declared false) or a declared set's, sorted.
+	leaders := func(declared bool) []string {
+		t.Helper()
+		q := `SELECT coalesce(array_agg(w.id ORDER BY w.id), '{}') FROM skiplock_workers AS w JOIN pg_locks AS l ON l.pid = w.lock_backend_pid
+			WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.classid = 'skiplock_tasks'::regclass::oid AND l.granted
+			  AND CASE WHEN $1 THEN l.objid >= 1073741824 AND l.objid < 2147483648 ELSE l.objid = 2 END`
+		if mode == worker.ModeLease {
+			q = `SELECT coalesce(array_agg(holder ORDER BY holder), '{}') FROM skiplock_leaders
+				WHERE expires_at > now() AND CASE WHEN $1 THEN job LIKE 'scheduler:%' ELSE job = 'scheduler' END`
+		}
+		var ids []string
+		if err := b.pool.QueryRow(ctx, q, declared).Scan(&ids); err != nil {
+			t.Fatal(err)
+		}
+		return ids
 	}
-	start(t, pgtest.NewPool(t, b.schema), worker.Config{WorkerID: "B", Periodic: []worker.PeriodicTask{{Name: "b-only", Every: time.Second, Task: "b-only"}}}, handlers)
-	waitFor(t, 2*time.Second, "B leading the stored schedules", func() bool {
-		return b.schedulerPID(t) != 0 && b.schedulerPID(t) == backend("B")
-	})
-	start(t, pgtest.NewPool(t, b.schema), worker.Config{WorkerID: "A", Periodic: []worker.PeriodicTask{
+	start(t, pgtest.NewPool(t, b.schema), worker.Config{Mode: mode, WorkerID: "B",
+		Periodic: []worker.PeriodicTask{{Name: "b-only", Every: time.Second, Task: "b-only"}}}, handlers)
+	waitFor(t, 2*time.Second, "B leading the stored schedules", func() bool { return slices.Equal(leaders(false), []string{"B"}) })
+	start(t, pgtest.NewPool(t, b.schema), worker.Config{Mode: mode, WorkerID: "A", Periodic: []worker.PeriodicTask{
 		{Name: "a-only", Every: time.Second, Task: "a-only"},
 		{Name: "a-replaced", Every: time.Second, Task: "a-replaced"},
 	}}, handlers)
 	waitFor(t, 5*time.Second, "three ticks of each schedule", func() bool {
 		return len(b.ticksOf(t, "a-only")) >= 3 && len(b.ticksOf(t, "b-only")) >= 3 && len(b.ticksOf(t, "stored")) >= 3
 	})
-	if pid := b.schedulerPID(t); pid != backend("B") {
-		t.Errorf("the stored schedules' scheduler is backend %d, not B's %d", pid, backend("B"))
+	if got := leaders(false); !slices.Equal(got, []string{"B"}) {
+		t.Errorf("the stored schedules' scheduler is %v, want B alone", got)
 	}
 	// Each declared set has its own election, held by its worker.
-	var pids []int32
-	if err := b.pool.QueryRow(ctx, `SELECT coalesce(array_agg(pid ORDER BY pid), '{}') FROM pg_locks WHERE locktype = 'advisory'
-		AND objsubid = 1 AND objid >= 1073741824 AND objid < 2147483648 AND classid = 'skiplock_tasks'::regclass::oid AND granted`).Scan(&pids); err != nil {
-		t.Fatal(err)
-	}
-	if a, bb := backend("A"), backend("B"); len(pids) != 2 || !(pids[0] == a && pids[1] == bb || pids[0] == bb && pids[1] == a) {
-		t.Errorf("declared sets' elections held by backends %v, want A's %d and B's %d", pids, a, bb)
+	if got := leaders(true); !slices.Equal(got, []string{"A", "B"}) {
+		t.Errorf("declared sets' elections held by %v, want A's and B's", got)
 	}
 	for _, name := range []string{"a-only", "b-only", "stored"} {
 		ticks := b.ticksOf(t, name)
