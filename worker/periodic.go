@@ -29,13 +29,17 @@ const onTimeWithin = 10 * time.Second
 
 // PeriodicTask enqueues a task on a schedule: a schedule declared in code,
 // with queue.Schedule's field names and meanings (a stored schedule of
-// the same Name replaces it while stored). Whatever the number of worker
-// processes, each tick is enqueued once: one elected worker schedules,
-// enqueuing the ticks due since the schedule's last tick and moving the
-// last tick on in one transaction under its row lock, and every tick
-// carries a unique key (the schedule's name and the tick's time) that a
-// unique index enforces, so that even two schedulers, with clocks that
-// differ, cannot enqueue a tick twice.
+// the same Name replaces it while stored, paused or not). It is ticked
+// while at least one live worker declares it, whatever the other workers
+// declare: the workers that declare the same set of schedule names elect
+// one scheduler among them, and a worker that declares another set (a
+// different binary, a rolling deploy) elects its own. Whatever the number
+// of worker processes, each tick is enqueued once: a scheduler enqueues
+// the ticks due since the schedule's last tick and moves the last tick on
+// in one transaction under its row lock, and every tick carries a unique
+// key (the schedule's name and the tick's time) that a unique index
+// enforces, so that even two schedulers of one schedule (two sets that
+// share it, clocks that differ) cannot enqueue a tick twice.
 type PeriodicTask struct {
 	// Name names the schedule; keep it stable across deploys. Defaults to
 	// the task name and the spec ("report.build every 1h0m0s",
