@@ -294,18 +294,22 @@ func (s *scheduler) run(ctx context.Context) {
 // leads. announced: a change of the stored schedules was announced.
 func (s *scheduler) pass(ctx context.Context, announced bool) {
 	declared := s.leadDeclared != nil && len(s.config) > 0 && s.leadDeclared(ctx)
-	began := false // began to lead the stored schedules: load them afresh
 	if s.lead != nil && (s.leadsStored && len(s.stored) > 0 || announced || time.Since(s.lastTry) >= s.reloadEvery) {
 		s.lastTry = time.Now()
 		was := s.leadsStored
 		s.leadsStored = s.lead(ctx)
-		began = s.leadsStored && !was
+		if s.leadsStored && !was {
+			// A new leader of the stored schedules loads them afresh: the
+			// ones it read to lead its declared set only are no ticks of
+			// its own to finish.
+			s.loaded = time.Time{}
+		}
 	}
 	if !declared && !s.leadsStored {
 		s.stored, s.loaded = nil, time.Time{}
 		return
 	}
-	if announced || began || s.loaded.IsZero() || time.Since(s.loaded) >= s.reloadEvery {
+	if announced || s.loaded.IsZero() || time.Since(s.loaded) >= s.reloadEvery {
 		if !s.loaded.IsZero() {
 			// The ticks due until a change is loaded are the schedules'
 			// as they were: enqueue them (or pass a paused one's) first;
