@@ -322,8 +322,9 @@ type Config struct {
 	// and error. Defaults to slog.Default().
 	Logger *slog.Logger
 
-	// Periodic tasks are enqueued on their schedules by one elected worker
-	// among all that declare them; see PeriodicTask.
+	// Periodic tasks are enqueued on their schedules by one worker elected
+	// among those that declare the same set of schedule names; see
+	// PeriodicTask.
 	Periodic []PeriodicTask
 
 	// Middleware wraps every handler, the first outermost.

@@ -2,7 +2,11 @@ package worker
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
 	"log/slog"
+	"slices"
 	"sync/atomic"
 	"time"
 )
@@ -12,7 +16,12 @@ import (
 // mode).
 const (
 	leaderJobRescuer   = 1
-	leaderJobScheduler = 2
+	leaderJobScheduler = 2 // the stored schedules' scheduler
+	// leaderJobDeclared marks the jobs of the declared schedules'
+	// schedulers (declaredJob): bit 30 set, with a hash of the set of
+	// names below it. Bit 31 is the claim turns' (ClaimTurn), and
+	// the jobs above are small numbers: the three never meet.
+	leaderJobDeclared = 1 << 30
 )
 
 // leadership is one job's election, as the guard keeps it.
@@ -35,8 +44,40 @@ var (
 	schedulerJob = leadership{job: leaderJobScheduler, name: "scheduler"}
 )
 
-// electedJobs names every elected job, for resigning at shutdown.
+// electedJobs names every elected job of fixed name, for resigning at
+// shutdown (a worker with Config.Periodic resigns its declaredJob too).
 var electedJobs = []string{rescuerJob.name, schedulerJob.name}
+
+// declaredJob is the election of the scheduler of a set of declared
+// schedules (Config.Periodic), named by a hash of the set's names: the
+// workers that declare the same names elect one scheduler among them, and
+// a worker that declares another set (another binary, a rolling deploy)
+// elects its own, so that whatever the others declare, a schedule is
+// ticked while one live worker declares it. Schedules in two sets may be
+// ticked by two schedulers at once, which enqueue each tick once (the
+// last tick's row lock and the tick's unique key). In advisory mode the
+// key is 30 bits of the hash: two different sets share a key, and one
+// of them goes unticked while the other's scheduler leads, with a chance
+// of about one in a billion per pair of sets; the lease row's name has
+// 64 bits.
+func declaredJob(schedules []schedule) leadership {
+	names := make([]string, len(schedules))
+	for i, s := range schedules {
+		names[i] = s.Name
+	}
+	slices.Sort(names)
+	h := sha256.New()
+	for _, n := range names {
+		// Length-prefixed: no two sets hash the same bytes.
+		h.Write(binary.AppendUvarint(nil, uint64(len(n))))
+		h.Write([]byte(n))
+	}
+	sum := binary.BigEndian.Uint64(h.Sum(nil))
+	return leadership{
+		job:  leaderJobDeclared | uint32(sum)&(leaderJobDeclared-1),
+		name: fmt.Sprintf("scheduler:%016x", sum),
+	}
+}
 
 // elector is this worker's candidacy for one job. Its job's loop calls lead
 // on each tick and works only while it returns true; other loops may ask
@@ -76,3 +117,12 @@ func (e *elector) term() uint64 { return e.l.term }
 
 // isLeader reports what the last lead found.
 func (e *elector) isLeader() bool { return e.leading.Load() }
+
+// electedJobs names the elections this worker may hold, for resigning at
+// shutdown.
+func (w *Worker) electedJobs() []string {
+	if len(w.schedules) == 0 {
+		return electedJobs
+	}
+	return append(slices.Clip(electedJobs), w.declared.name)
+}

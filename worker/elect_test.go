@@ -67,3 +67,32 @@ func TestAdvisoryElectorHandsOver(t *testing.T) {
 		t.Fatalf("election lock held by backends %v, want the second candidate's %d", pids, second)
 	}
 }
+
+// TestDeclaredJob: the election of a declared set of schedules depends on
+// the set of names only, and its advisory job number stays clear of the
+// fixed jobs and of the claim turns.
+func TestDeclaredJob(t *testing.T) {
+	t.Parallel()
+	set := func(names ...string) leadership {
+		var s []schedule
+		for _, n := range names {
+			s = append(s, schedule{PeriodicTask: PeriodicTask{Name: n}})
+		}
+		return declaredJob(s)
+	}
+	ab, ba := set("a", "b"), set("b", "a")
+	if ab != ba {
+		t.Errorf("the same names in another order: %+v and %+v", ab, ba)
+	}
+	others := []leadership{set("a"), set("ab"), set("a", "b", "c"), set("a\x00b")}
+	for _, o := range others {
+		if o.job == ab.job || o.name == ab.name {
+			t.Errorf("%+v and %+v: two sets, one election", o, ab)
+		}
+	}
+	for _, l := range append(others, ab) {
+		if l.job < leaderJobDeclared || l.job >= 1<<31 || l.name == schedulerJob.name || l.name == rescuerJob.name {
+			t.Errorf("%+v: job outside [2^30, 2^31) or a fixed job's name", l)
+		}
+	}
+}

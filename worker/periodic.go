@@ -29,13 +29,17 @@ const onTimeWithin = 10 * time.Second
 
 // PeriodicTask enqueues a task on a schedule: a schedule declared in code,
 // with queue.Schedule's field names and meanings (a stored schedule of
-// the same Name replaces it while stored). Whatever the number of worker
-// processes, each tick is enqueued once: one elected worker schedules,
-// enqueuing the ticks due since the schedule's last tick and moving the
-// last tick on in one transaction under its row lock, and every tick
-// carries a unique key (the schedule's name and the tick's time) that a
-// unique index enforces, so that even two schedulers, with clocks that
-// differ, cannot enqueue a tick twice.
+// the same Name replaces it while stored, paused or not). It is ticked
+// while at least one live worker declares it, whatever the other workers
+// declare: the workers that declare the same set of schedule names elect
+// one scheduler among them, and a worker that declares another set (a
+// different binary, a rolling deploy) elects its own. Whatever the number
+// of worker processes, each tick is enqueued once: a scheduler enqueues
+// the ticks due since the schedule's last tick and moves the last tick on
+// in one transaction under its row lock, and every tick carries a unique
+// key (the schedule's name and the tick's time) that a unique index
+// enforces, so that even two schedulers of one schedule (two sets that
+// share it, clocks that differ) cannot enqueue a tick twice.
 type PeriodicTask struct {
 	// Name names the schedule; keep it stable across deploys. Defaults to
 	// the task name and the spec ("report.build every 1h0m0s",
@@ -204,37 +208,49 @@ func (s schedule) due(last, now time.Time, window time.Duration) dueTicks {
 	return d
 }
 
-// scheduler is the elected periodic scheduler: each pass (every second, or
-// PollInterval if shorter) enqueues the ticks that came due, while lead
-// says this worker leads. Two schedulers that both believe they lead (a
-// handover, clocks apart) still enqueue each tick once: the last tick's
-// row lock serializes them, and the tick's unique key decides.
+// scheduler is the worker's periodic scheduler, under two elections: the
+// stored schedules' (schedulerJob, one leader among all the workers of the
+// schema, whatever they declare) and, for a worker with Config.Periodic,
+// its declared schedules' (declaredJob: one leader among the workers that
+// declare the same set of names). Each pass (every second, or
+// PollInterval if shorter) enqueues the ticks that came due of the
+// schedules this worker leads. Two schedulers that tick the same schedule
+// (a handover, clocks apart, two sets that share a name) still enqueue
+// each tick once: the last tick's row lock serializes them, and the
+// tick's unique key decides.
 //
-// Its schedules are Config.Periodic's and the ones stored in
-// skiplock_schedules (queue.Client.AddSchedule), which it loads when it
-// becomes the leader, when a change is announced on the control channel,
-// and every reloadEvery in case an announcement was missed. A stored
-// schedule replaces a configured one of the same name. A worker with no
-// schedule at all tries for the leadership only every reloadEvery, or on
-// an announcement.
+// The stored schedules (skiplock_schedules, queue.Client.AddSchedule) are
+// loaded while the worker leads either election: when it begins to, when
+// a change is announced on the control channel, and every reloadEvery in
+// case an announcement was missed. A stored schedule replaces a
+// configured one of the same name, paused or not: the declared set's
+// leader skips it, the stored schedules' leader ticks (or passes) it. A
+// worker tries for the stored schedules' election every pass while it
+// leads it with schedules to tick, and otherwise only every reloadEvery or
+// on an announcement: a worker with no declared schedule asks for no
+// other election.
 type scheduler struct {
 	config      []schedule // Config.Periodic
-	stored      []schedule // the stored schedules, while this worker leads
+	stored      []schedule // the stored schedules, while this worker leads either election
 	loaded      time.Time  // when stored was loaded; zero: not loaded
-	lastTry     time.Time  // the last pass that asked for the leadership
+	lastTry     time.Time  // the last pass that asked for the stored schedules' election
+	leadsStored bool       // what that pass found
 	load        func(ctx context.Context) ([]queue.Schedule, error)
 	changed     <-chan struct{} // a change of the stored schedules was announced
 	reloadEvery time.Duration
 	warned      map[string]string              // what was last logged about a schedule, to log it once
-	lead        func(ctx context.Context) bool // the scheduler's election (elector.lead)
-	pool        *pgxpool.Pool
-	queries     *db.Queries
-	producer    *queue.Client
-	now         func() time.Time
-	every       time.Duration
-	window      time.Duration // how late a tick may be and still be enqueued
-	log         *slog.Logger
-	passed      func() // after each pass it leads, if set (a test signal)
+	lead        func(ctx context.Context) bool // the stored schedules' election (schedulerJob's elector.lead); nil: none (a test's scheduler)
+	// leadDeclared is the declared schedules' election (declaredJob's
+	// elector.lead); nil: config's schedules are not ticked.
+	leadDeclared func(ctx context.Context) bool
+	pool         *pgxpool.Pool
+	queries      *db.Queries
+	producer     *queue.Client
+	now          func() time.Time
+	every        time.Duration
+	window       time.Duration // how late a tick may be and still be enqueued
+	log          *slog.Logger
+	passed       func() // after each pass it leads, if set (a test signal)
 }
 
 // defaultScheduleReload is how often the elected scheduler reloads the
@@ -246,12 +262,16 @@ func (w *Worker) scheduler() *scheduler {
 	if reload <= 0 {
 		reload = defaultScheduleReload
 	}
-	return &scheduler{
+	s := &scheduler{
 		config: w.schedules, lead: newElector(schedulerJob, w.guard, w.log, w.cfg.WorkerID).lead,
 		load: w.producer.Schedules, changed: w.schedulesChanged, reloadEvery: reload, warned: map[string]string{},
 		pool: w.pool, queries: w.queries, producer: w.producer, now: w.now,
 		every: min(time.Second, w.cfg.PollInterval), window: cmp.Or(w.cfg.tickWindow, onTimeWithin), log: w.log,
 	}
+	if len(w.schedules) > 0 {
+		s.leadDeclared = newElector(w.declared, w.guard, w.log, w.cfg.WorkerID).lead
+	}
+	return s
 }
 
 func (s *scheduler) run(ctx context.Context) {
@@ -270,14 +290,22 @@ func (s *scheduler) run(ctx context.Context) {
 	}
 }
 
-// pass enqueues the ticks that came due, if this worker leads. announced:
-// a change of the stored schedules was announced.
+// pass enqueues the ticks that came due of the schedules this worker
+// leads. announced: a change of the stored schedules was announced.
 func (s *scheduler) pass(ctx context.Context, announced bool) {
-	if len(s.config) == 0 && len(s.stored) == 0 && !announced && time.Since(s.lastTry) < s.reloadEvery {
-		return
+	declared := s.leadDeclared != nil && len(s.config) > 0 && s.leadDeclared(ctx)
+	if s.lead != nil && (s.leadsStored && len(s.stored) > 0 || announced || time.Since(s.lastTry) >= s.reloadEvery) {
+		s.lastTry = time.Now()
+		was := s.leadsStored
+		s.leadsStored = s.lead(ctx)
+		if s.leadsStored && !was {
+			// A new leader of the stored schedules loads them afresh: the
+			// ones it read to lead its declared set only are no ticks of
+			// its own to finish.
+			s.loaded = time.Time{}
+		}
 	}
-	s.lastTry = time.Now()
-	if !s.lead(ctx) {
+	if !declared && !s.leadsStored {
 		s.stored, s.loaded = nil, time.Time{}
 		return
 	}
@@ -286,19 +314,21 @@ func (s *scheduler) pass(ctx context.Context, announced bool) {
 			// The ticks due until a change is loaded are the schedules'
 			// as they were: enqueue them (or pass a paused one's) first;
 			// a changed schedule then ticks from its change on (due).
-			s.scheduleAll(ctx)
+			s.scheduleAll(ctx, declared)
 		}
 		s.reload(ctx)
 	}
-	s.scheduleAll(ctx)
+	s.scheduleAll(ctx, declared)
 	if s.passed != nil {
 		s.passed()
 	}
 }
 
-// scheduleAll enqueues the due ticks of every schedule.
-func (s *scheduler) scheduleAll(ctx context.Context) {
-	for _, sc := range s.schedules() {
+// scheduleAll enqueues the due ticks of the schedules this worker leads:
+// the stored ones if it leads their election, the declared ones if
+// declared.
+func (s *scheduler) scheduleAll(ctx context.Context, declared bool) {
+	for _, sc := range s.schedules(s.leadsStored, declared) {
 		if err := s.scheduleOne(ctx, sc); err != nil && ctx.Err() == nil {
 			s.log.Warn("skiplock: enqueueing a periodic task", "schedule", sc.Name, "error", err)
 		}
@@ -350,17 +380,24 @@ func (s *scheduler) once(name, msg string, args ...any) {
 	s.log.Warn(msg, append([]any{"schedule", name}, args...)...)
 }
 
-// schedules merges the configured schedules with the stored ones: a stored
-// schedule replaces a configured one of the same name.
-func (s *scheduler) schedules() []schedule {
+// schedules are the stored schedules (if stored) and the configured ones
+// (if declared), but for those a stored schedule of the same name
+// replaces.
+func (s *scheduler) schedules(stored, declared bool) []schedule {
+	var out []schedule
+	if stored {
+		out = append(out, s.stored...)
+	}
+	if !declared {
+		return out
+	}
 	if len(s.stored) == 0 {
-		return s.config
+		return append(out, s.config...)
 	}
 	names := make(map[string]bool, len(s.stored))
 	for _, sc := range s.stored {
 		names[sc.Name] = true
 	}
-	out := append([]schedule{}, s.stored...)
 	for _, sc := range s.config {
 		if names[sc.Name] {
 			s.once("config:"+sc.Name, "skiplock: a stored schedule replaces Config.Periodic's schedule of the same name while it is stored")

@@ -92,12 +92,13 @@ func runChild(cfg worker.Config, handlers worker.Handlers) {
 	os.Exit(1)
 }
 
-// leader is the child that runs the elected scheduler now.
-func (b *bundle) leader(t *testing.T, children []*workerChild) *workerChild {
+// leader is the child that holds an election now: the stored schedules'
+// scheduler (bundle.schedulerPID) or a declared set's (declaredPID).
+func (b *bundle) leader(t *testing.T, children []*workerChild, election func(*testing.T) int32) *workerChild {
 	t.Helper()
 	var id string
 	waitFor(t, 2*time.Second, "an elected scheduler among the children", func() bool {
-		pid := b.schedulerPID(t)
+		pid := election(t)
 		return pid != 0 && b.pool.QueryRow(context.Background(), "SELECT id FROM skiplock_workers WHERE lock_backend_pid = $1", pid).Scan(&id) == nil
 	})
 	for _, c := range children {
@@ -207,7 +208,7 @@ func TestPeriodicHandoverEnqueuesTheGap(t *testing.T) {
 	b := setup(t)
 	children := startChildren(t, b, "TestPeriodicHandoverEnqueuesTheGap", periodicChildEnv, 2)
 	waitFor(t, 4*time.Second, "three ticks", func() bool { return len(b.ticksOf(t, "tick")) >= 3 })
-	l := b.leader(t, children)
+	l := b.leader(t, children, b.declaredPID)
 	stopped, killed := stallThenKill(t, l)
 	waitFor(t, 5*time.Second, "two ticks after the scheduler was killed", func() bool {
 		ticks := b.ticksOf(t, "tick")

@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -42,7 +43,7 @@ func TestPeriodicEachTickOnce(t *testing.T) {
 		ws = append(ws, w)
 		if i == 0 {
 			// The first worker is the scheduler before the others start.
-			waitFor(t, time.Second, "an elected scheduler", func() bool { return b.schedulerPID(t) != 0 })
+			waitFor(t, time.Second, "an elected scheduler", func() bool { return b.declaredPID(t) != 0 })
 		}
 	}
 	// Ticks are flowing before the handover, and none is running: ending
@@ -53,7 +54,7 @@ func TestPeriodicEachTickOnce(t *testing.T) {
 	})
 	// Take the scheduler's session away: another worker (or the same,
 	// reconnected) must go on without losing or repeating a tick.
-	pid := b.schedulerPID(t)
+	pid := b.declaredPID(t)
 	if pid == 0 {
 		t.Fatal("no elected scheduler")
 	}
@@ -157,15 +158,117 @@ func TestPeriodicInvalid(t *testing.T) {
 	}
 }
 
-// schedulerPID is the backend holding the periodic scheduler's election
-// lock, or 0 while no worker holds it.
+// schedulerPID is the backend holding the stored schedules' scheduler's
+// election lock, or 0 while no worker holds it.
 func (b *bundle) schedulerPID(t *testing.T) int32 {
+	t.Helper()
+	return b.electionPID(t, "objid = 2")
+}
+
+// declaredPID is the backend holding the election lock of a declared set
+// of schedules (the test's workers declare one set), or 0 while no worker
+// holds it.
+func (b *bundle) declaredPID(t *testing.T) int32 {
+	t.Helper()
+	return b.electionPID(t, "objid >= 1073741824 AND objid < 2147483648")
+}
+
+// electionPID is the backend holding an election lock whose job matches
+// the condition on objid, or 0 if none.
+func (b *bundle) electionPID(t *testing.T, job string) int32 {
 	t.Helper()
 	var pid int32
 	err := b.pool.QueryRow(context.Background(), `SELECT coalesce(max(pid), 0) FROM pg_locks WHERE locktype = 'advisory'
-		AND objsubid = 1 AND objid = 2 AND classid = 'skiplock_tasks'::regclass::oid AND granted`).Scan(&pid)
+		AND objsubid = 1 AND `+job+` AND classid = 'skiplock_tasks'::regclass::oid AND granted`).Scan(&pid)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return pid
+}
+
+// TestPeriodicMixedFleet: workers that declare different schedules (two
+// binaries, or a rolling deploy) each see theirs ticked, in either mode. B
+// declares "b-only" and starts first, so it leads the stored schedules'
+// election; A declares "a-only" and "a-replaced", which a paused stored
+// schedule replaces. While both run, every schedule is ticked, each tick
+// once: A's, B's and a stored one; the paused one replaces A's, which
+// enqueues nothing.
+func TestPeriodicMixedFleet(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []worker.Mode{worker.ModeAdvisory, worker.ModeLease} {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			testPeriodicMixedFleet(t, mode)
+		})
+	}
+}
+
+func testPeriodicMixedFleet(t *testing.T, mode worker.Mode) {
+	b := setup(t)
+	ctx := context.Background()
+	noop := func(context.Context, *worker.Task) error { return nil }
+	handlers := worker.Handlers{"a-only": noop, "b-only": noop, "stored": noop, "a-replaced": noop, "from-db": noop}
+	if err := b.client.AddSchedule(ctx, queue.Schedule{Name: "stored", Every: time.Second, Task: "stored"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.client.AddSchedule(ctx, queue.Schedule{Name: "a-replaced", Every: time.Second, Task: "from-db"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.client.PauseSchedule(ctx, "a-replaced"); err != nil {
+		t.Fatal(err)
+	}
+	// leaders are the IDs of the workers that hold the stored schedules'
+	// election (declared false) or a declared set's, sorted.
+	leaders := func(declared bool) []string {
+		t.Helper()
+		q := `SELECT coalesce(array_agg(w.id ORDER BY w.id), '{}') FROM skiplock_workers AS w JOIN pg_locks AS l ON l.pid = w.lock_backend_pid
+			WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.classid = 'skiplock_tasks'::regclass::oid AND l.granted
+			  AND CASE WHEN $1 THEN l.objid >= 1073741824 AND l.objid < 2147483648 ELSE l.objid = 2 END`
+		if mode == worker.ModeLease {
+			q = `SELECT coalesce(array_agg(holder ORDER BY holder), '{}') FROM skiplock_leaders
+				WHERE expires_at > now() AND CASE WHEN $1 THEN job LIKE 'scheduler:%' ELSE job = 'scheduler' END`
+		}
+		var ids []string
+		if err := b.pool.QueryRow(ctx, q, declared).Scan(&ids); err != nil {
+			t.Fatal(err)
+		}
+		return ids
+	}
+	start(t, pgtest.NewPool(t, b.schema), worker.Config{Mode: mode, WorkerID: "B",
+		Periodic: []worker.PeriodicTask{{Name: "b-only", Every: time.Second, Task: "b-only"}}}, handlers)
+	waitFor(t, 2*time.Second, "B leading the stored schedules", func() bool { return slices.Equal(leaders(false), []string{"B"}) })
+	start(t, pgtest.NewPool(t, b.schema), worker.Config{Mode: mode, WorkerID: "A", Periodic: []worker.PeriodicTask{
+		{Name: "a-only", Every: time.Second, Task: "a-only"},
+		{Name: "a-replaced", Every: time.Second, Task: "a-replaced"},
+	}}, handlers)
+	waitFor(t, 5*time.Second, "three ticks of each schedule", func() bool {
+		return len(b.ticksOf(t, "a-only")) >= 3 && len(b.ticksOf(t, "b-only")) >= 3 && len(b.ticksOf(t, "stored")) >= 3
+	})
+	if got := leaders(false); !slices.Equal(got, []string{"B"}) {
+		t.Errorf("the stored schedules' scheduler is %v, want B alone", got)
+	}
+	// Each declared set has its own election, held by its worker.
+	if got := leaders(true); !slices.Equal(got, []string{"A", "B"}) {
+		t.Errorf("declared sets' elections held by %v, want A's and B's", got)
+	}
+	for _, name := range []string{"a-only", "b-only", "stored"} {
+		ticks := b.ticksOf(t, name)
+		for i := 1; i < len(ticks); i++ {
+			if ticks[i].Sub(ticks[i-1]) != time.Second {
+				t.Errorf("%s: ticks %s and %s: a tick was lost or enqueued twice", name, ticks[i-1].UTC(), ticks[i].UTC())
+			}
+		}
+	}
+	// The paused stored schedule replaced A's: its ticks passed, and
+	// neither task was enqueued.
+	s, err := b.client.GetSchedule(ctx, "a-replaced")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.LastTick == nil {
+		t.Errorf("the paused schedule's ticks did not pass: no last tick")
+	}
+	if n := len(b.ticksOf(t, "a-replaced")) + len(b.ticksOf(t, "from-db")); n != 0 {
+		t.Errorf("%d ticks of a schedule that a paused stored one replaces", n)
+	}
 }

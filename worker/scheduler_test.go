@@ -35,7 +35,7 @@ func TestSchedulersEnqueueEachTickOnce(t *testing.T) {
 	var passes [2]atomic.Int64
 	for i := range passes {
 		s := &scheduler{
-			config: schedules, lead: func(context.Context) bool { return true },
+			config: schedules, leadDeclared: func(context.Context) bool { return true },
 			pool: b.pool, queries: b.queries, producer: b.client, now: now, every: 5 * time.Millisecond, log: b.log,
 			passed: func() { passes[i].Add(1) },
 		}

@@ -235,7 +235,7 @@ func TestStoredScheduleEachTickOnceAcrossProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 4*time.Second, "three ticks", func() bool { return len(b.ticksOf(t, "tick")) >= 3 })
-	l := b.leader(t, children)
+	l := b.leader(t, children, b.schedulerPID)
 	stopped, killed := stallThenKill(t, l)
 	waitFor(t, 5*time.Second, "two ticks after the scheduler's process was killed", func() bool {
 		ticks := b.ticksOf(t, "tick")

@@ -48,6 +48,7 @@ type Worker struct {
 	stops stopRequests // Stop and StopAndCancel (shutdown.go)
 
 	schedules []schedule
+	declared  leadership // the election of schedules' scheduler (declaredJob), if any
 	producer  *queue.Client
 	// schedulesChanged: the stored schedules changed (control.Schedules).
 	schedulesChanged chan struct{}
@@ -95,6 +96,7 @@ func New(pool *pgxpool.Pool, cfg Config) *Worker {
 	host, _ := os.Hostname()
 	w := &Worker{
 		schedules: schedules,
+		declared:  declaredJob(schedules),
 		producer:  queue.New(pool, queue.WithEncryption(cfg.Keyring)),
 		pool:      pool,
 		cfg:       cfg,
@@ -228,7 +230,7 @@ func (w *Worker) Run(ctx context.Context, handlers Handlers) error {
 	w.execs.stop()
 	stopBackground()
 	_ = background.Wait()
-	w.guard.resign(electedJobs)
+	w.guard.resign(w.electedJobs())
 	w.log.Info("skiplock: worker stopped", "worker_id", w.cfg.WorkerID)
 	return nil
 }
