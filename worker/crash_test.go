@@ -23,10 +23,18 @@ import (
 func (b *bundle) terminateLockSession(t *testing.T, w *worker.Worker) {
 	t.Helper()
 	var pid int32
-	err := b.pool.QueryRow(context.Background(),
-		"SELECT lock_backend_pid FROM skiplock_workers WHERE id = $1", w.ID()).Scan(&pid)
+	// The row is written when the lock session opens; a busy machine may
+	// run the caller's setup before that has happened.
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		err = b.pool.QueryRow(context.Background(),
+			"SELECT lock_backend_pid FROM skiplock_workers WHERE id = $1", w.ID()).Scan(&pid)
+		if err == nil && pid != 0 || time.Now().After(deadline) {
+			break
+		}
+	}
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("worker %s's row in skiplock_workers: %v", w.ID(), err)
 	}
 	var ok bool
 	if err := b.pool.QueryRow(context.Background(), "SELECT pg_terminate_backend($1)", pid).Scan(&ok); err != nil || !ok {
