@@ -211,18 +211,12 @@ func (h *handler) requeueMany(w http.ResponseWriter, r *http.Request) {
 		h.actionFailed(w, r, err)
 		return
 	}
-	req := queue.RequeueRequest{Reason: requeueReason}
-	action := Action{Kind: queue.AuditRequeue}
-	switch {
-	case len(ids) > 0:
-		req.Filter.IDs, action.IDs = ids, ids
-	case r.PostFormValue("scope") == "filter":
-		req.Filter = formFilter(r, queue.StatusFailed)
-		action.Filter = &req.Filter
-	default:
+	f, action, picked := bulkSelection(r, ids, queue.AuditRequeue)
+	if !picked {
 		h.done(w, r, "/failed", "No tasks selected; nothing was requeued.")
 		return
 	}
+	req := queue.RequeueRequest{Filter: f, Reason: requeueReason}
 	ctx, ok := h.authorize(w, r, action)
 	if !ok {
 		return
@@ -243,18 +237,12 @@ func (h *handler) cancelMany(w http.ResponseWriter, r *http.Request) {
 		h.actionFailed(w, r, err)
 		return
 	}
-	var req queue.CancelRequest
-	action := Action{Kind: queue.AuditCancel}
-	switch {
-	case len(ids) > 0:
-		req.Filter.IDs, action.IDs = ids, ids
-	case r.PostFormValue("scope") == "filter":
-		req.Filter = formFilter(r, queue.StatusFailed)
-		action.Filter = &req.Filter
-	default:
+	f, action, picked := bulkSelection(r, ids, queue.AuditCancel)
+	if !picked {
 		h.done(w, r, "/failed", "No tasks selected; nothing was cancelled.")
 		return
 	}
+	req := queue.CancelRequest{Filter: f}
 	ctx, ok := h.authorize(w, r, action)
 	if !ok {
 		return
@@ -265,6 +253,23 @@ func (h *handler) cancelMany(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.done(w, r, "/failed", "Cancelled %d %s.%s", res.Changed, plural(res.Changed, "task"), skippedNote(res.Skipped))
+}
+
+// bulkSelection is what a bulk action takes: the checked tasks (ids), or,
+// with scope=filter, the failed tasks the form's filter matches, and the
+// Action to authorize; picked is false when the form names neither.
+func bulkSelection(r *http.Request, ids []int64, kind queue.AuditAction) (f queue.Filter, action Action, picked bool) {
+	action = Action{Kind: kind}
+	switch {
+	case len(ids) > 0:
+		f.IDs, action.IDs = ids, ids
+	case r.PostFormValue("scope") == "filter":
+		f = formFilter(r, queue.StatusFailed)
+		action.Filter = &f
+	default:
+		return f, action, false
+	}
+	return f, action, true
 }
 
 func plural(n int64, word string) string {

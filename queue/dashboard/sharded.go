@@ -474,18 +474,12 @@ func (s *sharded) requeueMany(w http.ResponseWriter, r *http.Request) {
 		s.actionFailed(w, r, err)
 		return
 	}
-	req := queue.RequeueRequest{Reason: requeueReason}
-	action := Action{Kind: queue.AuditRequeue}
-	switch {
-	case len(ids) > 0:
-		req.Filter.IDs, action.IDs = ids, ids
-	case r.PostFormValue("scope") == "filter":
-		req.Filter = formFilter(r, queue.StatusFailed)
-		action.Filter = &req.Filter
-	default:
+	f, action, picked := bulkSelection(r, ids, queue.AuditRequeue)
+	if !picked {
 		s.done(w, r, "/failed", "No tasks selected; nothing was requeued.")
 		return
 	}
+	req := queue.RequeueRequest{Filter: f, Reason: requeueReason}
 	ctx, ok := s.authorize(w, r, action)
 	if !ok {
 		return
@@ -506,18 +500,12 @@ func (s *sharded) cancelMany(w http.ResponseWriter, r *http.Request) {
 		s.actionFailed(w, r, err)
 		return
 	}
-	var req queue.CancelRequest
-	action := Action{Kind: queue.AuditCancel}
-	switch {
-	case len(ids) > 0:
-		req.Filter.IDs, action.IDs = ids, ids
-	case r.PostFormValue("scope") == "filter":
-		req.Filter = formFilter(r, queue.StatusFailed)
-		action.Filter = &req.Filter
-	default:
+	f, action, picked := bulkSelection(r, ids, queue.AuditCancel)
+	if !picked {
 		s.done(w, r, "/failed", "No tasks selected; nothing was cancelled.")
 		return
 	}
+	req := queue.CancelRequest{Filter: f}
 	ctx, ok := s.authorize(w, r, action)
 	if !ok {
 		return
