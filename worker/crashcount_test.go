@@ -38,6 +38,7 @@ func TestRescueCountsDeaths(t *testing.T) {
 		rows := b.claim(t, g, id, n)
 		g.close()
 		b.waitTaskLocksGone(t)
+		b.waitLockSessionGone(t, id)
 		ids := make([]int64, len(rows))
 		for i, r := range rows {
 			ids[i] = r.ID

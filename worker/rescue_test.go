@@ -267,6 +267,20 @@ func (b *jobsBundle) waitTaskLocksGone(t *testing.T) {
 	})
 }
 
+// waitLockSessionGone waits until worker id's lock session has left
+// pg_stat_activity: a backend releases its locks before its entry there
+// goes, and the rescue reads a worker whose session is still listed as
+// alive.
+func (b *jobsBundle) waitLockSessionGone(t *testing.T, id string) {
+	t.Helper()
+	pgtest.Eventually(t, 10*time.Second, "worker "+id+"'s lock session to leave pg_stat_activity", func() bool {
+		var listed bool
+		err := b.pool.QueryRow(context.Background(), `SELECT EXISTS (SELECT 1 FROM pg_stat_activity AS a
+			JOIN skiplock_workers AS w ON a.pid = w.lock_backend_pid WHERE w.id = $1)`, id).Scan(&listed)
+		return err == nil && !listed
+	})
+}
+
 // TestRescuerNewTermPassesAtOnce: a rescuer whose pass outlived its
 // leadership (it hung on a cut network: w1's session ended on the server,
 // w2 took the election and then died) leads again in its new session at

@@ -839,6 +839,7 @@ func stallReport(ctx context.Context, pool *pgxpool.Pool, procs map[int]*proc, b
 			}
 			fmt.Fprintf(&b, "pgbouncer SHOW %s:\n%s", what, out)
 		}
+		fmt.Fprintf(&b, "pgbouncer restarted after exiting on its own: %d times\n", bouncer.Restarts())
 		fmt.Fprintf(&b, "pgbouncer log:\n%s\n", bouncer.LogTail(6000))
 	}
 	for _, p := range procs {

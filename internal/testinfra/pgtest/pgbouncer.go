@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -39,7 +40,84 @@ type Bouncer struct {
 	schema string
 	user   string
 	port   int
-	cmd    *exec.Cmd
+	bin    string
+
+	mu       sync.Mutex
+	cmd      *exec.Cmd
+	restarts int
+	served   bool
+}
+
+// start runs PgBouncer and returns a channel that receives its exit.
+func (b *Bouncer) start() (<-chan error, error) {
+	cmd := exec.Command(b.bin, filepath.Join(b.dir, "pgbouncer.ini"))
+	if os.Geteuid() == 0 {
+		cred, err := unprivileged()
+		if err != nil {
+			return nil, err
+		}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	b.cmd = cmd
+	b.mu.Unlock()
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	return exited, nil
+}
+
+// supervise restarts PgBouncer each time it exits before stop closes, and
+// closes done when it has exited for good. The first start failing to
+// listen (a bad configuration) is StartPgBouncer's to report, so
+// supervise restarts only a PgBouncer that served.
+func (b *Bouncer) supervise(tb testing.TB, exited <-chan error, stop, done chan struct{}) {
+	defer close(done)
+	for {
+		var err error
+		select {
+		case <-stop:
+			<-exited
+			return
+		case err = <-exited:
+		}
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		b.mu.Lock()
+		served := b.served
+		if served {
+			b.restarts++
+		}
+		b.mu.Unlock()
+		if !served {
+			return
+		}
+		fmt.Fprintf(os.Stderr, "pgtest: pgbouncer on port %d exited (%v); restarting it; its log ends:\n%s\n", b.port, err, b.LogTail(800))
+		for {
+			time.Sleep(200 * time.Millisecond)
+			if exited, err = b.start(); err == nil {
+				break
+			}
+			select {
+			case <-stop:
+				return
+			default:
+			}
+		}
+	}
+}
+
+// Restarts returns how many times PgBouncer exited on its own and was
+// restarted, for a test's report.
+func (b *Bouncer) Restarts() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.restarts
 }
 
 // StartPgBouncer is PgBouncer, returning the Bouncer so that a test can
@@ -102,22 +180,29 @@ pidfile = %s
 		}
 	}
 
-	cmd := exec.Command(bin, filepath.Join(dir, "pgbouncer.ini"))
-	if os.Geteuid() == 0 {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: unprivileged(tb)}
-	}
-	if err := cmd.Start(); err != nil {
+	b.bin = bin
+	exited, err := b.start()
+	if err != nil {
 		tb.Fatalf("pgtest: starting pgbouncer: %v", err)
 	}
-	b.cmd = cmd
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	// Like a service manager (systemd's Restart=always), restart a PgBouncer
+	// that exits on its own. PgBouncer 1.x can abort under a client storm
+	// ("bad client state" in disconnect_client); the queue's contract is to
+	// ride out its proxy's restart, so a test must not stall on it.
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go b.supervise(tb, exited, stop, done)
 	tb.Cleanup(func() {
+		close(stop)
+		b.mu.Lock()
+		cmd := b.cmd
+		b.mu.Unlock()
 		cmd.Process.Signal(syscall.SIGINT)
 		select {
-		case <-exited:
+		case <-done:
 		case <-time.After(5 * time.Second):
 			cmd.Process.Kill()
+			<-done
 		}
 	})
 
@@ -128,9 +213,9 @@ pidfile = %s
 			return true
 		}
 		select {
-		case err := <-exited:
+		case <-done:
 			log, _ := os.ReadFile(filepath.Join(dir, "pgbouncer.log"))
-			tb.Fatalf("pgtest: pgbouncer exited (%v):\n%s", err, log)
+			tb.Fatalf("pgtest: pgbouncer exited:\n%s", log)
 		default:
 		}
 		return false
@@ -152,6 +237,9 @@ pidfile = %s
 	}
 	conn.Close(ctx)
 	b.URL = u.String()
+	b.mu.Lock()
+	b.served = true
+	b.mu.Unlock()
 	return b
 }
 
@@ -188,6 +276,8 @@ func (b *Bouncer) Repoint(serverURL string) error {
 	if err := os.WriteFile(path, ini, 0o644); err != nil {
 		return err
 	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	return b.cmd.Process.Signal(syscall.SIGHUP)
 }
 
@@ -268,7 +358,7 @@ func findPgBouncer() (string, error) {
 }
 
 // unprivileged is the user PgBouncer runs as when the tests run as root.
-func unprivileged(tb testing.TB) *syscall.Credential {
+func unprivileged() (*syscall.Credential, error) {
 	for _, name := range []string{"postgres", "nobody"} {
 		u, err := user.Lookup(name)
 		if err != nil {
@@ -276,10 +366,9 @@ func unprivileged(tb testing.TB) *syscall.Credential {
 		}
 		uid, _ := strconv.ParseUint(u.Uid, 10, 32)
 		gid, _ := strconv.ParseUint(u.Gid, 10, 32)
-		return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+		return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
 	}
-	tb.Fatalf("pgtest: running as root and found neither a postgres nor a nobody user to run pgbouncer as")
-	return nil
+	return nil, fmt.Errorf("pgtest: running as root and found neither a postgres nor a nobody user to run pgbouncer as")
 }
 
 // WithStatementCache returns url with pgx's statement cache turned on
