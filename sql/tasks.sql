@@ -745,6 +745,22 @@ SELECT ((SELECT count(*) FILTER (WHERE pg_advisory_unlock(@lock_class::integer, 
       + (SELECT count(*) FILTER (WHERE pg_advisory_unlock(@limit_class::integer, k.key))
          FROM unnest(@limit_locks::integer[]) AS k(key)))::bigint AS unlocked;
 
+-- name: OutcomePlanSettings :exec
+-- Run in the same implicit transaction just before TaskFinishMany or
+-- TaskCompleteMany (worker/complete.go), for that transaction only. The
+-- outcome write then runs on one generic plan per connection of the pool
+-- (pgx caches it as a prepared statement) instead of being planned on
+-- every call, which cost 0.3-1.5 ms per write; and whenever PostgreSQL
+-- makes that plan, these make it the one safe shape: a nested loop over
+-- the batch that finds each task by primary key, whatever the table's
+-- size and statistics then (TaskFinishMany).
+SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
+       set_config('enable_seqscan', 'off', true),
+       set_config('enable_bitmapscan', 'off', true),
+       set_config('enable_hashjoin', 'off', true),
+       set_config('enable_mergejoin', 'off', true),
+       set_config('jit', 'off', true);
+
 -- name: TaskFinishMany :many
 -- Records the outcome of a batch of attempts. Each write is fenced by the
 -- claim (status running, same attempt, same worker, same started_at): a
@@ -768,16 +784,21 @@ SELECT ((SELECT count(*) FILTER (WHERE pg_advisory_unlock(@lock_class::integer, 
 -- worker; the conversion back is exact (a whole number of microseconds
 -- below 2^53 times one microsecond).
 --
--- The batch drives the write: the tasks are found by primary key (id =
--- ANY, whose row count the planner knows, the arrays being parameters of a
--- plan made for each call), and the fence is a join with the batch, never
--- a filter on the table. On a table without statistics (a backlog that has
--- just arrived) a filter on status and worker_id is guessed to keep one
--- row in 40,000: the planner then took the running index, or a sequential
--- scan, for a one-row scan and compared each row it found with the whole
--- batch. That cost 60-120 ms per write of 250 rows through the index, and
+-- The batch drives the write: each task is found by primary key from the
+-- batch's row (a nested loop over the batch), and the fence is a join with
+-- the batch, never a filter on the table. It runs after
+-- OutcomePlanSettings, in the same implicit transaction, on one generic
+-- plan per connection, which those settings make that loop whatever the
+-- table held when it was made. Left to its estimates, the planner read a
+-- table without statistics (a backlog that has just arrived) through the
+-- running index or a sequential scan, guessing a filter on status and
+-- worker_id to keep one row in 40,000, and compared each row it found with
+-- the whole batch: 60-120 ms per write of 250 rows through the index, and
 -- 137-272 us a task through the scan once a write held 1,000 rows
--- (docs/PERFORMANCE.md, "A fresh backlog", "The outcome write").
+-- (docs/PERFORMANCE.md, "A fresh backlog", "The outcome write"). A
+-- condition id = ANY(ids) must not come back: a generic plan reads it as
+-- ten rows and scans the table by it, comparing each row found with the
+-- whole batch.
 --
 -- A completed task's output (worker.SetOutput) rides in the same write;
 -- JSON null means none and leaves the column as it was.
@@ -801,8 +822,7 @@ FROM (
            @worker_id::text                AS worker_id,
            'running'::text                 AS running
 ) AS u
-WHERE t.id = ANY(@ids::bigint[])
-  AND t.id = u.id
+WHERE t.id = u.id
   AND t.status = u.running
   AND t.attempt = u.attempt
   AND t.worker_id = u.worker_id
@@ -825,8 +845,7 @@ FROM (
            @worker_id::text                     AS worker_id,
            'running'::text                      AS running
 ) AS u
-WHERE t.id = ANY(@ids::bigint[])
-  AND t.id = u.id
+WHERE t.id = u.id
   AND t.status = u.running
   AND t.attempt = u.attempt
   AND t.worker_id = u.worker_id

@@ -256,11 +256,13 @@ func (w *Worker) writeFinishes(ctx context.Context, p db.TaskFinishManyParams) (
 	if w.cfg.DeleteCompleted {
 		return w.writeDeleting(ctx, p)
 	}
-	if onlyCompletions(p) {
-		return w.queries.TaskCompleteMany(ctx, customPlans{w.pool},
-			db.TaskCompleteManyParams{WorkerID: p.WorkerID, Ids: p.Ids, Attempts: p.Attempts, ClaimedUs: p.ClaimedUs})
-	}
-	return w.queries.TaskFinishMany(ctx, customPlans{w.pool}, p)
+	return outcomePlan(ctx, w.queries, w.pool, func(tx db.DBTX) ([]int64, error) {
+		if onlyCompletions(p) {
+			return w.queries.TaskCompleteMany(ctx, tx,
+				db.TaskCompleteManyParams{WorkerID: p.WorkerID, Ids: p.Ids, Attempts: p.Attempts, ClaimedUs: p.ClaimedUs})
+		}
+		return w.queries.TaskFinishMany(ctx, tx, p)
+	})
 }
 
 // writeDeleting writes a batch for a worker with DeleteCompleted: its
@@ -291,12 +293,19 @@ func (w *Worker) writeDeleting(ctx context.Context, p db.TaskFinishManyParams) (
 	case len(rest.Ids) == 0:
 		return w.queries.TaskCompleteManyDeleting(ctx, customPlans{w.pool}, done)
 	case len(done.Ids) == 0:
-		return w.queries.TaskFinishMany(ctx, customPlans{w.pool}, rest)
+		return outcomePlan(ctx, w.queries, w.pool, func(tx db.DBTX) ([]int64, error) {
+			return w.queries.TaskFinishMany(ctx, tx, rest)
+		})
 	}
 	var wrote []int64
 	err := pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
 		deleted, err := w.queries.TaskCompleteManyDeleting(ctx, customPlans{tx}, done)
 		if err != nil {
+			return err
+		}
+		// The settings hold to the transaction's end: the write after them
+		// takes its safe shape (OutcomePlanSettings).
+		if err := w.queries.OutcomePlanSettings(ctx, customPlans{tx}); err != nil {
 			return err
 		}
 		finished, err := w.queries.TaskFinishMany(ctx, customPlans{tx}, rest)

@@ -5,6 +5,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/skiplock/skiplock/db"
 )
@@ -53,6 +54,10 @@ type onePlan struct {
 	conn  *pgx.Conn
 	batch pgx.Batch
 	execs int
+	// unprepared sends the query in the connection's own mode instead of
+	// preparing it under its text first: the outcome write's plan, on a
+	// pool that may sit behind a transaction pooler (outcomePlan).
+	unprepared bool
 }
 
 // newOnePlan is a onePlan on conn with the claim's settings queued: the
@@ -63,6 +68,28 @@ func newOnePlan(ctx context.Context, queries *db.Queries, conn *pgx.Conn) (*oneP
 		return nil, err
 	}
 	return p, nil
+}
+
+// outcomePlan runs an outcome write (TaskCompleteMany, TaskFinishMany) on
+// a connection of the pool after queries.OutcomePlanSettings, in one round
+// trip and one implicit transaction, as onePlan runs the claim. The write
+// goes in the pool's own mode: with pgx's statement cache (its default),
+// it is a prepared statement whose one generic plan serves every write on
+// that connection; a pool that sends unnamed statements or the simple
+// protocol (as one behind a transaction pooler must) plans each write, in
+// the same safe shape.
+func outcomePlan[T any](ctx context.Context, queries *db.Queries, pool *pgxpool.Pool, write func(db.DBTX) (T, error)) (T, error) {
+	var zero T
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return zero, err
+	}
+	defer conn.Release()
+	p := &onePlan{conn: conn.Conn(), unprepared: true}
+	if err := queries.OutcomePlanSettings(ctx, p); err != nil {
+		return zero, err
+	}
+	return write(p)
 }
 
 // Exec queues sql to run before the query that sends the batch.
@@ -76,8 +103,10 @@ func (p *onePlan) Exec(_ context.Context, sql string, args ...any) (pgconn.Comma
 // batch ends when the rows are closed or their Err read; p is spent.
 func (p *onePlan) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
 	// Prepared under its own text, which is how a batch finds it.
-	if _, err := p.conn.Prepare(ctx, sql, sql); err != nil {
-		return nil, err
+	if !p.unprepared {
+		if _, err := p.conn.Prepare(ctx, sql, sql); err != nil {
+			return nil, err
+		}
 	}
 	p.batch.Queue(sql, args...)
 	br := p.conn.SendBatch(ctx, &p.batch)

@@ -68,12 +68,16 @@ func TestRunErrors(t *testing.T) {
 
 // TestOutcomeWritePlan: on a table that was never analyzed, with the
 // entries of thousands of finished tasks still in the running index (a
-// fresh backlog worked without vacuum), neither outcome write may compare
-// every row it finds with every row of the batch (a nested loop with a join
+// fresh backlog worked without vacuum), no outcome write may compare every
+// row it finds with every row of the batch (a nested loop with a join
 // filter), reached through the partial running index or a scan the planner
-// guessed would keep one row: it probes the primary key per row, or hashes
-// the batch. Both sizes matter: the old write took the running index at
-// 250 rows and a join-filtered scan at 1,000 (137-272 us a task).
+// guessed would keep one row. TaskFinishMany and TaskCompleteMany run after
+// OutcomePlanSettings, on a generic plan (pgx's statement cache) or planned
+// per call (a pool of unnamed statements), and must probe the primary key
+// per row of the batch in both; TaskCompleteManyDeleting, planned per call,
+// probes it or hashes the batch. Both sizes matter: an old write took the
+// running index at 250 rows and a join-filtered scan at 1,000 (137-272 us
+// a task).
 func TestOutcomeWritePlan(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -104,40 +108,110 @@ func TestOutcomeWritePlan(t *testing.T) {
 			p.Errors = append(p.Errors, json.RawMessage("null"))
 			p.Outputs = append(p.Outputs, json.RawMessage("null"))
 		}
-		writes := map[string]func(explainer) error{
-			"TaskFinishMany": func(e explainer) error { _, err := q.TaskFinishMany(ctx, e, p); return err },
-			"TaskCompleteMany": func(e explainer) error {
+		type how struct {
+			settings bool // after OutcomePlanSettings, as the worker writes TaskFinishMany and TaskCompleteMany
+			generic  bool // on the generic plan of a prepared statement (pgx's statement cache)
+		}
+		writes := map[string]struct {
+			write func(explainer) error
+			hows  []how
+		}{
+			"TaskFinishMany": {func(e explainer) error { _, err := q.TaskFinishMany(ctx, e, p); return err },
+				[]how{{true, true}, {true, false}}},
+			"TaskCompleteMany": {func(e explainer) error {
 				_, err := q.TaskCompleteMany(ctx, e, db.TaskCompleteManyParams{WorkerID: p.WorkerID, Ids: p.Ids, Attempts: p.Attempts, ClaimedUs: p.ClaimedUs})
 				return err
-			},
-			"TaskCompleteManyDeleting": func(e explainer) error {
+			}, []how{{true, true}, {true, false}}},
+			"TaskCompleteManyDeleting": {func(e explainer) error {
 				_, err := q.TaskCompleteManyDeleting(ctx, e, db.TaskCompleteManyDeletingParams{WorkerID: p.WorkerID, Ids: p.Ids, Attempts: p.Attempts, ClaimedUs: p.ClaimedUs})
 				return err
-			},
+			}, []how{{false, false}}},
 		}
-		for name, write := range writes {
-			var plan *explained
-			if err := write(explainer{b.pool}); !errors.As(err, &plan) {
-				t.Fatalf("%s: %v", name, err)
-			}
-			if strings.Contains(plan.text, "skiplock_tasks_running_idx") || strings.Contains(plan.text, "Join Filter") ||
-				!(strings.Contains(plan.text, "Index Scan using skiplock_tasks_pkey") || strings.Contains(plan.text, "Hash Join")) {
-				t.Fatalf("%s of %d rows is planned as a scan of running rows times the batch:\n%s", name, n, plan.text)
+		for name, w := range writes {
+			for _, h := range w.hows {
+				e := explainer{pool: b.pool, generic: h.generic}
+				if h.settings {
+					e.settings = outcomeSettingsSQL(t)
+				}
+				var plan *explained
+				if err := w.write(e); !errors.As(err, &plan) {
+					t.Fatalf("%s (%+v): %v", name, h, err)
+				}
+				if strings.Contains(plan.text, "skiplock_tasks_running_idx") || strings.Contains(plan.text, "Join Filter") ||
+					(h.settings && strings.Contains(plan.text, "Seq Scan on skiplock_tasks")) ||
+					!(strings.Contains(plan.text, "Index Scan using skiplock_tasks_pkey") || (!h.settings && strings.Contains(plan.text, "Hash Join"))) {
+					t.Fatalf("%s of %d rows (%+v) is planned as a scan of running rows times the batch, or of the table:\n%s", name, n, h, plan.text)
+				}
 			}
 		}
 	}
 }
 
+// outcomeSettingsSQL is the text of queries.OutcomePlanSettings.
+func outcomeSettingsSQL(t *testing.T) string {
+	var r sqlRecorder
+	if err := db.New().OutcomePlanSettings(context.Background(), &r); err != nil {
+		t.Fatal(err)
+	}
+	return r.sql
+}
+
+// sqlRecorder is a db.DBTX that keeps the text of the statement it is given.
+type sqlRecorder struct{ sql string }
+
+func (r *sqlRecorder) Exec(_ context.Context, sql string, _ ...any) (pgconn.CommandTag, error) {
+	r.sql = sql
+	return pgconn.CommandTag{}, nil
+}
+
+func (r *sqlRecorder) Query(context.Context, string, ...any) (pgx.Rows, error) {
+	return nil, errors.New("sqlRecorder: Query")
+}
+
+func (r *sqlRecorder) QueryRow(context.Context, string, ...any) pgx.Row {
+	panic("sqlRecorder: QueryRow")
+}
+
 // explainer runs a generated query's statement under EXPLAIN, with the
-// arguments the query passes, and returns the plan as an error.
-type explainer struct{ pool *pgxpool.Pool }
+// arguments the query passes, and returns the plan as an error. With
+// settings, that statement runs first in the same transaction; with
+// generic, the plan is the generic plan of the statement prepared.
+type explainer struct {
+	pool     *pgxpool.Pool
+	settings string
+	generic  bool
+}
 
 type explained struct{ text string }
 
 func (e *explained) Error() string { return "explained:\n" + e.text }
 
 func (e explainer) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	rows, err := e.pool.Query(ctx, "EXPLAIN "+sql, append([]any{pgx.QueryExecModeExec}, args...)...)
+	tx, err := e.pool.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback(ctx)
+	if e.settings != "" {
+		if _, err := tx.Exec(ctx, e.settings); err != nil {
+			return nil, err
+		}
+	}
+	explain := "EXPLAIN " + sql
+	if e.generic {
+		if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_generic_plan"); err != nil {
+			return nil, err
+		}
+		if _, err := tx.Exec(ctx, "PREPARE explained_write AS "+sql); err != nil {
+			return nil, err
+		}
+		// A prepared statement outlives the transaction.
+		defer tx.Conn().Exec(ctx, "DEALLOCATE explained_write")
+		// A generic plan is the same whatever the values: NULLs will do.
+		explain = "EXPLAIN EXECUTE explained_write(" + strings.TrimSuffix(strings.Repeat("NULL, ", len(args)), ", ") + ")"
+		args = nil
+	}
+	rows, err := tx.Query(ctx, explain, append([]any{pgx.QueryExecModeExec}, args...)...)
 	if err != nil {
 		return nil, err
 	}
