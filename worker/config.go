@@ -14,9 +14,13 @@ import (
 	"github.com/skiplock/skiplock/queue"
 )
 
+// DefaultConcurrency is the Concurrency of a worker whose Config leaves it
+// at zero until the worker has measured its round trip and the server's
+// lock table, and the least it then sizes it to (Config.Concurrency).
+const DefaultConcurrency = 500
+
 // Defaults and limits of Config; each field's doc gives its default.
 const (
-	defaultConcurrency     = 500
 	maxClaimBatch          = 1000
 	defaultPollInterval    = time.Second
 	defaultTaskTimeout     = time.Minute
@@ -425,7 +429,7 @@ func DefaultRetryBackoff(attempt int) time.Duration {
 
 func (c Config) withDefaults() (Config, error) {
 	if c.Concurrency == 0 {
-		c.Concurrency = defaultConcurrency
+		c.Concurrency = DefaultConcurrency
 		c.autoWindow = true
 		c.autoBatch = c.ClaimBatch == 0
 	}

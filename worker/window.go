@@ -15,13 +15,13 @@ import (
 // of that at a 2 ms round trip (docs/PERFORMANCE.md, "Across a network").
 //
 // So with Concurrency left at zero, the worker sizes its window itself:
-// localWindow on a local network, and defaultConcurrency plus as much again
+// localWindow on a local network, and DefaultConcurrency plus as much again
 // for every windowRTTUnit of round trip once that is more, measured on a
 // pool connection every windowEvery (the least of three pings: the path,
 // not a passing stall), up to maxAutoConcurrency; and never more than its
 // share of the server's lock table, half of it divided among the workers
 // whose heartbeat is recent, since every task held is an advisory lock in
-// that table (never below defaultConcurrency: that much a worker always
+// that table (never below DefaultConcurrency: that much a worker always
 // had). ClaimBatch, when left at zero too, follows: half the window, at
 // most maxClaimBatch.
 //
@@ -51,12 +51,12 @@ const (
 // autoWindow is the window for a round trip, the server's lock table
 // (entries; 0 if unknown) and the number of live workers sharing it.
 func autoWindow(rtt time.Duration, lockEntries int64, workers int) int {
-	n := max(localWindow, defaultConcurrency+int(int64(defaultConcurrency)*int64(rtt)/int64(windowRTTUnit)))
+	n := max(localWindow, DefaultConcurrency+int(int64(DefaultConcurrency)*int64(rtt)/int64(windowRTTUnit)))
 	n = min(n, maxAutoConcurrency)
 	if lockEntries > 0 {
 		n = min(n, int(lockEntries/2/int64(max(workers, 1))))
 	}
-	return max(n, defaultConcurrency)
+	return max(n, DefaultConcurrency)
 }
 
 // windowSizer resizes a worker's slots to its window, in a goroutine of its
@@ -79,12 +79,12 @@ type windowSizer struct {
 // parallelWritesRTT is the round trip past which outcome writes overlap.
 const parallelWritesRTT = 500 * time.Microsecond
 
-// newWindowSizer holds back the slots above defaultConcurrency: the window
+// newWindowSizer holds back the slots above DefaultConcurrency: the window
 // starts where a fixed Concurrency would.
 func newWindowSizer(w *Worker, auto, autoBatch bool) *windowSizer {
 	z := &windowSizer{w: w, auto: auto, autoBatch: autoBatch, current: w.cfg.Concurrency}
 	if auto {
-		held := maxAutoConcurrency - defaultConcurrency
+		held := maxAutoConcurrency - DefaultConcurrency
 		_ = w.slots.all.Acquire(context.Background(), int64(held)) // free: nothing runs yet
 		w.slots.held.Store(int64(held))
 	}

@@ -37,8 +37,8 @@ func TestAutoWindow(t *testing.T) {
 // as running tasks give them up, never waiting; the claim batch follows.
 func TestWindowResize(t *testing.T) {
 	w := &Worker{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	w.slots = newSlots(maxAutoConcurrency, defaultConcurrency/2)
-	w.cfg.Concurrency = defaultConcurrency
+	w.slots = newSlots(maxAutoConcurrency, DefaultConcurrency/2)
+	w.cfg.Concurrency = DefaultConcurrency
 	z := newWindowSizer(w, true, true)
 	free := func() int {
 		n := 0
@@ -48,8 +48,8 @@ func TestWindowResize(t *testing.T) {
 		w.slots.all.Release(int64(n))
 		return n
 	}
-	if got := free(); got != defaultConcurrency {
-		t.Fatalf("%d slots free at start, want %d", got, defaultConcurrency)
+	if got := free(); got != DefaultConcurrency {
+		t.Fatalf("%d slots free at start, want %d", got, DefaultConcurrency)
 	}
 	z.resize(1600)
 	if got := free(); got != 1600 || w.slots.batch() != 800 {
@@ -59,19 +59,19 @@ func TestWindowResize(t *testing.T) {
 	if !w.slots.all.TryAcquire(1500) {
 		t.Fatal("could not take 1500 slots")
 	}
-	z.resize(defaultConcurrency)
+	z.resize(DefaultConcurrency)
 	z.collect()
-	if got := free(); got != 0 || w.slots.batch() != defaultConcurrency/2 {
+	if got := free(); got != 0 || w.slots.batch() != DefaultConcurrency/2 {
 		t.Fatalf("after shrinking with 1500 running: %d free, batch %d", got, w.slots.batch())
 	}
 	// 1,200 of them finish, their slots given back by the completer: the
 	// window keeps what it is owed.
 	w.slots.free(make([]finish, 1200))
-	if w.slots.owed.Load() != 0 || w.slots.held.Load() != maxAutoConcurrency-defaultConcurrency {
+	if w.slots.owed.Load() != 0 || w.slots.held.Load() != maxAutoConcurrency-DefaultConcurrency {
 		t.Fatalf("owed %d, held %d", w.slots.owed.Load(), w.slots.held.Load())
 	}
-	if got := free(); got != defaultConcurrency-300 {
-		t.Fatalf("%d free with 300 running in a window of %d", got, defaultConcurrency)
+	if got := free(); got != DefaultConcurrency-300 {
+		t.Fatalf("%d free with 300 running in a window of %d", got, DefaultConcurrency)
 	}
 	// Growing again cancels what is owed before it gives back held slots.
 	z.resize(1000)
