@@ -7,32 +7,13 @@ import (
 	"strconv"
 	"strings"
 	"time"
-)
 
-// clockTick is USER_HZ, the unit of utime and stime in /proc/<pid>/stat. It
-// is 100 on every Linux architecture Go supports.
-const clockTick = 100
+	"github.com/skiplock/skiplock/cmd/skiplock-bench/internal/cpustat"
+)
 
 // cpuTime returns the user+system CPU time a process has used, from
 // /proc/<pid>/stat; zero where /proc is missing.
-func cpuTime(pid int) time.Duration {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0
-	}
-	// The command name is in parentheses and may hold spaces.
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 13 {
-		return 0
-	}
-	utime, _ := strconv.ParseInt(f[11], 10, 64)
-	stime, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(utime+stime) * time.Second / clockTick
-}
+func cpuTime(pid int) time.Duration { return cpustat.Process(pid) }
 
 // rssBytes is a process's resident set size, from /proc/<pid>/status.
 func rssBytes(pid int) int64 {
@@ -51,26 +32,7 @@ func rssBytes(pid int) int64 {
 
 // machineBusy is the CPU time the whole machine has spent busy (not idle,
 // not waiting for I/O), from /proc/stat.
-func machineBusy() time.Duration {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return 0
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line)
-	if len(f) < 9 || f[0] != "cpu" {
-		return 0
-	}
-	var ticks int64
-	for i, v := range f[1:9] {
-		if i == 3 || i == 4 { // idle, iowait
-			continue
-		}
-		n, _ := strconv.ParseInt(v, 10, 64)
-		ticks += n
-	}
-	return time.Duration(ticks) * time.Second / clockTick
-}
+func machineBusy() time.Duration { return cpustat.MachineBusy() }
 
 // tcpPorts returns the local TCP ports of a process's sockets: for a
 // client, the client_port that pg_stat_activity shows for its backends.
@@ -121,7 +83,7 @@ func procStat(pid int) (ppid int, own, children time.Duration, ok bool) {
 	}
 	n := func(k int) time.Duration {
 		v, _ := strconv.ParseInt(f[k], 10, 64)
-		return time.Duration(v) * time.Second / clockTick
+		return time.Duration(v) * time.Second / cpustat.ClockTick
 	}
 	ppid, _ = strconv.Atoi(f[1])
 	return ppid, n(11) + n(12), n(13) + n(14), true

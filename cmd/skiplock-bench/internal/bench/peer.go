@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,6 +18,8 @@ import (
 	"github.com/skiplock/skiplock/migrations"
 	"github.com/skiplock/skiplock/queue"
 	"github.com/skiplock/skiplock/worker"
+
+	"github.com/skiplock/skiplock/cmd/skiplock-bench/internal/cpustat"
 )
 
 // The peer line is skiplock's side of `skiplock-bench compare` (package
@@ -134,7 +137,7 @@ func PeerLine(ctx context.Context, o PeerOptions, stdout, stderr io.Writer) erro
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	fmt.Fprintf(stderr, "skiplock peer line: working\n")
-	workStart := time.Now()
+	workStart, cpu := time.Now(), cpustat.Start()
 	runErr := make(chan error, 1)
 	go func() { runErr <- w.Run(runCtx, handlers) }()
 	select {
@@ -148,6 +151,8 @@ func PeerLine(ctx context.Context, o PeerOptions, stdout, stderr io.Writer) erro
 		err = ctx.Err()
 	}
 	elapsed := time.Since(workStart)
+	var cpuOut strings.Builder
+	cpu.Report(&cpuOut, o.N)
 	wpool.Close()
 	if err != nil {
 		return fmt.Errorf("peer line: worker: %w", err)
@@ -168,6 +173,7 @@ func PeerLine(ctx context.Context, o PeerOptions, stdout, stderr io.Writer) erro
 	fmt.Fprintf(stdout, "work: heap_tuples_per_task=%s (inserted %s, updated %s, of which HOT %s, deleted %s) wal_bytes_per_task=%s (server-wide)\n",
 		per(after.ins+after.upd+after.del-before.ins-before.upd-before.del), per(after.ins-before.ins), per(after.upd-before.upd),
 		per(after.hot-before.hot), per(after.del-before.del), per(after.wal-before.wal))
+	io.WriteString(stdout, cpuOut.String())
 	fmt.Fprintf(stdout, "work_per_s=%.0f\n", float64(o.N)/elapsed.Seconds())
 	return nil
 }

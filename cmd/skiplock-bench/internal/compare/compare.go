@@ -144,9 +144,24 @@ type Result struct {
 	// Ratio is skiplock's best over this system's best; 0 when either is
 	// missing.
 	Ratio float64 `json:"skiplock_ratio,omitempty"`
+	// CPU is the CPU per task of the best round's work phase, as the
+	// system's process reports it (nil when it reports none).
+	CPU *CPU `json:"cpu_us_per_task,omitempty"`
 	// Database is the system's database (of the last round).
 	Database string   `json:"database"`
 	Errors   []string `json:"errors,omitempty"`
+}
+
+// CPU is a round's CPU per task while it worked, in microseconds: the
+// whole machine's busy time (every process: the system's, the server's,
+// anything else running), and, where the system can name its server
+// processes, its own process's and theirs.
+type CPU struct {
+	Machine float64 `json:"machine"`
+	Client  float64 `json:"client,omitempty"`
+	Server  float64 `json:"server,omitempty"`
+	// Split: the system reported Client and Server.
+	Split bool `json:"-"`
 }
 
 // system is how one column is run.
@@ -280,7 +295,7 @@ func Run(ctx context.Context, o Options, stdout io.Writer) (*Report, error) {
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
-			rate, err := o.runOne(ctx, conn, base, s)
+			rate, cpu, err := o.runOne(ctx, conn, base, s)
 			if err != nil {
 				failed++
 				results[i].Errors = append(results[i].Errors, fmt.Sprintf("round %d: %v", r+1, err))
@@ -289,7 +304,9 @@ func Run(ctx context.Context, o Options, stdout io.Writer) (*Report, error) {
 				continue
 			}
 			results[i].Rounds[r] = rate
-			results[i].Best = max(results[i].Best, rate)
+			if rate > results[i].Best {
+				results[i].Best, results[i].CPU = rate, cpu
+			}
 			fmt.Fprintf(o.Progress, "compare: round %d/%d: %s %s tasks/s\n", r+1, o.Rounds, s.name, thousands(rate))
 			line = append(line, s.name+" "+thousands(rate)+"/s")
 		}
@@ -382,14 +399,15 @@ func (o Options) systems(c *Conditions) ([]system, error) {
 	return out, nil
 }
 
-// runOne gives s a fresh database and runs it; it returns its rate.
-func (o Options) runOne(ctx context.Context, admin *pgx.Conn, base *url.URL, s system) (float64, error) {
+// runOne gives s a fresh database and runs it; it returns its rate, and
+// its CPU per task if it reports it.
+func (o Options) runOne(ctx context.Context, admin *pgx.Conn, base *url.URL, s system) (float64, *CPU, error) {
 	db := pgx.Identifier{s.db}.Sanitize()
 	if _, err := admin.Exec(ctx, "DROP DATABASE IF EXISTS "+db+" WITH (FORCE)"); err != nil {
-		return 0, fmt.Errorf("dropping its database: %w", err)
+		return 0, nil, fmt.Errorf("dropping its database: %w", err)
 	}
 	if _, err := admin.Exec(ctx, "CREATE DATABASE "+db); err != nil {
-		return 0, fmt.Errorf("creating its database: %w", err)
+		return 0, nil, fmt.Errorf("creating its database: %w", err)
 	}
 	rctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
@@ -409,16 +427,39 @@ func (o Options) runOne(ctx context.Context, admin *pgx.Conn, base *url.URL, s s
 		if rctx.Err() != nil && ctx.Err() == nil {
 			err = fmt.Errorf("timed out after %s", o.Timeout)
 		}
-		return 0, fmt.Errorf("%w; its last output:\n%s", err, indent(errs.String()))
+		return 0, nil, fmt.Errorf("%w; its last output:\n%s", err, indent(errs.String()))
 	}
 	rate, ok := ParseRate(out.String())
 	if !ok || !(rate > 0) {
-		return 0, fmt.Errorf("no positive work_per_s in its output:\n%s", indent(out.String()))
+		return 0, nil, fmt.Errorf("no positive work_per_s in its output:\n%s", indent(out.String()))
 	}
-	return rate, nil
+	return rate, ParseCPU(out.String()), nil
 }
 
 var rateRE = regexp.MustCompile(`"?work_per_s"?\s*[=:]\s*([0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)`)
+
+var cpuRE = regexp.MustCompile(`(machine|client|server)_cpu_us_per_task=([0-9]+(?:\.[0-9]+)?)`)
+
+// ParseCPU reads the last machine_cpu_us_per_task=, client_cpu_us_per_task=
+// and server_cpu_us_per_task= in out; nil without a machine figure.
+func ParseCPU(out string) *CPU {
+	var c CPU
+	for _, m := range cpuRE.FindAllStringSubmatch(out, -1) {
+		v, _ := strconv.ParseFloat(m[2], 64)
+		switch m[1] {
+		case "machine":
+			c.Machine = v
+		case "client":
+			c.Client, c.Split = v, true
+		case "server":
+			c.Server, c.Split = v, true
+		}
+	}
+	if c.Machine <= 0 {
+		return nil
+	}
+	return &c
+}
 
 // ParseRate finds the last work_per_s=NUMBER or "work_per_s": NUMBER in
 // out.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -87,6 +88,15 @@ func TestCompareEverySystem(t *testing.T) {
 		if !tableHasRow(out.String(), r.Name) {
 			t.Errorf("the table has no row for %s", r.Name)
 		}
+		// Every system reports the machine's CPU of its work phase on
+		// Linux, and the cycle its own and its backends' (the server is
+		// local).
+		if runtime.GOOS == "linux" && (r.CPU == nil || !(r.CPU.Machine > 0)) {
+			t.Errorf("%s: CPU %+v, want the machine's", r.Name, r.CPU)
+		}
+		if runtime.GOOS == "linux" && r.Name == "cycle" && (r.CPU == nil || !r.CPU.Split) {
+			t.Errorf("cycle: CPU %+v, want its own and its backends'", r.CPU)
+		}
 	}
 
 	// What each system left: all n tasks done, durably.
@@ -131,7 +141,7 @@ func TestCompareEverySystem(t *testing.T) {
 func tableHasRow(out, system string) bool {
 	for _, line := range strings.Split(out, "\n") {
 		f := strings.Fields(line)
-		if len(f) >= 4 && f[0] == system && f[1] != "failed" && strings.HasSuffix(f[len(f)-1], "x") {
+		if len(f) >= 5 && f[0] == system && f[1] != "failed" && strings.HasSuffix(f[len(f)-2], "x") {
 			return true
 		}
 	}
@@ -139,6 +149,16 @@ func tableHasRow(out, system string) bool {
 }
 
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+func TestParseCPU(t *testing.T) {
+	if c := ParseCPU("work_per_s=5\n"); c != nil {
+		t.Errorf("no figures: %+v, want nil", c)
+	}
+	c := ParseCPU("machine_cpu_us_per_task=1.5\nmachine_cpu_us_per_task=20.4\nclient_cpu_us_per_task=3.0 server_cpu_us_per_task=12.25\nwork_per_s=9\n")
+	if c == nil || *c != (CPU{Machine: 20.4, Client: 3, Server: 12.25, Split: true}) {
+		t.Errorf("ParseCPU = %+v", c)
+	}
+}
 
 func TestParseRate(t *testing.T) {
 	for _, c := range []struct {

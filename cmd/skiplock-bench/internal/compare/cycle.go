@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/skiplock/skiplock/cmd/skiplock-bench/internal/cpustat"
 )
 
 // The cycle is the bare SQL of a SKIP LOCKED + advisory-lock queue with no
@@ -79,6 +82,21 @@ func runCycle(ctx context.Context, n int, dsn string, stdout, stderr io.Writer) 
 		return err
 	}
 	defer done.Close(context.WithoutCancel(ctx))
+	var lockPID, donePID int
+	if err := lock.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&lockPID); err != nil {
+		return err
+	}
+	if err := done.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&donePID); err != nil {
+		return err
+	}
+	// The server's CPU is its two backends', when the server is on this
+	// machine (their /proc entries are readable).
+	var cpu *cpustat.Work
+	if cpustat.Local(lockPID) && cpustat.Local(donePID) {
+		cpu = cpustat.Start(lockPID, donePID)
+	} else {
+		cpu = cpustat.Start()
+	}
 	worked := 0
 	for {
 		rows, err := lock.Query(ctx, cycleClaim, class, cycleBatch)
@@ -102,6 +120,8 @@ func runCycle(ctx context.Context, n int, dsn string, stdout, stderr io.Writer) 
 		worked += len(ids)
 	}
 	elapsed := time.Since(workStart)
+	var cpuOut strings.Builder
+	cpu.Report(&cpuOut, n)
 
 	var left int
 	if err := setup.QueryRow(ctx, "SELECT count(*) FROM compare_cycle WHERE status <> 'completed'").Scan(&left); err != nil {
@@ -111,6 +131,7 @@ func runCycle(ctx context.Context, n int, dsn string, stdout, stderr io.Writer) 
 		return fmt.Errorf("worked %d rows and %d are not completed, want %d and 0", worked, left, n)
 	}
 	fmt.Fprintf(stdout, "system=cycle n=%d batch=%d connections=2 insert_per_s=%.0f\n", n, cycleBatch, float64(n)/insert.Seconds())
+	io.WriteString(stdout, cpuOut.String())
 	fmt.Fprintf(stdout, "work_per_s=%.0f\n", float64(n)/elapsed.Seconds())
 	return nil
 }

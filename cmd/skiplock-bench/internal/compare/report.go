@@ -50,7 +50,7 @@ func writeTable(w io.Writer, rep *Report) error {
 	for i := range c.Rounds {
 		head += "round " + strconv.Itoa(i+1) + "\t"
 	}
-	head += "skiplock's ratio\t"
+	head += "skiplock's ratio\tCPU µs/task\t"
 	fmt.Fprintln(tw, head)
 	for _, r := range rep.Systems {
 		row := name(r.Name) + "\t" + rate(r.Best) + "\t"
@@ -62,10 +62,26 @@ func writeTable(w io.Writer, rep *Report) error {
 			ratio = fmt.Sprintf("%.2fx", r.Ratio)
 		}
 		row += ratio + "\t"
+		cpu := "-"
+		if r.CPU != nil {
+			cpu = fmt.Sprintf("%.1f", r.CPU.Machine)
+		}
+		row += cpu + "\t"
 		fmt.Fprintln(tw, row)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	var notes strings.Builder
+	for _, r := range rep.Systems {
+		if r.CPU != nil && r.CPU.Split {
+			fmt.Fprintf(&notes, "%s: %.1f µs of its own process's CPU per task, %.1f of its server backends'\n", r.Name, r.CPU.Client, r.CPU.Server)
+		}
+	}
+	if notes.Len() > 0 {
+		if _, err := fmt.Fprintf(w, "CPU µs/task: the whole machine's busy CPU during the best round's work phase, per task\n%s", notes.String()); err != nil {
+			return err
+		}
 	}
 	for _, r := range rep.Systems {
 		for _, e := range r.Errors {

@@ -7,12 +7,15 @@ import (
 	"io"
 	"log/slog"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
+
+	"github.com/skiplock/skiplock/cmd/skiplock-bench/internal/cpustat"
 )
 
 // River's side of the compare, in a process of its own: River as a
@@ -105,7 +108,7 @@ func runRiver(ctx context.Context, n int, dsn string, stdout, stderr io.Writer) 
 	})
 	defer cancel()
 	fmt.Fprintf(stderr, "river: working (%d workers)\n", riverMaxWorkers)
-	workStart := time.Now()
+	workStart, cpu := time.Now(), cpustat.Start()
 	if err := client.Start(ctx); err != nil {
 		return fmt.Errorf("starting the client: %w", err)
 	}
@@ -125,6 +128,8 @@ func runRiver(ctx context.Context, n int, dsn string, stdout, stderr io.Writer) 
 		}
 	}
 	elapsed := time.Since(workStart)
+	var cpuOut strings.Builder
+	cpu.Report(&cpuOut, n)
 	stopCtx, stopCancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer stopCancel()
 	if stopErr := client.Stop(stopCtx); stopErr != nil && err == nil {
@@ -142,6 +147,7 @@ func runRiver(ctx context.Context, n int, dsn string, stdout, stderr io.Writer) 
 	}
 	fmt.Fprintf(stdout, "system=river version=%s n=%d workers=%d fetch_cooldown=%s fetch_poll_interval=%s insert_per_s=%.0f\n",
 		riverVersion(), n, riverMaxWorkers, riverFetchCooldown, riverFetchPollInterval, float64(n)/insert.Seconds())
+	io.WriteString(stdout, cpuOut.String())
 	fmt.Fprintf(stdout, "work_per_s=%.0f\n", float64(n)/elapsed.Seconds())
 	return nil
 }

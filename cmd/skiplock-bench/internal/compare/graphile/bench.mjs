@@ -120,6 +120,7 @@ async function main(flags) {
 
   console.error(`graphile: working (${flags.procs} processes x ${SETTINGS.concurrentJobs})`);
   const start = performance.now();
+  const busy0 = machineBusy();
   for (const w of workers) w.child.send("go");
   // Look at the table rarely while the handlers run (each look reads past
   // the deleted rows), and every 2 ms once they have all run: the last
@@ -135,6 +136,7 @@ async function main(flags) {
     await new Promise((r) => setTimeout(r, handled >= flags.n ? 2 : 10));
   }
   const workS = (performance.now() - start) / 1000;
+  const busy = machineBusy() - busy0;
 
   for (const w of workers) w.child.send("stop");
   const codes = await Promise.all(workers.map((w) => w.exited));
@@ -146,6 +148,7 @@ async function main(flags) {
     throw new Error(`${handled} jobs handled, ${left} left in ${JOBS_TABLE}, worker exit codes ${codes.join(",")}`);
   }
   console.log(`system=graphile version=${version} node=${process.version} n=${flags.n} procs=${flags.procs} concurrency=${SETTINGS.concurrentJobs} local_queue=${SETTINGS.localQueue.size} insert_per_s=${Math.round(flags.n / insertS)}`);
+  if (busy > 0) console.log(`machine_cpu_us_per_task=${(busy * 1e6 / flags.n).toFixed(1)}`);
   console.log(`work_per_s=${Math.round(flags.n / workS)}`);
 }
 
@@ -161,4 +164,17 @@ if (flags.worker) {
     console.error("graphile:", e);
     process.exit(1);
   });
+}
+
+// machineBusy is the CPU time, in seconds, the whole machine has spent busy
+// (not idle, not waiting for I/O) since boot, from Linux's /proc/stat; 0
+// elsewhere. Units of USER_HZ, 100 a second.
+function machineBusy() {
+  try {
+    const f = readFileSync("/proc/stat", "utf8").split("\n")[0].trim().split(/\s+/);
+    if (f[0] !== "cpu") return 0;
+    return f.slice(1, 9).reduce((sum, v, i) => (i === 3 || i === 4 ? sum : sum + Number(v)), 0) / 100;
+  } catch {
+    return 0;
+  }
 }

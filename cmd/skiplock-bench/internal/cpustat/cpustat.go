@@ -1,0 +1,107 @@
+// Package cpustat reads CPU time from Linux's /proc: a process's, and the
+// whole machine's. Elsewhere it reads zero, and the figures built on it
+// are left out.
+package cpustat
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ClockTick is USER_HZ, the unit of /proc's CPU times. It is 100 on every
+// Linux architecture Go supports.
+const ClockTick = 100
+
+// Process returns the user+system CPU time process pid has used; zero
+// where /proc is missing or the process is not there.
+func Process(pid int) time.Duration {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	// The command name is in parentheses and may hold spaces.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * time.Second / ClockTick
+}
+
+// Local reports whether process pid is on this machine, where Process
+// reads its CPU time.
+func Local(pid int) bool {
+	_, err := os.Stat("/proc/" + strconv.Itoa(pid) + "/stat")
+	return err == nil
+}
+
+// MachineBusy is the CPU time the whole machine has spent busy (not idle,
+// not waiting for I/O) since boot, summed over its CPUs.
+func MachineBusy() time.Duration {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0
+	}
+	var ticks int64
+	for i, v := range f[1:9] {
+		if i == 3 || i == 4 { // idle, iowait
+			continue
+		}
+		n, _ := strconv.ParseInt(v, 10, 64)
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / ClockTick
+}
+
+// Work measures a work phase's CPU: the machine's, and optionally the
+// client's own process and the server processes serving it.
+type Work struct {
+	machine, client, server time.Duration
+	servers                 []int
+}
+
+// Start begins measuring; servers are the pids of the server processes
+// (PostgreSQL backends) to account as the server's, if they are local.
+func Start(servers ...int) *Work {
+	w := &Work{servers: servers, machine: MachineBusy(), client: Process(os.Getpid())}
+	for _, pid := range servers {
+		w.server += Process(pid)
+	}
+	return w
+}
+
+// Report writes, for n tasks, the CPU per task since Start as key=value
+// lines a compare run reads: machine_cpu_us_per_task (every process on
+// the machine, the server's included, while the work ran), and with
+// server pids given, client_cpu_us_per_task and server_cpu_us_per_task.
+// It writes nothing where /proc is missing.
+func (w *Work) Report(out io.Writer, n int) {
+	machine := MachineBusy() - w.machine
+	if machine <= 0 || n <= 0 {
+		return
+	}
+	per := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 / float64(n) }
+	fmt.Fprintf(out, "machine_cpu_us_per_task=%.1f\n", per(machine))
+	if len(w.servers) > 0 {
+		var server time.Duration
+		for _, pid := range w.servers {
+			server += Process(pid)
+		}
+		fmt.Fprintf(out, "client_cpu_us_per_task=%.1f server_cpu_us_per_task=%.1f\n",
+			per(Process(os.Getpid())-w.client), per(server-w.server))
+	}
+}
