@@ -71,6 +71,7 @@ func workBacklog(b *testing.B, cfg worker.Config) {
 	ctx, cancel := context.WithCancel(context.Background())
 	result := make(chan error, 1)
 
+	b.ReportAllocs()
 	b.ResetTimer()
 	start := time.Now()
 	go func() { result <- w.Run(ctx, handlers) }()

@@ -294,8 +294,8 @@ func (b *gatherer) join(ctx context.Context, t *Task) error {
 		// or the shutdown (its cancellation may not have reached this
 		// task's yet): this task's failure is recorded as that, not as an
 		// error of its own.
-		if sc := scopeOf(ctx); sc != nil && sc.cancel != nil {
-			sc.cancel(r.cause)
+		if sc := scopeOf(ctx); sc != nil && sc.ctx != nil {
+			sc.ctx.cancelCause(r.cause)
 		}
 	}
 	return r.err

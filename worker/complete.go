@@ -258,7 +258,7 @@ func (w *Worker) writeFinishes(ctx context.Context, p db.TaskFinishManyParams) (
 	}
 	return outcomePlan(ctx, w.queries, w.pool, func(tx db.DBTX) ([]int64, error) {
 		if onlyCompletions(p) {
-			return w.queries.TaskCompleteMany(ctx, tx,
+			return w.queries.TaskCompleteManyIDs(ctx, tx,
 				db.TaskCompleteManyParams{WorkerID: p.WorkerID, Ids: p.Ids, Attempts: p.Attempts, ClaimedUs: p.ClaimedUs})
 		}
 		return w.queries.TaskFinishMany(ctx, tx, p)
@@ -337,6 +337,11 @@ func onlyCompletion(p db.TaskFinishManyParams, i int) bool {
 		string(p.Errors[i]) == "null" && string(p.Outputs[i]) == "null"
 }
 
+// jsonNull is JSON null, shared by every outcome without an error or an
+// output (a conversion from a string constant is an allocation each time).
+// Nothing writes into it.
+var jsonNull = json.RawMessage("null")
+
 // finishParams lays a batch of outcomes out for TaskFinishMany; the
 // worker's ID is the writer's to set.
 func finishParams(batch []finish) db.TaskFinishManyParams {
@@ -357,11 +362,11 @@ func finishParams(batch []finish) db.TaskFinishManyParams {
 		p.Statuses[i] = string(f.status)
 		p.DelayMs[i] = f.delayMs
 		p.Refunds[i] = int32(f.refund)
-		p.Errors[i] = json.RawMessage("null")
+		p.Errors[i] = jsonNull
 		if f.entry.Outcome != "" {
 			p.Errors[i], _ = json.Marshal(f.entry)
 		}
-		p.Outputs[i] = json.RawMessage("null")
+		p.Outputs[i] = jsonNull
 		if f.output != nil {
 			p.Outputs[i] = f.output
 		}

@@ -396,6 +396,77 @@ func TestTimeoutRetriesThenFails(t *testing.T) {
 	}
 }
 
+// TestWorkerTaskTimeout: tasks without a timeout of their own time out at
+// Config.TaskTimeout, whose deadlines one timer keeps for every task: each
+// handler's context reports its deadline and ends there, the others'
+// meanwhile completing.
+func TestWorkerTaskTimeout(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const timeout = 150 * time.Millisecond
+	var slow []int64
+	for range 3 {
+		slow = append(slow, b.enqueue(t, "slow", nil, queue.WithMaxAttempts(1)))
+	}
+	quick := b.enqueue(t, "quick", nil)
+	own := b.enqueue(t, "slow", nil, queue.WithTimeout(time.Hour), queue.WithMaxAttempts(1))
+	type seen struct {
+		id          int64
+		hasDeadline bool
+		left        time.Duration
+		err         error
+	}
+	seenc := make(chan seen, 10)
+	ownStarted := make(chan context.Context, 1)
+	start(t, b.pool, worker.Config{TaskTimeout: timeout}, worker.Handlers{
+		"slow": func(ctx context.Context, task *worker.Task) error {
+			d, ok := ctx.Deadline()
+			if task.ID == own {
+				ownStarted <- ctx
+				return nil
+			}
+			left := time.Until(d)
+			<-ctx.Done()
+			seenc <- seen{task.ID, ok, left, ctx.Err()}
+			return ctx.Err()
+		},
+		"quick": func(ctx context.Context, task *worker.Task) error { return nil },
+	})
+	for range slow {
+		var s seen
+		select {
+		case s = <-seenc:
+		case <-time.After(10 * time.Second):
+			t.Fatal("a slow handler did not end")
+		}
+		if !s.hasDeadline || s.left <= 0 || s.left > timeout || !errors.Is(s.err, context.DeadlineExceeded) {
+			t.Errorf("task %d: deadline %v, %s ahead at its start; ended with %v", s.id, s.hasDeadline, s.left, s.err)
+		}
+	}
+	for _, id := range slow {
+		waitFor(t, 10*time.Second, "failure", func() bool { return b.get(t, id).Status == queue.StatusFailed })
+		e := b.get(t, id).Errors[0]
+		if e.Outcome != "timeout" || e.Error != "timed out after 150ms: context deadline exceeded" {
+			t.Fatalf("entry = %+v", e)
+		}
+		if d := e.FinishedAt.Sub(e.StartedAt); d < timeout-10*time.Millisecond {
+			t.Fatalf("attempt ended after %s, before its timeout", d)
+		}
+	}
+	waitFor(t, 10*time.Second, "quick task", func() bool { return b.get(t, quick).Status == queue.StatusCompleted })
+	// A task's own timeout stands for the worker's.
+	var ctx context.Context
+	select {
+	case ctx = <-ownStarted:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the task with its own timeout did not start")
+	}
+	if d, ok := ctx.Deadline(); !ok || time.Until(d) < 50*time.Minute {
+		t.Errorf("a task with a timeout of an hour has deadline %v, %v", d, ok)
+	}
+	waitFor(t, 10*time.Second, "own-timeout task", func() bool { return b.get(t, own).Status == queue.StatusCompleted })
+}
+
 // TestAbandonedHandler: a handler that ignores its context past the grace
 // period is abandoned: its task recorded, its lock released, its slot reused.
 func TestAbandonedHandler(t *testing.T) {

@@ -44,10 +44,15 @@ type execution struct {
 	// abandonAt is when a handler still running is abandoned (zero: not
 	// watched by abandonOverdue; an attempt run by RunTask has a timer).
 	abandonAt time.Time
-	ctx       context.Context // the handler's; cancelled by timeout or cancel
+	ctx       context.Context // the handler's (own.ctx); cancelled by timeout or cancel
 	scope     *scope          // what the handler's ctx carries (its output)
-	cancel    context.CancelCauseFunc
-	stopCtx   context.CancelFunc
+	// dl lists it for its deadline when its timeout is the worker's
+	// (deadlines.go), with dlPrev, dlNext and listed; ownTimer expires a
+	// timeout of its own.
+	dl             *deadlines
+	dlPrev, dlNext *execution
+	listed         bool
+	ownTimer       *time.Timer
 
 	settled atomic.Bool // set once by whoever records the outcome
 	mu      sync.Mutex
@@ -62,6 +67,7 @@ type execution struct {
 	own struct {
 		task  Task
 		scope scope
+		ctx   taskCtx
 	}
 }
 
@@ -95,7 +101,7 @@ func (w *Worker) launch(r db.TaskClaimRow, gen uint64, queueSlots *semaphore.Wei
 	if w.guard.lost(gen) {
 		w.cancelExecution(e, errLockLost)
 	}
-	w.execs.start(e, w.executeHandlers)
+	w.execs.start(e, w.runExecution)
 }
 
 func (w *Worker) executeHandlers(e *execution) { w.execute(e, w.handlers) }
@@ -108,22 +114,37 @@ func (w *Worker) newExecution(r db.TaskClaimRow, gen uint64, queueSlots *semapho
 		timeout = time.Duration(*r.TimeoutMs) * time.Millisecond
 	}
 	claimed := derefTime(r.StartedAt)
-	// One allocation for the execution, its Task and its scope, which live
-	// and die together.
+	// One allocation for the execution, its Task, its scope and its
+	// context, which live and die together.
 	e := &execution{claimed: claimed, slots: queueSlots, gen: gen, limits: r.LimitLocks, gated: len(r.LimitLocks) > 0 || r.Exclusive, exclusive: r.Exclusive,
 		timeout: timeout}
-	e.own.task = *queueTask(r)
+	setTask(&e.own.task, &r)
 	e.task, e.scope = &e.own.task, &e.own.scope
 	sc := e.scope
 	sc.taskID, sc.attempt, sc.claimed, sc.limit, sc.worker = r.ID, r.Attempt, claimed, w.cfg.MaxOutputSize, w
-	base, cancel := context.WithCancelCause(context.WithValue(context.Background(), scopeKey{}, sc))
-	sc.cancel = cancel
-	ctx, stop := base, context.CancelFunc(func() {})
+	c := &e.own.ctx
+	c.scope, sc.ctx = sc, c
+	e.ctx = c
 	if timeout > 0 {
-		ctx, stop = context.WithTimeoutCause(base, timeout, errTimeout)
+		c.deadline = time.Now().Add(timeout)
+		if timeout == w.cfg.TaskTimeout {
+			e.dl = &w.deadlines
+			e.dl.add(e)
+		} else {
+			e.ownTimer = time.AfterFunc(timeout, c.expire)
+		}
 	}
-	e.ctx, e.cancel, e.stopCtx = ctx, cancel, stop
 	return e
+}
+
+// stopDeadline lets go of what would expire e's context at its deadline.
+func (e *execution) stopDeadline() {
+	if e.dl != nil {
+		e.dl.remove(e)
+	}
+	if e.ownTimer != nil {
+		e.ownTimer.Stop()
+	}
 }
 
 // armAbandon abandons a timed execution whose handler is still running
@@ -147,7 +168,7 @@ func (w *Worker) execute(e *execution, handlers Handlers) {
 	var res result
 	defer func() { w.settle(e, res) }()
 
-	if cause := context.Cause(e.ctx); errors.Is(cause, errLockLost) {
+	if cause := e.own.ctx.Cause(); errors.Is(cause, errLockLost) {
 		// Its lock went before its handler began: the task may already
 		// run elsewhere.
 		res = w.classify(e, cause)
@@ -245,7 +266,7 @@ func (w *Worker) cancelExecution(e *execution, cause error) {
 	if e.settled.Load() {
 		return
 	}
-	e.cancel(cause)
+	e.own.ctx.cancelCause(cause)
 	e.addTimer(time.AfterFunc(w.cfg.AbandonAfter, func() { w.abandon(e) }))
 }
 
@@ -272,8 +293,8 @@ func (w *Worker) settle(e *execution, res result) bool {
 		t.Stop()
 	}
 	e.mu.Unlock()
-	e.stopCtx()
-	e.cancel(context.Canceled)
+	e.stopDeadline()
+	e.own.ctx.cancelCause(context.Canceled)
 
 	f := w.finishFor(e, res)
 	w.cfg.Observer.Finished(e.task, Outcome(res.outcome), f.next(), time.Since(e.task.StartedAt))
@@ -294,9 +315,9 @@ func (w *Worker) settle(e *execution, res result) bool {
 	return true
 }
 
-// queueTask converts a claimed row for handlers.
-func queueTask(r db.TaskClaimRow) *Task {
-	return &Task{
+// setTask sets t, a handler's Task, from a claimed row.
+func setTask(t *Task, r *db.TaskClaimRow) {
+	*t = Task{
 		ID:          r.ID,
 		Name:        r.Name,
 		Queue:       r.Queue,

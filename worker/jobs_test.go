@@ -104,7 +104,10 @@ func (b *jobsBundle) exec(t *testing.T, sql string, args ...any) {
 }
 
 func executionOf(r db.TaskClaimRow) *execution {
-	return &execution{task: queueTask(r), claimed: derefTime(r.StartedAt)}
+	e := &execution{claimed: derefTime(r.StartedAt)}
+	setTask(&e.own.task, &r)
+	e.task = &e.own.task
+	return e
 }
 
 // waitFor receives from ch, or fails after a patient deadline.

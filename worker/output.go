@@ -29,10 +29,10 @@ type scope struct {
 	limit   int // bytes; < 0 for none
 	worker  *Worker
 	alone   bool // RunTask's: a batch handler runs the task in a batch of one
-	// cancel cancels the handler's context: a batch whose context ended
-	// for another task's timeout, lost lock or shutdown records the same
-	// for this one (batch.go).
-	cancel context.CancelCauseFunc
+	// ctx is the handler's context, to cancel: a batch whose context
+	// ended for another task's timeout, lost lock or shutdown records the
+	// same for this one (bulk.go).
+	ctx *taskCtx
 
 	mu     sync.Mutex
 	output json.RawMessage // nil: none

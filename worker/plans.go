@@ -2,6 +2,8 @@ package worker
 
 import (
 	"context"
+	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -30,15 +32,66 @@ import (
 type customPlans struct{ db.DBTX }
 
 func (c customPlans) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	return c.DBTX.Exec(ctx, sql, append([]any{pgx.QueryExecModeExec}, args...)...)
+	return c.DBTX.Exec(ctx, sql, execArgs(args)...)
 }
 
 func (c customPlans) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	return c.DBTX.Query(ctx, sql, append([]any{pgx.QueryExecModeExec}, args...)...)
+	return c.DBTX.Query(ctx, sql, execArgs(args)...)
 }
 
 func (c customPlans) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	return c.DBTX.QueryRow(ctx, sql, append([]any{pgx.QueryExecModeExec}, args...)...)
+	return c.DBTX.QueryRow(ctx, sql, execArgs(args)...)
+}
+
+// execArgs are args for pgx.QueryExecModeExec, their integer arrays
+// written out as text (textArrays).
+func execArgs(args []any) []any {
+	return textArrays(append(make([]any, 0, len(args)+1), pgx.QueryExecModeExec), args)
+}
+
+// textArrays appends args to out, each []int64 and []int32 written out as
+// the text of a PostgreSQL array. pgx writes an integer array element by
+// element, each element boxed into an interface (and, in the text format,
+// its text made a string): an allocation or two per element, and the
+// claim's unlocks and the outcome write send arrays of a batch's tasks,
+// three of them of bigint. As text, an array is one string. In
+// pgx.QueryExecModeExec, which sends every parameter as text of no stated
+// type, these are the very bytes pgx sends; to a prepared statement pgx
+// sends a string in the text format, for PostgreSQL to read as the type
+// the statement gives the parameter, where it sent the array in binary.
+// The values are the same either way.
+func textArrays(out, args []any) []any {
+	for _, a := range args {
+		switch v := a.(type) {
+		case []int64:
+			if v != nil {
+				a = arrayText(v)
+			}
+		case []int32:
+			if v != nil {
+				a = arrayText(v)
+			}
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+// arrayText is v as a PostgreSQL array literal, as pgx writes a slice of
+// integers in the text format: {1,2,3}, and {} for none.
+func arrayText[T int32 | int64](v []T) string {
+	var b strings.Builder
+	b.Grow(2 + 21*len(v)) // the most an element takes, its comma with it: never grown again
+	b.WriteByte('{')
+	var digits [20]byte
+	for i, n := range v {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.Write(strconv.AppendInt(digits[:0], int64(n), 10))
+	}
+	b.WriteByte('}')
+	return b.String()
 }
 
 // onePlan runs the plain claim, and the claim within a held block of a
@@ -94,7 +147,7 @@ func outcomePlan[T any](ctx context.Context, queries *db.Queries, pool *pgxpool.
 
 // Exec queues sql to run before the query that sends the batch.
 func (p *onePlan) Exec(_ context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	p.batch.Queue(sql, args...)
+	p.batch.Queue(sql, textArrays(make([]any, 0, len(args)), args)...)
 	p.execs++
 	return pgconn.CommandTag{}, nil
 }
@@ -108,7 +161,7 @@ func (p *onePlan) Query(ctx context.Context, sql string, args ...any) (pgx.Rows,
 			return nil, err
 		}
 	}
-	p.batch.Queue(sql, args...)
+	p.batch.Queue(sql, textArrays(make([]any, 0, len(args)), args)...)
 	br := p.conn.SendBatch(ctx, &p.batch)
 	for ; p.execs > 0; p.execs-- {
 		if _, err := br.Exec(); err != nil {

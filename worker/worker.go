@@ -70,10 +70,14 @@ type Worker struct {
 	cursors    claimCursors // where each claim loop's claims start (cursor.go)
 	settled    sync.WaitGroup
 	execs      *executors // goroutines that run handlers (executors.go)
-	gatherers  sync.Map   // *bulkSpec -> *gatherer: bulk handlers' groups (bulk.go)
-	comp       *completer
-	window     *windowSizer // sizes Concurrency by the round trip when it was left at zero
-	classOID   int64        // skiplock_tasks' OID: the advisory lock class
+	// runExecution is executeHandlers, as a func value made once: a
+	// method value made per task was an allocation per task.
+	runExecution func(*execution)
+	deadlines    deadlines // expires handlers' contexts at TaskTimeout (deadlines.go)
+	gatherers    sync.Map  // *bulkSpec -> *gatherer: bulk handlers' groups (bulk.go)
+	comp         *completer
+	window       *windowSizer // sizes Concurrency by the round trip when it was left at zero
+	classOID     int64        // skiplock_tasks' OID: the advisory lock class
 	// limitClass is skiplock_limits' OID: the first key of limit slot
 	// locks (clusterlimits.go).
 	limitClass int32
@@ -113,6 +117,7 @@ func New(pool *pgxpool.Pool, cfg Config) *Worker {
 		schedulesChanged: make(chan struct{}, 1),
 	}
 	w.freed.send = w.sendFreed
+	w.runExecution = w.executeHandlers
 	w.iso = newIsolator(w)
 	w.guard = newGuard(guardDeps{
 		pool: pool, queries: w.queries, cfg: cfg, log: w.log,
