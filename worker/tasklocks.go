@@ -63,7 +63,10 @@ func (s *lockSession) claim(p db.TaskClaimParams, how claimHow) (rows []db.TaskC
 			}
 			switch ran {
 			case howQueue:
-				rows, err = claimQueue(ctx, s.queries, customPlans{conn}, p)
+				var plan *onePlan
+				if plan, err = newOnePlan(ctx, s.queries, conn); err == nil {
+					rows, err = claimQueue(ctx, s.queries, plan, p)
+				}
 			case howHeld:
 				var plan *onePlan
 				if plan, err = newOnePlan(ctx, s.queries, conn); err == nil {
