@@ -60,7 +60,7 @@ func (g *advisoryGuard) open(ctx context.Context, classOID int64, o *outage) err
 	g.ls = newLockSession(g.pool.Config().ConnConfig, int32(uint32(classOID)), classOID, g.cfg.sessionTuning(), g.log)
 	g.ls.onLost = g.sessionLost
 	g.ls.onUp = g.sessionUp
-	g.ls.onFreed = g.announce
+	g.ls.onFreed = g.freed
 	g.ls.register = g.row.registerSession
 	g.ls.turns = !g.cfg.ParallelClaims
 	return untilAvailable(ctx, o, g.pool, func(ctx context.Context) error {
@@ -69,6 +69,16 @@ func (g *advisoryGuard) open(ctx context.Context, classOID int64, o *outage) err
 		}
 		return nil
 	})
+}
+
+// freed announces places that the session's unlocks freed, and wakes this
+// worker's claim loops if their tasks' ends did not (wake): the worker does
+// not hear its own announcement (ownFreed).
+func (g *advisoryGuard) freed(wake bool) {
+	if wake {
+		g.wakeAll()
+	}
+	g.announce()
 }
 
 // close ends the lock session, releasing every lock it holds.
@@ -106,22 +116,29 @@ func (g *advisoryGuard) lost(gen uint64) bool { return gen <= g.ls.lostGen.Load(
 func (g *advisoryGuard) reconcile() error { return g.ls.reconcile() }
 
 // release queues the batch's unlocks, by the generation that locked them.
+// An exclusive key is free once the outcome is written, which it is: that
+// is announced now. A place of a limit is free once its block's lock is
+// released, which the session finds out (a block may hold more of this
+// worker's tasks) and announces once the statement that carries the
+// unlock has run; the unlock of a task that held a scarce place (gated)
+// does not wait for a later claim to carry it. Announced after the unlock
+// as well, an exclusive key reached the other workers a claim's round
+// trip later: the claim that carried the unlock went first.
 func (g *advisoryGuard) release(batch []finish) {
 	byGen := map[uint64][]int64{}
 	limits := map[uint64][]int32{}
-	gated := false
+	exclusive, gatedPlace := false, false
 	for _, f := range batch {
 		byGen[f.gen] = append(byGen[f.gen], f.id)
 		limits[f.gen] = append(limits[f.gen], f.limits...)
-		// An exclusive key is free once the outcome is written; a place
-		// of a limit once its block's lock is released, which the session
-		// finds out (a block may hold more of this worker's tasks).
-		gated = gated || f.exclusive
+		exclusive = exclusive || f.exclusive
+		gatedPlace = gatedPlace || f.gated && len(f.limits) > 0
+	}
+	if exclusive {
+		g.announce()
 	}
 	for gen, ids := range byGen {
-		// Free once the statement that carries the unlocks has run: the
-		// session announces it then.
-		g.ls.release(ids, limits[gen], gen, gated)
+		g.ls.release(ids, limits[gen], gen, gatedPlace)
 	}
 }
 
