@@ -14,12 +14,12 @@ import (
 // notification or the poll, so the end of such a task ("gated",
 // execution.gated) is told to them: this worker's loops at once
 // (completer.wakeClaims), every other worker's by a notification of the
-// work channel with an empty payload, sent once the place is free: an
-// exclusive key once the outcome is written, a limit's slot once its
-// lock's unlock has run in advisory mode (the outcome write in lease
-// mode, where a limit counts running rows). Without it, a freed place
-// waited for the poll: PollInterval, a second by default. The sender does
-// not wake itself again when it hears its own (ownFreed).
+// work channel with an empty payload, sent once the place is free (after
+// the task's unlock has run in advisory mode, carried by the claim this
+// worker makes at once, which may take the place again: then nothing is
+// announced; after the outcome write in lease mode). Without it, a freed
+// place waited for the poll: PollInterval, a second by default. The sender
+// does not wake itself again when it hears its own (ownFreed).
 
 // freedAnnouncer sends the notifications, one at a time: announcements
 // that arrive while one is being sent are told by one more, not one each.
