@@ -19,13 +19,13 @@ SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
        set_config('jit', 'off', true)
 `
 
-// Run in the same implicit transaction just before TaskClaimPlain, or
-// TaskClaimHeld, on the lock session (worker/plans.go), in the same round
-// trip and for that transaction only: the claim runs on the session's one
-// generic plan, and whenever PostgreSQL makes that plan (first use, or
-// after the table's statistics or schema change), these make it the claim
-// index read in claim order and the primary key per row, whatever the
-// table's size and statistics then. Left to its estimates, the planner
+// Run in the same implicit transaction just before TaskClaimPlain,
+// TaskClaimQueue or TaskClaimHeld, on the lock session (worker/plans.go),
+// in the same round trip and for that transaction only: the claim runs on
+// the session's one generic plan, and whenever PostgreSQL makes that plan
+// (first use, or after the table's statistics or schema change), these
+// make it the claim index read in claim order and the primary key per row,
+// whatever the table's size and statistics then. Left to its estimates, the planner
 // chose a bitmap scan and a sort of every pending row from 1,000 rows up
 // (65-430 ms at 100,000 rows against 3 ms). No path is forbidden, only
 // priced out: the small tables it reads (skiplock_queues, skiplock_limits)

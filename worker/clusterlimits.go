@@ -24,9 +24,10 @@ import (
 //     frees its blocks with its session, at once, as it frees its task
 //     locks. A claim with no limit row costs one look at the empty table.
 //     While the only limits are queue limits, claims use TaskClaimQueue, a
-//     fraction of TaskClaim's cost (one scope per row at most); under a
-//     queue limit far above what runs it fills a held block with no lock
-//     tried but the tasks' (heldClaims).
+//     fraction of TaskClaim's cost (one scope per row at most), on the
+//     lock session's one generic plan (onePlan); under a queue limit far
+//     above what runs it fills a held block with no lock tried but the
+//     tasks' (heldClaims).
 //   - Lease mode: nothing outlives a transaction, so a claim that may meet
 //     a limit runs in a transaction that first takes a transaction lock per
 //     limit (LimitLockForClaim), then counts the running tasks of each

@@ -127,3 +127,65 @@ func TestCompleterReusesBuffers(t *testing.T) {
 		t.Fatalf("%d outcomes written, want %d", len(writes), early+adders*each)
 	}
 }
+
+// With one write allowed in flight, an outcome that holds a scarce place
+// (gated) does not wait for the write in flight to end: it goes in a
+// write of its own, whose release follows at once. Outcomes of plain tasks
+// that come meanwhile wait for the writes in flight, as before.
+func TestCompleterWritesGatedAtOnce(t *testing.T) {
+	t.Parallel()
+	unblock := make(chan struct{})
+	started := make(chan []int64, 4)
+	released := make(chan []int64, 4)
+	c := newCompleter(
+		func(_ context.Context, p db.TaskFinishManyParams) ([]int64, error) {
+			started <- p.Ids
+			if p.Ids[0] == 1 {
+				<-unblock // the first write hangs in flight
+			}
+			return p.Ids, nil
+		},
+		func(batch []finish) {
+			var ids []int64
+			for _, f := range batch {
+				ids = append(ids, f.id)
+			}
+			released <- ids
+		},
+		func([]finish) {},
+		func(string) {},
+		slog.New(slog.NewTextHandler(io.Discard, nil)),
+		1,
+	)
+	go c.run()
+	defer c.close()
+	var once sync.Once
+	release := func() { once.Do(func() { close(unblock) }) }
+	defer release() // before close, which waits for the writes
+	c.add(finish{id: 1, status: queue.StatusCompleted, delayMs: -1})
+	if got := <-started; !slices.Equal(got, []int64{1}) {
+		t.Fatalf("first write %v", got)
+	}
+	c.add(finish{id: 2, status: queue.StatusCompleted, delayMs: -1, gated: true})
+	select {
+	case got := <-started:
+		if !slices.Equal(got, []int64{2}) {
+			t.Fatalf("second write %v, want the gated outcome alone", got)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the gated outcome waited for the write in flight")
+	}
+	if got := <-released; !slices.Equal(got, []int64{2}) {
+		t.Fatalf("released %v first, want the gated outcome's write", got)
+	}
+	c.add(finish{id: 3, status: queue.StatusCompleted, delayMs: -1})
+	select {
+	case got := <-started:
+		t.Fatalf("write %v went out with one in flight and nothing gated", got)
+	case <-time.After(50 * time.Millisecond):
+	}
+	release()
+	if got := <-started; !slices.Equal(got, []int64{3}) {
+		t.Fatalf("third write %v", got)
+	}
+}

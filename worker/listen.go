@@ -13,10 +13,10 @@ import (
 // control channel is a command to the workers. Notifications only hasten
 // things; polls cover any that are missed while reconnecting.
 type listener struct {
-	config    *pgx.ConnConfig // nil: no LISTEN, the worker polls
-	work      string          // channel of queue names
-	control   string          // channel of commands (internal/control)
-	onWork    func(queueName string)
+	config    *pgx.ConnConfig                    // nil: no LISTEN, the worker polls
+	work      string                             // channel of queue names
+	control   string                             // channel of commands (internal/control)
+	onWork    func(queueName string, pid uint32) // pid: the backend that sent it
 	onControl func(msg string)
 	// onListen runs each time LISTEN holds again: work may have arrived
 	// while no one listened.
@@ -60,7 +60,7 @@ func (l *listener) run(ctx context.Context) {
 					if n.Channel == l.control {
 						l.onControl(n.Payload)
 					} else {
-						l.onWork(n.Payload)
+						l.onWork(n.Payload, n.PID)
 					}
 				}
 			}

@@ -3,7 +3,9 @@ package worker
 import (
 	"context"
 	"testing"
+	"time"
 
+	"github.com/skiplock/skiplock/db"
 	"github.com/skiplock/skiplock/internal/control"
 	"github.com/skiplock/skiplock/internal/schema"
 	"github.com/skiplock/skiplock/queue"
@@ -16,7 +18,7 @@ func TestListenerHandsOverWorkAndCommands(t *testing.T) {
 	woken, commands := make(chan string, 10), make(chan string, 10)
 	l := &listener{
 		config: b.pool.Config().ConnConfig.Copy(), work: work, control: ctl,
-		onWork: func(q string) { woken <- q }, onControl: func(msg string) { commands <- msg },
+		onWork: func(q string, _ uint32) { woken <- q }, onControl: func(msg string) { commands <- msg },
 		onListen: func() {}, log: b.log, listening: make(chan struct{}),
 	}
 	ctx, stop := context.WithCancel(context.Background())
@@ -37,5 +39,61 @@ func TestListenerHandsOverWorkAndCommands(t *testing.T) {
 	msg := waitFor(t, commands, "a cancel command")
 	if id, ok := control.ParseCancel(msg); !ok || id != rows[0].ID {
 		t.Errorf("command %q, want the cancellation of task %d", msg, rows[0].ID)
+	}
+}
+
+// A worker passes over its own announcements that a place is free, once
+// each, recognised by the backend that sent them; another backend's, and
+// one of its own that came back too late to be recognised, wake it.
+func TestOwnFreedAnnouncements(t *testing.T) {
+	t.Parallel()
+	var o ownFreed
+	o.sending(10)
+	o.sending(10)
+	if o.own(11) {
+		t.Error("another backend's announcement taken for the worker's own")
+	}
+	if !o.own(10) || !o.own(10) {
+		t.Error("the worker's own two announcements not recognised")
+	}
+	if o.own(10) {
+		t.Error("a third announcement from the backend taken for one of the two sent")
+	}
+	o.sending(12)
+	o.mu.Lock()
+	o.sent[12][0] = time.Now().Add(-2 * ownFreedTTL)
+	o.mu.Unlock()
+	if o.own(12) {
+		t.Error("an announcement older than ownFreedTTL still recognised")
+	}
+	o.mu.Lock()
+	left := len(o.sent)
+	o.mu.Unlock()
+	if left != 0 {
+		t.Errorf("%d backends still remembered", left)
+	}
+}
+
+// A claim that took again every limit block its unlocks released leaves no
+// place free to announce; one that left any of them, or released none,
+// does not say so.
+func TestRetook(t *testing.T) {
+	t.Parallel()
+	rows := []db.TaskClaimRow{{LimitLocks: []int32{5, 7}}, {LimitLocks: []int32{9}}}
+	for _, c := range []struct {
+		unlocked []int32
+		want     bool
+	}{
+		{[]int32{5}, true},
+		{[]int32{9, 7}, true},
+		{[]int32{5, 6}, false},
+		{nil, false},
+	} {
+		if got := retook(c.unlocked, rows); got != c.want {
+			t.Errorf("retook(%v) = %v, want %v", c.unlocked, got, c.want)
+		}
+	}
+	if retook([]int32{5}, nil) {
+		t.Error("a claim that took nothing took a block again")
 	}
 }

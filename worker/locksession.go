@@ -44,8 +44,10 @@ type lockSession struct {
 	log      *slog.Logger
 	onLost   func(gen uint64) // called without mu held, once per lost generation
 	onUp     func(gen uint64, backendPID uint32)
-	// onFreed announces that unlocks of gated tasks (release) have run.
-	onFreed func()
+	// onFreed announces that unlocks of gated tasks (release) have run;
+	// wake asks for this worker's claim loops to be woken too (the
+	// announcement is not heard by the worker that sends it).
+	onFreed func(wake bool)
 	// register records the session in skiplock_workers, on the session
 	// itself, before it is used.
 	register func(ctx context.Context, conn *pgx.Conn, backendPID int32) error
@@ -294,7 +296,7 @@ func (s *lockSession) close() {
 	conn := s.conn
 	freed := false
 	if conn != nil {
-		_, _, freed = s.takeUnlocks(s.gen)
+		_, _, freed, _ = s.takeUnlocks(s.gen)
 		freed = freed || len(s.heldLimits) > 0
 	}
 	s.conn = nil
@@ -311,7 +313,7 @@ func (s *lockSession) close() {
 	_ = s.queries.LockSessionReleaseAll(ctx, customPlans{conn})
 	conn.Close(ctx)
 	if freed {
-		s.announceFreed()
+		s.announceFreed(false) // the worker is stopping
 	}
 }
 

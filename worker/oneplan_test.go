@@ -142,6 +142,67 @@ func TestHeldClaimOnePlan(t *testing.T) {
 	}
 }
 
+// The queue claim under a limit that binds (each claim takes what the
+// places left allow, and counts the running rows to find out) runs on the
+// lock session's one generic plan too: the claim index in claim order,
+// each row by its primary key, and never more rows than the places left.
+func TestQueueClaimOnePlan(t *testing.T) {
+	t.Parallel()
+	b := setupJobs(t)
+	ctx := context.Background()
+	const limit = 30
+	if err := b.client.SetLimit(ctx, queue.Limit{Queue: queue.DefaultQueue, Max: limit}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.pool.Exec(ctx, `INSERT INTO skiplock_tasks (name) SELECT 'job' FROM generate_series(1, 20000)`); err != nil {
+		t.Fatal(err)
+	}
+	ls, p := openClaimSession(t, b)
+	p.Max, p.CheckFull = 20, true
+	last := int64(0)
+	var running []db.TaskClaimRow
+	gen := uint64(0)
+	for i := range 8 {
+		rows, g, ran, err := ls.claim(p, howQueue)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gen = g
+		if ran != howQueue {
+			t.Fatalf("claim ran as %v", ran)
+		}
+		// Claims alternate: 20 rows, then the 10 places left; then all
+		// of the earlier claim's are given back and the next takes 20.
+		if want := min(20, limit-len(running)); len(rows) != want {
+			t.Fatalf("claim %d took %d rows with %d running, want %d", i, len(rows), len(running), want)
+		}
+		for _, r := range rows {
+			if r.ID < last {
+				t.Fatalf("row %d out of claim order after %d", r.ID, last)
+			}
+			last = r.ID
+		}
+		running = append(running, rows...)
+		if len(running) == limit {
+			// The outcomes are written, then the locks released.
+			ids := make([]int64, len(running))
+			var blocks []int32
+			for j, r := range running {
+				ids[j] = r.ID
+				blocks = append(blocks, r.LimitLocks...)
+			}
+			if _, err := b.pool.Exec(ctx, `UPDATE skiplock_tasks SET status = 'completed', finished_at = now() WHERE id = ANY($1)`, ids); err != nil {
+				t.Fatal(err)
+			}
+			ls.release(ids, blocks, gen, true)
+			running = nil
+		}
+	}
+	if plan := sessionPlan(t, b, ls, "TaskClaimQueue", "planned on a backlog never analyzed", 8); !claimOrderPlan(plan, "Sort Key: p.priority") {
+		t.Fatalf("the queue claim's plan:\n%s", plan)
+	}
+}
+
 // claimOrderPlan reports whether a claim's plan reads the claim index in
 // claim order and each row by its primary key: no sequential or bitmap
 // scan of the task table, and no sort that sort names.

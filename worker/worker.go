@@ -44,6 +44,7 @@ type Worker struct {
 	inflight map[*execution]struct{}
 	queues   *queueSet      // the queues claimed from, and their claim loops (queues.go)
 	freed    freedAnnouncer // tells other workers that a place is free (freed.go)
+	ownFreed ownFreed       // its announcements, which its listener passes over
 
 	stops stopRequests // Stop and StopAndCancel (shutdown.go)
 
@@ -245,7 +246,7 @@ func (w *Worker) Run(ctx context.Context, handlers Handlers) error {
 func (w *Worker) newListener(listening chan struct{}) *listener {
 	return &listener{
 		config: w.guard.listenConfig(), work: w.channel, control: w.control,
-		onWork: w.wake, onControl: w.handleControl, onListen: func() { w.wakeAll(); w.iso.tell() },
+		onWork: w.heard, onControl: w.handleControl, onListen: func() { w.wakeAll(); w.iso.tell() },
 		log: w.log, listening: listening,
 	}
 }
@@ -295,6 +296,16 @@ func (w *Worker) wake(queueName string) {
 		default:
 		}
 	}
+}
+
+// heard wakes the claim loops a notification of the work channel from
+// backend pid names, unless it is the worker's own announcement that a
+// place is free: its loops were woken when it freed the place.
+func (w *Worker) heard(queueName string, pid uint32) {
+	if queueName == "" && w.ownFreed.own(pid) {
+		return
+	}
+	w.wake(queueName)
 }
 
 func (w *Worker) wakeAll() {

@@ -63,6 +63,7 @@ const (
 	DefaultDuration        = 2 * time.Minute
 	DefaultPin             = 4 * time.Minute
 	DefaultWorkflowSize    = 100
+	DefaultGatedWork       = 36 * time.Millisecond
 )
 
 // Options selects and sizes the workloads. The zero value runs
@@ -169,6 +170,11 @@ type Options struct {
 	// the CPU, so that other work on a shared machine does not skew the
 	// numbers. Every run reports the share other processes took.
 	WaitQuiet time.Duration
+	// GatedWork are the handler times of the gated workload's tasks, one
+	// pair of cases (limit, exclusive keys) per value: the shorter the
+	// task, the larger the share of a place's time that its hand-off
+	// takes. Defaults to [DefaultGatedWork].
+	GatedWork []time.Duration
 	// RateKeyBacklog is the rate-key workload's backlog per key. Defaults
 	// to DefaultRateKeyBacklog (200: 20 one-second windows at 10 per key).
 	RateKeyBacklog int
@@ -245,6 +251,9 @@ func (o Options) withDefaults() (Options, error) {
 	if o.RateKeyBacklog == 0 {
 		o.RateKeyBacklog = DefaultRateKeyBacklog
 	}
+	if len(o.GatedWork) == 0 {
+		o.GatedWork = []time.Duration{DefaultGatedWork}
+	}
 	if len(o.Self) == 0 {
 		exe, err := os.Executable()
 		if err != nil {
@@ -290,6 +299,9 @@ func (o Options) withDefaults() (Options, error) {
 		check(n > 0, "procs must be positive, got %d", n)
 	}
 	check(o.Producers > 0, "producers must be positive, got %d", o.Producers)
+	for _, d := range o.GatedWork {
+		check(d > 0, "gated work must be positive, got %s", d)
+	}
 	check(o.RateKeyBacklog > 0, "rate-key backlog must be positive, got %d", o.RateKeyBacklog)
 	check(o.PoolConns > 0, "pool connections must be positive, got %d", o.PoolConns)
 	check(o.EnqueueDuration > 0, "enqueue duration must be positive, got %s", o.EnqueueDuration)

@@ -54,6 +54,7 @@ func TestRunEveryWorkload(t *testing.T) {
 		Purge:           time.Second,
 		Pin:             2 * time.Second,
 		RateKeyBacklog:  10,
+		GatedWork:       []time.Duration{10 * time.Millisecond, 20 * time.Millisecond},
 		Trace:           true,
 		JSON:            true,
 		SVGDir:          svgDir,
@@ -74,7 +75,14 @@ func TestRunEveryWorkload(t *testing.T) {
 		}
 	}
 	limited, released, firsts := false, 0, 0
+	var gated []string
 	for _, r := range report.Results {
+		if r.Workload == WorkloadGated && r.Metric == "of ideal" {
+			gated = append(gated, r.Case)
+			if !(r.Median > 0) {
+				t.Errorf("%s: %v of ideal", r.Case, r.Median)
+			}
+		}
 		if (r.Workload == WorkloadThroughput || r.Workload == WorkloadWorkflow) && r.Metric == "throughput" && !(r.Median > 0) {
 			t.Errorf("%s %s: throughput %v", r.Workload, r.Case, r.Median)
 		}
@@ -103,6 +111,13 @@ func TestRunEveryWorkload(t *testing.T) {
 	}
 	if !limited {
 		t.Error("no throughput case with limit=1000")
+	}
+	wantGated := []string{
+		"limit slots=3 workers=3 tasks=300 work=10ms", "exclusive slots=3 workers=3 tasks=300 work=10ms",
+		"limit slots=3 workers=3 tasks=300 work=20ms", "exclusive slots=3 workers=3 tasks=300 work=20ms",
+	}
+	if !slices.Equal(gated, wantGated) {
+		t.Errorf("gated cases %q, want %q", gated, wantGated)
 	}
 	if firsts == 0 {
 		t.Error("no throughput case reports the first task after Run")
@@ -291,6 +306,9 @@ func TestCommandBadInput(t *testing.T) {
 		{"--workload", "latency", "--shards", "1"},
 		{"--workload", "throughput", "--shard-servers", "postgres://x"},
 		{"--workload", "throughput", "--shards", "1", "--limit", "10"},
+		{"--workload", "gated", "--gated-work", "ten"},
+		{"--workload", "gated", "--gated-work", "36"},
+		{"--workload", "gated", "--gated-work", "10ms,0s"},
 	} {
 		var stdout, stderr bytes.Buffer
 		if code := Command(context.Background(), nil, args, &stdout, &stderr); code != 2 {
@@ -373,6 +391,9 @@ func TestStats(t *testing.T) {
 	got, err := intList("1, 2,100k,1M")
 	if err != nil || !slices.Equal(got, []int{1, 2, 100_000, 1_000_000}) {
 		t.Errorf("intList = %v, %v", got, err)
+	}
+	if d, err := durationList("10ms, 1.5s"); err != nil || !slices.Equal(d, []time.Duration{10 * time.Millisecond, 1500 * time.Millisecond}) {
+		t.Errorf("durationList = %v, %v", d, err)
 	}
 }
 

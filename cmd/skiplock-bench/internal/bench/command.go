@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 )
 
 const usage = `Usage: skiplock-bench [flags]
@@ -37,9 +38,9 @@ Workloads: throughput, workflow, burst, enqueue-copy, enqueue-single,
 latency, scaling, gated, bulk, rate-key, sustained and pinned. Not run
 unless named: workflow (throughput with the backlog made of workflows: a
 root, --workflow-size minus 2 tasks depending on it, a final task depending
-on all of those), gated (300 tasks of 36 ms under a cluster-wide limit of 3,
-then under 3 exclusive keys, worked by 3 workers: how fast a freed place is
-taken), bulk (--tasks tasks that each insert a row, by a handler per task
+on all of those), gated (300 tasks of 36 ms, or of each --gated-work, under a
+cluster-wide limit of 3, then under 3 exclusive keys, worked by 3 workers:
+how fast a freed place is taken), bulk (--tasks tasks that each insert a row, by a handler per task
 with a one-row INSERT, then by a bulk handler of 100 with one multi-row
 INSERT), rate-key (--rate-key-backlog tasks for each of 5 keys under a
 per-key rate limit of 10/s, worked by 3 worker processes: the rate each key
@@ -94,6 +95,7 @@ func Command(ctx context.Context, self, args []string, stdout, stderr io.Writer)
 	fs.DurationVar(&o.LatencyDuration, "latency-duration", DefaultLatencyDuration, "how long each latency case enqueues")
 	fs.Float64Var(&o.SustainedRate, "rate-sustained", DefaultSustainedRate, "enqueue rate of the sustained workload, tasks/s")
 	fs.DurationVar(&o.Duration, "duration", DefaultDuration, "how long the sustained workload runs")
+	gatedWork := fs.String("gated-work", DefaultGatedWork.String(), "gated: how long each task's handler takes, comma-separated `durations` (10ms,20ms,36ms), one limit case and one exclusive-key case each")
 	fs.IntVar(&o.RateKeyBacklog, "rate-key-backlog", DefaultRateKeyBacklog, "rate-key: tasks per key (5 keys, a limit of 10/s per key, 3 worker processes)")
 	fs.DurationVar(&o.Pin, "pin", DefaultPin, "pinned: how long another session holds the xmin horizon back (idle in transaction) while --rate-sustained is offered")
 	fs.DurationVar(&o.Purge, "purge", 0, "sustained: every `interval`, purge completed tasks older than it (as a scheduled skiplock purge would)")
@@ -141,7 +143,9 @@ func Command(ctx context.Context, self, args []string, stdout, stderr io.Writer)
 			if o.Procs, err = intList(*procs); err == nil {
 				if o.Limits, err = intList(*limits); err == nil {
 					if o.Rates, err = floatList(*rates); err == nil {
-						o.Shards, err = intList(*shards)
+						if o.Shards, err = intList(*shards); err == nil {
+							o.GatedWork, err = durationList(*gatedWork)
+						}
 					}
 				}
 			}
@@ -189,6 +193,18 @@ func intList(s string) ([]int, error) {
 		out[i] = int(f)
 	}
 	return out, err
+}
+
+func durationList(s string) ([]time.Duration, error) {
+	var out []time.Duration
+	for _, f := range splitList(s) {
+		d, err := time.ParseDuration(f)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not a duration (36ms, say)", f)
+		}
+		out = append(out, d)
+	}
+	return out, nil
 }
 
 func floatList(s string) ([]float64, error) {

@@ -16,41 +16,49 @@ import (
 // handed on: a cluster-wide concurrency limit of gatedSlots, and as many
 // exclusive keys. gatedWorkers workers (each with its own pool, lock
 // session and listener, as separate processes would have; default Config
-// otherwise, the poll at its default second) work gatedTasks tasks of
-// gatedWork each. The ideal is every place busy all the time:
-// gatedSlots / gatedWork tasks a second.
+// otherwise, the poll at its default second) work gatedTasks tasks whose
+// handler takes a given time (Options.GatedWork, one pair of cases each).
+// The ideal is every place busy all the time: gatedSlots / work tasks a
+// second.
 const (
 	gatedSlots   = 3
 	gatedWorkers = 3
 	gatedTasks   = 300
-	gatedWork    = 36 * time.Millisecond
 )
 
 func (b *bencher) gated(ctx context.Context) error {
-	ideal := float64(gatedSlots) / gatedWork.Seconds()
 	var cases []benchCase
-	for _, kind := range []string{"limit", "exclusive"} {
-		name := fmt.Sprintf("%s slots=%d workers=%d tasks=%d work=%s", kind, gatedSlots, gatedWorkers, gatedTasks, gatedWork)
-		params := map[string]float64{"slots": gatedSlots, "procs": gatedWorkers, "tasks": gatedTasks, "work_ms": float64(gatedWork.Milliseconds())}
-		cases = append(cases, benchCase{workload: WorkloadGated, name: name, params: params,
-			run: func(ctx context.Context, run int) ([]measure, error) {
-				elapsed, err := b.workGated(ctx, kind, WorkloadGated+" "+name+runLabel(run, b.opts.Runs))
-				if err != nil {
-					return nil, err
-				}
-				r := rate(int64(gatedTasks), elapsed)
-				return []measure{
-					{metric: "work", unit: "tasks/s", value: r},
-					{metric: "of ideal", unit: "ratio", value: r / ideal, target: &target{atLeast: true, v: 0.8}},
-				}, nil
-			}})
+	for _, work := range b.opts.GatedWork {
+		ideal := float64(gatedSlots) / work.Seconds()
+		for _, kind := range []string{"limit", "exclusive"} {
+			cases = append(cases, b.gatedCase(kind, work, ideal))
+		}
 	}
 	return b.alternate(ctx, cases)
 }
 
+// gatedCase is one case of the gated workload: tasks of work each, under a
+// limit or exclusive keys, measured against ideal tasks a second.
+func (b *bencher) gatedCase(kind string, work time.Duration, ideal float64) benchCase {
+	name := fmt.Sprintf("%s slots=%d workers=%d tasks=%d work=%s", kind, gatedSlots, gatedWorkers, gatedTasks, work)
+	params := map[string]float64{"slots": gatedSlots, "procs": gatedWorkers, "tasks": gatedTasks, "work_ms": float64(work) / float64(time.Millisecond)}
+	return benchCase{workload: WorkloadGated, name: name, params: params,
+		run: func(ctx context.Context, run int) ([]measure, error) {
+			elapsed, err := b.workGated(ctx, kind, work, WorkloadGated+" "+name+runLabel(run, b.opts.Runs))
+			if err != nil {
+				return nil, err
+			}
+			r := rate(int64(gatedTasks), elapsed)
+			return []measure{
+				{metric: "work", unit: "tasks/s", value: r},
+				{metric: "of ideal", unit: "ratio", value: r / ideal, target: &target{atLeast: true, v: 0.8}},
+			}, nil
+		}}
+}
+
 // workGated runs one case and returns the time from the first task's start
 // to the last one's end.
-func (b *bencher) workGated(ctx context.Context, kind, label string) (time.Duration, error) {
+func (b *bencher) workGated(ctx context.Context, kind string, work time.Duration, label string) (time.Duration, error) {
 	s, err := b.env.newSchema(ctx, 0)
 	if err != nil {
 		return 0, err
@@ -74,7 +82,7 @@ func (b *bencher) workGated(ctx context.Context, kind, label string) (time.Durat
 	}
 	handlers := worker.Handlers{"gated": func(ctx context.Context, _ *worker.Task) error {
 		select {
-		case <-time.After(gatedWork):
+		case <-time.After(work):
 			return nil
 		case <-ctx.Done():
 			return ctx.Err()
