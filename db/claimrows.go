@@ -6,6 +6,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
@@ -39,8 +40,42 @@ func (q *Queries) TaskClaimPlainRows(ctx context.Context, db DBTX, arg TaskClaim
 	if err != nil {
 		return nil, err
 	}
+	return scanClaimRows(rows, arg.Max)
+}
+
+// TaskClaimHeldRows runs TaskClaimHeld, whose rows are TaskClaimPlain's
+// (the same columns in the same order; its limit_locks is the block's
+// key), and reads them as TaskClaimPlainRows does.
+func (q *Queries) TaskClaimHeldRows(ctx context.Context, db DBTX, arg TaskClaimHeldParams) ([]TaskClaimRow, error) {
+	rows, err := db.Query(ctx, taskClaimHeld,
+		arg.WorkerID,
+		arg.LockClass,
+		arg.UnlockIds,
+		arg.LimitClass,
+		arg.UnlockLimitLocks,
+		arg.Queue,
+		arg.HeldLimitCounts,
+		arg.HeldLimitLocks,
+		arg.UseAfter,
+		arg.AfterPriority,
+		arg.AfterRunAt,
+		arg.AfterID,
+		arg.OnlyNames,
+		arg.SkipNames,
+		arg.Max,
+		arg.ExclusiveSeed,
+	)
+	if err != nil {
+		return nil, err
+	}
+	return scanClaimRows(rows, arg.Max)
+}
+
+// scanClaimRows reads a claim's rows (TaskClaimPlain's columns, in their
+// order) into TaskClaimRow, in one allocation of max rows, and closes rows.
+func scanClaimRows(rows pgx.Rows, max32 int32) ([]TaskClaimRow, error) {
 	defer rows.Close()
-	n := min(max(arg.Max, 1), 10000)
+	n := min(max(max32, 1), 10000)
 	items := make([]TaskClaimRow, 0, n)
 	// Per row, rows.Scan's arguments, a new time.Time for started_at, a
 	// new string for the queue and the name, and a copy of the payload and
@@ -143,3 +178,9 @@ func (r *rawChunks) ScanBytes(v []byte) error {
 	}
 	return nil
 }
+
+// sqlc's rows of the two claims have the same fields as TaskClaimRow.
+var (
+	_ = TaskClaimRow(TaskClaimPlainRow{})
+	_ = TaskClaimRow(TaskClaimHeldRow{})
+)

@@ -185,18 +185,13 @@ func claimQueue(ctx context.Context, queries *db.Queries, tx db.DBTX, p db.TaskC
 // claimHeld claims with TaskClaimHeld, whose parameters are TaskClaim's
 // less those of scopes, and whose rows are TaskClaim's.
 func claimHeld(ctx context.Context, queries *db.Queries, tx db.DBTX, p db.TaskClaimParams) ([]db.TaskClaimRow, error) {
-	held, err := queries.TaskClaimHeld(ctx, tx, db.TaskClaimHeldParams{
+	return queries.TaskClaimHeldRows(ctx, tx, db.TaskClaimHeldParams{
 		WorkerID: p.WorkerID, LockClass: p.LockClass, UnlockIds: p.UnlockIds,
 		LimitClass: p.LimitClass, UnlockLimitLocks: p.UnlockLimitLocks, Queue: p.Queue,
 		HeldLimitLocks: p.HeldLimitLocks, HeldLimitCounts: p.HeldLimitCounts,
 		UseAfter: p.UseAfter, AfterPriority: p.AfterPriority, AfterRunAt: p.AfterRunAt, AfterID: p.AfterID,
 		OnlyNames: p.OnlyNames, SkipNames: p.SkipNames, Max: p.Max, ExclusiveSeed: p.ExclusiveSeed,
 	})
-	rows := make([]db.TaskClaimRow, len(held))
-	for i, r := range held {
-		rows[i] = db.TaskClaimRow(r)
-	}
-	return rows, err
 }
 
 // claimLimited is a lease-mode claim (TaskClaimLease) under the

@@ -3,6 +3,8 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -138,5 +140,50 @@ func TestLaunchAfterLockLoss(t *testing.T) {
 	}
 	if len(task.Errors) != 1 || task.Errors[0].Outcome != string(OutcomeLockLost) {
 		t.Fatalf("history %+v, want one lock_lost attempt", task.Errors)
+	}
+}
+
+// A held claim's rows are read by hand (TaskClaimHeldRows) as the plain
+// claim's are: every column lands in its field, and limit_locks is the
+// block the session holds.
+func TestHeldClaimRows(t *testing.T) {
+	t.Parallel()
+	b := setupJobs(t)
+	ctx := context.Background()
+	if err := b.client.SetLimit(ctx, queue.Limit{Queue: queue.DefaultQueue, Max: 1_000_000}); err != nil {
+		t.Fatal(err)
+	}
+	want := map[int64]string{}
+	for i := range 3 {
+		res, err := b.client.Enqueue(ctx, "job", map[string]int{"n": i}, queue.WithPriority(i),
+			queue.WithTimeout(time.Duration(i+1)*time.Second), queue.WithMaxAttempts(5+i), queue.WithExclusiveKey(fmt.Sprint("k", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[res.ID] = fmt.Sprintf(`{"n": %d}`, i)
+	}
+	ls, p := openClaimSession(t, b)
+	p.Max, p.CheckFull = 1, true
+	first, _, ran, err := ls.claim(p, howQueue)
+	if err != nil || len(first) != 1 || len(first[0].LimitLocks) != 1 || ran != howQueue {
+		t.Fatalf("queue claim: %d rows, ran %d, %v; want one task with one block", len(first), ran, err)
+	}
+	p.Max, p.CheckFull = 2, false
+	rows, _, ran, err := ls.claim(p, howHeld)
+	if err != nil || len(rows) != 2 || ran != howHeld {
+		t.Fatalf("held claim: %d rows, ran %d, %v; want two, by the held claim (%d)", len(rows), ran, err, howHeld)
+	}
+	for _, r := range append(first, rows...) {
+		var payload string
+		if err := b.pool.QueryRow(ctx, `SELECT payload::text FROM skiplock_tasks WHERE id = $1`, r.ID).Scan(&payload); err != nil {
+			t.Fatal(err)
+		}
+		n := int(r.Priority)
+		if payload != want[r.ID] || string(r.Payload) != want[r.ID] || r.Queue != queue.DefaultQueue || r.Name != "job" ||
+			string(r.Metadata) != "{}" || r.Attempt != 1 || r.MaxAttempts != int32(5+n) ||
+			r.TimeoutMs == nil || *r.TimeoutMs != int64(n+1)*1000 || r.RunAt.IsZero() || r.CreatedAt.IsZero() ||
+			r.StartedAt == nil || !r.Exclusive || !slices.Equal(r.LimitLocks, first[0].LimitLocks) {
+			t.Errorf("row %+v (stored payload %s, want %s; block %v)", r, payload, want[r.ID], first[0].LimitLocks)
+		}
 	}
 }
