@@ -96,9 +96,11 @@ type Config struct {
 	// it.
 	//
 	// Left at zero, the worker sizes it itself, every few seconds: 1,000
-	// on a local network, more as the measured round trip to the server
-	// grows (each task is held for two round trips, its claim's and its
-	// outcome's: 1,500 at 1 ms, 3,000 at 2.5 ms), at most 3,200, and
+	// on a local network at start and 2,000 from its measurement two
+	// seconds later (workers started together see each other by then),
+	// and more once the measured round trip to the server calls for it
+	// (each task is held for two round trips, its claim's and its
+	// outcome's: 500 plus 500 per 0.5 ms, 3,000 at 2.5 ms), at most 3,200, and
 	// never more than this worker's share of half the server's lock
 	// table among the workers whose heartbeat is recent (but never below
 	// 500). Set it to fix how many handlers may run at once.

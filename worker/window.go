@@ -32,26 +32,35 @@ import (
 // an outcome write 0.3 ms). One worker on loopback worked 100,000 no-op
 // tasks at 41,676 tasks/s with a window of 500, 47,466 with 1,000 and
 // 50,466 with 2,000 (Xeon, two runs each, docs/PERFORMANCE.md). The window
-// stays at localWindow: workers started at the same moment size their
-// windows before they see each other's heartbeats, and eight of them at
-// 1,000 hold 8,000 task locks until their next measurement, within what a
-// default server's lock table takes (about 12,300 advisory locks with
-// max_connections 100 and max_locks_per_transaction 64) where eight at
-// 2,000 would not be.
+// starts at localWindow and grows to settledWindow only from the pass
+// windowSettle after the start: workers started at the same moment size
+// their first windows before they see each other's heartbeats, and eight
+// of them at 1,000 hold 8,000 task locks until their next measurement,
+// within what a default server's lock table takes (about 12,300 advisory
+// locks with max_connections 100 and max_locks_per_transaction 64) where
+// eight at 2,000 would not be. By the settled pass they have registered
+// and share the table.
 const (
 	// maxAutoConcurrency bounds the window of a worker whose Concurrency
 	// is zero (sized by the round trip to the server).
 	maxAutoConcurrency = 3200
 	localWindow        = 1000
+	settledWindow      = 2000
+	windowSettle       = 2 * time.Second
 	windowRTTUnit      = 500 * time.Microsecond
 	windowEvery        = 5 * time.Second
 	windowPings        = 3
 )
 
 // autoWindow is the window for a round trip, the server's lock table
-// (entries; 0 if unknown) and the number of live workers sharing it.
-func autoWindow(rtt time.Duration, lockEntries int64, workers int) int {
-	n := max(localWindow, DefaultConcurrency+int(int64(DefaultConcurrency)*int64(rtt)/int64(windowRTTUnit)))
+// (entries; 0 if unknown) and the number of live workers sharing it;
+// settled once the worker has run windowSettle.
+func autoWindow(rtt time.Duration, lockEntries int64, workers int, settled bool) int {
+	base := localWindow
+	if settled {
+		base = settledWindow
+	}
+	n := max(base, DefaultConcurrency+int(int64(DefaultConcurrency)*int64(rtt)/int64(windowRTTUnit)))
 	n = min(n, maxAutoConcurrency)
 	if lockEntries > 0 {
 		n = min(n, int(lockEntries/2/int64(max(workers, 1))))
@@ -92,8 +101,9 @@ func newWindowSizer(w *Worker, auto, autoBatch bool) *windowSizer {
 }
 
 func (z *windowSizer) run(ctx context.Context) {
+	settled := false
 	pass := func(ctx context.Context) {
-		rtt, n, ok := z.measure(ctx)
+		rtt, n, ok := z.measure(ctx, settled)
 		if !ok {
 			return
 		}
@@ -108,12 +118,19 @@ func (z *windowSizer) run(ctx context.Context) {
 		}
 	}
 	pass(ctx) // at start: a backlog waiting across a network should not wait for the first tick
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(windowSettle):
+	}
+	settled = true
+	pass(ctx)
 	every(ctx, windowEvery, pass)
 }
 
 // measure reads the round trip, the lock table and the live workers, and
 // returns the round trip and the window they give.
-func (z *windowSizer) measure(ctx context.Context) (time.Duration, int, bool) {
+func (z *windowSizer) measure(ctx context.Context, settled bool) (time.Duration, int, bool) {
 	ctx, cancel := context.WithTimeout(ctx, windowEvery)
 	defer cancel()
 	conn, err := z.w.pool.Acquire(ctx)
@@ -142,7 +159,7 @@ func (z *windowSizer) measure(ctx context.Context) (time.Duration, int, bool) {
 	if z.w.cfg.Mode == ModeLease {
 		entries = 0 // leases hold no locks
 	}
-	return rtt, autoWindow(rtt, entries, int(live)), true
+	return rtt, autoWindow(rtt, entries, int(live), settled), true
 }
 
 // resize moves the window to n: slots held back are given to the claim

@@ -12,23 +12,27 @@ func TestAutoWindow(t *testing.T) {
 		rtt     time.Duration
 		entries int64
 		workers int
+		settled bool
 		want    int
 	}{
-		{50 * time.Microsecond, 6400, 1, localWindow}, // loopback
-		{0, 0, 0, localWindow},                        // nothing known
-		{50 * time.Microsecond, 6400, 4, 800},         // loopback, a quarter of half the lock table
-		{50 * time.Microsecond, 6400, 8, 500},         // loopback, eight: never below the default
-		{500 * time.Microsecond, 6400, 1, 1000},       // one unit of round trip: twice
-		{2300 * time.Microsecond, 6400, 1, 2800},      // a network
-		{time.Second, 1 << 30, 1, 3200},               // never past maxAutoConcurrency
-		{2300 * time.Microsecond, 6400, 2, 1600},      // half the lock table, shared by two
-		{2300 * time.Microsecond, 6400, 8, 500},       // eight: the share is 400, but never below the default
-		{2300 * time.Microsecond, 0, 8, 2800},         // lease mode: no locks to budget
-		{3000 * time.Microsecond, 6400, 0, 3200},      // no live worker seen yet counts as one: half the table
-		{1500 * time.Microsecond, 64 * 130, 3, 1386},  // 8,320 entries / 2 / 3
+		{50 * time.Microsecond, 6400, 1, false, localWindow},          // loopback, at start
+		{50 * time.Microsecond, 6400, 1, true, settledWindow},         // loopback, settled
+		{0, 0, 0, false, localWindow},                                 // nothing known
+		{50 * time.Microsecond, 6400, 2, true, 1600},                  // settled, half the lock table shared by two
+		{50 * time.Microsecond, 6400, 4, false, 800},                  // loopback, a quarter of half the lock table
+		{50 * time.Microsecond, 6400, 8, true, DefaultConcurrency},    // eight: never below the default
+		{500 * time.Microsecond, 6400, 1, false, 1000},                // one unit of round trip: twice the default
+		{2300 * time.Microsecond, 6400, 1, false, 2800},               // a network
+		{2300 * time.Microsecond, 6400, 1, true, 2800},                // past the settled window
+		{time.Second, 1 << 30, 1, true, maxAutoConcurrency},           // never past maxAutoConcurrency
+		{2300 * time.Microsecond, 6400, 2, false, 1600},               // half the lock table, shared by two
+		{2300 * time.Microsecond, 6400, 8, false, DefaultConcurrency}, // eight: the share is 400, but never below the default
+		{2300 * time.Microsecond, 0, 8, false, 2800},                  // lease mode: no locks to budget
+		{3000 * time.Microsecond, 6400, 0, false, 3200},               // no live worker seen yet counts as one: half the table
+		{1500 * time.Microsecond, 64 * 130, 3, false, 1386},           // 8,320 entries / 2 / 3
 	} {
-		if got := autoWindow(c.rtt, c.entries, c.workers); got != c.want {
-			t.Errorf("autoWindow(%v, %d, %d) = %d, want %d", c.rtt, c.entries, c.workers, got, c.want)
+		if got := autoWindow(c.rtt, c.entries, c.workers, c.settled); got != c.want {
+			t.Errorf("autoWindow(%v, %d, %d, %v) = %d, want %d", c.rtt, c.entries, c.workers, c.settled, got, c.want)
 		}
 	}
 }
