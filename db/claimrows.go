@@ -16,7 +16,8 @@ import (
 // worker then copied them all again into TaskClaimRow, about 1.1 kB of
 // garbage per task claimed, the worker's largest. The statement, its
 // parameters and the order of its columns are sqlc's (TaskClaimPlain
-// above); TestTaskClaimPlainRows checks that both read the same rows.
+// above); TestTaskClaimPlainRows checks that both read the same rows, and
+// TestHeldClaimRows every column of the held claim's (TaskClaimHeldRows).
 //
 // Written by hand, like doc.go: sqlc leaves this file alone.
 func (q *Queries) TaskClaimPlainRows(ctx context.Context, db DBTX, arg TaskClaimPlainParams) ([]TaskClaimRow, error) {

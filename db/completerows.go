@@ -6,7 +6,7 @@ import "context"
 // read into one slice through one scan target: sqlc's method allocates a
 // new int64 and rows.Scan's arguments for every row, two allocations per
 // task completed. The statement and its parameters are sqlc's
-// (TaskCompleteMany); TestTaskCompleteManyIDs checks that both return the
+// (TaskCompleteMany); TestTaskClaimPlainRows (worker) checks that both return the
 // same ids.
 //
 // Written by hand, like claimrows.go: sqlc leaves this file alone.

@@ -318,6 +318,12 @@ func TestEscaping(t *testing.T) {
 				t.Errorf("GET %s: %q is in the page unescaped", path, raw)
 			}
 		}
+		// One database's failed page offers its bulk changes, with no
+		// word of shards.
+		if path == "/failed" && (!strings.Contains(body, "<h1>Failed tasks</h1>") || !strings.Contains(body, `id="bulk"`) ||
+			!strings.Contains(body, "on every page?") || strings.Contains(body, "shard")) {
+			t.Errorf("GET /failed: no bulk forms, or a word of shards:\n%s", body)
+		}
 	}
 	_, body := get(t, http.DefaultClient, fmt.Sprintf("%s/tasks/%d", b.url, id))
 	if !strings.Contains(body, "&lt;script&gt;window.__pwned=1&lt;/script&gt;&lt;img src=x onerror=window.__pwned=2&gt;") {

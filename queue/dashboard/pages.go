@@ -301,6 +301,11 @@ type listView struct {
 	FirstURL string
 }
 
+// Any reports whether the page lists a task; Sharded is false: the page
+// is one database's (templates' "failedpage").
+func (v *listView) Any() bool     { return len(v.Tasks) > 0 }
+func (v *listView) Sharded() bool { return false }
+
 // pageURL is the URL of r's page, under the prefix, with the query
 // parameter key set to value (removed when value is empty).
 func (h *handler) pageURL(r *http.Request, key, value string) string {

@@ -321,6 +321,11 @@ type shardedList struct {
 	Down []shardDown
 }
 
+// Any reports whether the page lists a task of any shard; Sharded is true
+// (templates' "failedpage").
+func (v *shardedList) Any() bool     { return len(v.Rows) > 0 }
+func (v *shardedList) Sharded() bool { return true }
+
 // listTasks reads one page of tasks of every shard for the filter in r's
 // query, newest first. Its cursor, "before", holds the last task shown of
 // each shard ("1:812,2:790"): every shard's page is read by ID, as a

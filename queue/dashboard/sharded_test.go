@@ -259,6 +259,16 @@ func TestShardedBulk(t *testing.T) {
 	other := bs[2].insert(t, "reports", "build", queue.StatusFailed, "", failure("oom"), 0)
 	c := browserless(t)
 
+	// The page offers the bulk changes, over every shard, and a checkbox
+	// per task of each shard.
+	_, page := get(t, c, top+"/failed")
+	for _, want := range []string{"<h1>Failed tasks · every shard</h1>", `id="bulk"`, "on every page of every shard?",
+		fmt.Sprintf(`name="id" value="%d"`, a), fmt.Sprintf(`name="id" value="%d"`, other)} {
+		if !strings.Contains(page, want) {
+			t.Fatalf("the failed page over shards lacks %s:\n%s", want, page)
+		}
+	}
+
 	// By IDs: only the tasks named, on their shard.
 	code, body := shardedPost(t, c, top, top+"/requeue", url.Values{"id": {fmt.Sprint(b1)}})
 	if code != http.StatusSeeOther || !strings.Contains(body, "Requeued 1 task.") {
