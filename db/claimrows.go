@@ -96,7 +96,7 @@ func scanClaimRows(rows pgx.Rows, max32 int32) ([]TaskClaimRow, error) {
 		started.p, queue.p, name.p, payload.p, metadata.p = &i.StartedAt, &i.Queue, &i.Name, &i.Payload, &i.Metadata
 		dest[0], dest[1], dest[2], dest[3], dest[4] = &i.ID, &queue, &name, &payload, &metadata
 		dest[5], dest[6], dest[7], dest[8] = &i.Priority, &i.Attempt, &i.MaxAttempts, &i.TimeoutMs
-		dest[9], dest[10], dest[11], dest[12], dest[13] = &i.RunAt, &i.CreatedAt, &started, &i.LimitLocks, &i.Exclusive
+		dest[9], dest[10], dest[11], dest[12], dest[13] = &i.RunAt, &i.CreatedAt, &started, &i.LimitLocks, &i.ExclusiveKey
 		if err := rows.Scan(dest...); err != nil {
 			return nil, err
 		}

@@ -25,7 +25,7 @@ WHERE t.id = $3::bigint
 RETURNING t.id, t.queue, t.name, t.payload, t.metadata, t.priority, t.attempt,
           t.max_attempts, t.timeout_ms, t.run_at, t.created_at, t.started_at,
           '{}'::integer[] AS limit_locks, -- run outside any concurrency limit
-          (t.exclusive_key IS NOT NULL)::boolean AS exclusive
+          coalesce(t.exclusive_key, '')::text AS exclusive_key
 `
 
 type TaskClaimByIDParams struct {
@@ -36,20 +36,20 @@ type TaskClaimByIDParams struct {
 }
 
 type TaskClaimByIDRow struct {
-	ID          int64
-	Queue       string
-	Name        string
-	Payload     json.RawMessage
-	Metadata    json.RawMessage
-	Priority    int16
-	Attempt     int32
-	MaxAttempts int32
-	TimeoutMs   *int64
-	RunAt       time.Time
-	CreatedAt   time.Time
-	StartedAt   *time.Time
-	LimitLocks  []int32
-	Exclusive   bool
+	ID           int64
+	Queue        string
+	Name         string
+	Payload      json.RawMessage
+	Metadata     json.RawMessage
+	Priority     int16
+	Attempt      int32
+	MaxAttempts  int32
+	TimeoutMs    *int64
+	RunAt        time.Time
+	CreatedAt    time.Time
+	StartedAt    *time.Time
+	LimitLocks   []int32
+	ExclusiveKey string
 }
 
 // Claims one named pending task for Worker.RunTask, whatever its run time,
@@ -81,7 +81,7 @@ func (q *Queries) TaskClaimByID(ctx context.Context, db DBTX, arg TaskClaimByIDP
 		&i.CreatedAt,
 		&i.StartedAt,
 		&i.LimitLocks,
-		&i.Exclusive,
+		&i.ExclusiveKey,
 	)
 	return i, err
 }

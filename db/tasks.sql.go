@@ -336,7 +336,7 @@ WHERE t.id = locked.id
   AND (SELECT n FROM surplus) >= 0
 RETURNING t.id, t.queue, t.name, t.payload, t.metadata, t.priority, t.attempt,
           t.max_attempts, t.timeout_ms, t.run_at, t.created_at, t.started_at, locked.limit_locks,
-          (t.exclusive_key IS NOT NULL)::boolean AS exclusive
+          coalesce(t.exclusive_key, '')::text AS exclusive_key
 `
 
 type TaskClaimParams struct {
@@ -361,20 +361,20 @@ type TaskClaimParams struct {
 }
 
 type TaskClaimRow struct {
-	ID          int64
-	Queue       string
-	Name        string
-	Payload     json.RawMessage
-	Metadata    json.RawMessage
-	Priority    int16
-	Attempt     int32
-	MaxAttempts int32
-	TimeoutMs   *int64
-	RunAt       time.Time
-	CreatedAt   time.Time
-	StartedAt   *time.Time
-	LimitLocks  []int32
-	Exclusive   bool
+	ID           int64
+	Queue        string
+	Name         string
+	Payload      json.RawMessage
+	Metadata     json.RawMessage
+	Priority     int16
+	Attempt      int32
+	MaxAttempts  int32
+	TimeoutMs    *int64
+	RunAt        time.Time
+	CreatedAt    time.Time
+	StartedAt    *time.Time
+	LimitLocks   []int32
+	ExclusiveKey string
 }
 
 // Advisory lock keys use the two-int form (lock_class, low 32 bits of the
@@ -475,7 +475,7 @@ func (q *Queries) TaskClaim(ctx context.Context, db DBTX, arg TaskClaimParams) (
 			&i.CreatedAt,
 			&i.StartedAt,
 			&i.LimitLocks,
-			&i.Exclusive,
+			&i.ExclusiveKey,
 		); err != nil {
 			return nil, err
 		}
@@ -556,7 +556,7 @@ WHERE t.id = locked.id
 RETURNING t.id, t.queue, t.name, t.payload, t.metadata, t.priority, t.attempt,
           t.max_attempts, t.timeout_ms, t.run_at, t.created_at, t.started_at,
           ARRAY[(SELECT f.key FROM place AS f)]::integer[] AS limit_locks,
-          (t.exclusive_key IS NOT NULL)::boolean AS exclusive
+          coalesce(t.exclusive_key, '')::text AS exclusive_key
 `
 
 type TaskClaimHeldParams struct {
@@ -579,20 +579,20 @@ type TaskClaimHeldParams struct {
 }
 
 type TaskClaimHeldRow struct {
-	ID          int64
-	Queue       string
-	Name        string
-	Payload     json.RawMessage
-	Metadata    json.RawMessage
-	Priority    int16
-	Attempt     int32
-	MaxAttempts int32
-	TimeoutMs   *int64
-	RunAt       time.Time
-	CreatedAt   time.Time
-	StartedAt   *time.Time
-	LimitLocks  []int32
-	Exclusive   bool
+	ID           int64
+	Queue        string
+	Name         string
+	Payload      json.RawMessage
+	Metadata     json.RawMessage
+	Priority     int16
+	Attempt      int32
+	MaxAttempts  int32
+	TimeoutMs    *int64
+	RunAt        time.Time
+	CreatedAt    time.Time
+	StartedAt    *time.Time
+	LimitLocks   []int32
+	ExclusiveKey string
 }
 
 // TaskClaimQueue's claim within a block of the queue's limit that this
@@ -645,7 +645,7 @@ func (q *Queries) TaskClaimHeld(ctx context.Context, db DBTX, arg TaskClaimHeldP
 			&i.CreatedAt,
 			&i.StartedAt,
 			&i.LimitLocks,
-			&i.Exclusive,
+			&i.ExclusiveKey,
 		); err != nil {
 			return nil, err
 		}
@@ -771,7 +771,7 @@ FROM locked
 WHERE t.id = locked.id
 RETURNING t.id, t.queue, t.name, t.payload, t.metadata, t.priority, t.attempt,
           t.max_attempts, t.timeout_ms, t.run_at, t.created_at, t.started_at, '{}'::integer[] AS limit_locks,
-          (t.exclusive_key IS NOT NULL)::boolean AS exclusive
+          coalesce(t.exclusive_key, '')::text AS exclusive_key
 `
 
 type TaskClaimLeaseParams struct {
@@ -792,20 +792,20 @@ type TaskClaimLeaseParams struct {
 }
 
 type TaskClaimLeaseRow struct {
-	ID          int64
-	Queue       string
-	Name        string
-	Payload     json.RawMessage
-	Metadata    json.RawMessage
-	Priority    int16
-	Attempt     int32
-	MaxAttempts int32
-	TimeoutMs   *int64
-	RunAt       time.Time
-	CreatedAt   time.Time
-	StartedAt   *time.Time
-	LimitLocks  []int32
-	Exclusive   bool
+	ID           int64
+	Queue        string
+	Name         string
+	Payload      json.RawMessage
+	Metadata     json.RawMessage
+	Priority     int16
+	Attempt      int32
+	MaxAttempts  int32
+	TimeoutMs    *int64
+	RunAt        time.Time
+	CreatedAt    time.Time
+	StartedAt    *time.Time
+	LimitLocks   []int32
+	ExclusiveKey string
 }
 
 // Lease mode's claim while concurrency limits exist (worker/clusterlimits.go,
@@ -855,7 +855,7 @@ func (q *Queries) TaskClaimLease(ctx context.Context, db DBTX, arg TaskClaimLeas
 			&i.CreatedAt,
 			&i.StartedAt,
 			&i.LimitLocks,
-			&i.Exclusive,
+			&i.ExclusiveKey,
 		); err != nil {
 			return nil, err
 		}
@@ -927,7 +927,7 @@ WHERE t.id = locked.id
   AND (SELECT n FROM released) >= 0
 RETURNING t.id, t.queue, t.name, t.payload, t.metadata, t.priority, t.attempt,
           t.max_attempts, t.timeout_ms, t.run_at, t.created_at, t.started_at, NULL::integer[] AS limit_locks,
-          (t.exclusive_key IS NOT NULL)::boolean AS exclusive
+          coalesce(t.exclusive_key, '')::text AS exclusive_key
 `
 
 type TaskClaimPlainParams struct {
@@ -949,20 +949,20 @@ type TaskClaimPlainParams struct {
 }
 
 type TaskClaimPlainRow struct {
-	ID          int64
-	Queue       string
-	Name        string
-	Payload     json.RawMessage
-	Metadata    json.RawMessage
-	Priority    int16
-	Attempt     int32
-	MaxAttempts int32
-	TimeoutMs   *int64
-	RunAt       time.Time
-	CreatedAt   time.Time
-	StartedAt   *time.Time
-	LimitLocks  []int32
-	Exclusive   bool
+	ID           int64
+	Queue        string
+	Name         string
+	Payload      json.RawMessage
+	Metadata     json.RawMessage
+	Priority     int16
+	Attempt      int32
+	MaxAttempts  int32
+	TimeoutMs    *int64
+	RunAt        time.Time
+	CreatedAt    time.Time
+	StartedAt    *time.Time
+	LimitLocks   []int32
+	ExclusiveKey string
 }
 
 // The claim of a schema without concurrency limits: TaskClaim less its
@@ -1022,7 +1022,7 @@ func (q *Queries) TaskClaimPlain(ctx context.Context, db DBTX, arg TaskClaimPlai
 			&i.CreatedAt,
 			&i.StartedAt,
 			&i.LimitLocks,
-			&i.Exclusive,
+			&i.ExclusiveKey,
 		); err != nil {
 			return nil, err
 		}
@@ -1145,7 +1145,7 @@ WHERE t.id = locked.id
   AND (SELECT n FROM surplus) >= 0
 RETURNING t.id, t.queue, t.name, t.payload, t.metadata, t.priority, t.attempt,
           t.max_attempts, t.timeout_ms, t.run_at, t.created_at, t.started_at, locked.limit_locks,
-          (t.exclusive_key IS NOT NULL)::boolean AS exclusive
+          coalesce(t.exclusive_key, '')::text AS exclusive_key
 `
 
 type TaskClaimQueueParams struct {
@@ -1169,20 +1169,20 @@ type TaskClaimQueueParams struct {
 }
 
 type TaskClaimQueueRow struct {
-	ID          int64
-	Queue       string
-	Name        string
-	Payload     json.RawMessage
-	Metadata    json.RawMessage
-	Priority    int16
-	Attempt     int32
-	MaxAttempts int32
-	TimeoutMs   *int64
-	RunAt       time.Time
-	CreatedAt   time.Time
-	StartedAt   *time.Time
-	LimitLocks  []int32
-	Exclusive   bool
+	ID           int64
+	Queue        string
+	Name         string
+	Payload      json.RawMessage
+	Metadata     json.RawMessage
+	Priority     int16
+	Attempt      int32
+	MaxAttempts  int32
+	TimeoutMs    *int64
+	RunAt        time.Time
+	CreatedAt    time.Time
+	StartedAt    *time.Time
+	LimitLocks   []int32
+	ExclusiveKey string
 }
 
 // The advisory claim while the only concurrency limits are queue limits
@@ -1241,7 +1241,7 @@ func (q *Queries) TaskClaimQueue(ctx context.Context, db DBTX, arg TaskClaimQueu
 			&i.CreatedAt,
 			&i.StartedAt,
 			&i.LimitLocks,
-			&i.Exclusive,
+			&i.ExclusiveKey,
 		); err != nil {
 			return nil, err
 		}

@@ -19,4 +19,4 @@ WHERE t.id = @id::bigint
 RETURNING t.id, t.queue, t.name, t.payload, t.metadata, t.priority, t.attempt,
           t.max_attempts, t.timeout_ms, t.run_at, t.created_at, t.started_at,
           '{}'::integer[] AS limit_locks, -- run outside any concurrency limit
-          (t.exclusive_key IS NOT NULL)::boolean AS exclusive;
+          coalesce(t.exclusive_key, '')::text AS exclusive_key;

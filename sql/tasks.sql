@@ -274,7 +274,7 @@ WHERE t.id = locked.id
   AND (SELECT n FROM surplus) >= 0
 RETURNING t.id, t.queue, t.name, t.payload, t.metadata, t.priority, t.attempt,
           t.max_attempts, t.timeout_ms, t.run_at, t.created_at, t.started_at, locked.limit_locks,
-          (t.exclusive_key IS NOT NULL)::boolean AS exclusive;
+          coalesce(t.exclusive_key, '')::text AS exclusive_key;
 
 -- name: TaskClaimLease :many
 -- Lease mode's claim while concurrency limits exist (worker/clusterlimits.go,
@@ -399,7 +399,7 @@ FROM locked
 WHERE t.id = locked.id
 RETURNING t.id, t.queue, t.name, t.payload, t.metadata, t.priority, t.attempt,
           t.max_attempts, t.timeout_ms, t.run_at, t.created_at, t.started_at, '{}'::integer[] AS limit_locks,
-          (t.exclusive_key IS NOT NULL)::boolean AS exclusive;
+          coalesce(t.exclusive_key, '')::text AS exclusive_key;
 
 -- name: ClaimPlanSettings :exec
 -- Run in the same implicit transaction just before TaskClaimPlain,
@@ -526,7 +526,7 @@ WHERE t.id = locked.id
   AND (SELECT n FROM released) >= 0
 RETURNING t.id, t.queue, t.name, t.payload, t.metadata, t.priority, t.attempt,
           t.max_attempts, t.timeout_ms, t.run_at, t.created_at, t.started_at, NULL::integer[] AS limit_locks,
-          (t.exclusive_key IS NOT NULL)::boolean AS exclusive;
+          coalesce(t.exclusive_key, '')::text AS exclusive_key;
 
 -- name: TaskClaimQueue :many
 -- The advisory claim while the only concurrency limits are queue limits
@@ -654,7 +654,7 @@ WHERE t.id = locked.id
   AND (SELECT n FROM surplus) >= 0
 RETURNING t.id, t.queue, t.name, t.payload, t.metadata, t.priority, t.attempt,
           t.max_attempts, t.timeout_ms, t.run_at, t.created_at, t.started_at, locked.limit_locks,
-          (t.exclusive_key IS NOT NULL)::boolean AS exclusive;
+          coalesce(t.exclusive_key, '')::text AS exclusive_key;
 
 -- name: TaskClaimHeld :many
 -- TaskClaimQueue's claim within a block of the queue's limit that this
@@ -735,7 +735,7 @@ WHERE t.id = locked.id
 RETURNING t.id, t.queue, t.name, t.payload, t.metadata, t.priority, t.attempt,
           t.max_attempts, t.timeout_ms, t.run_at, t.created_at, t.started_at,
           ARRAY[(SELECT f.key FROM place AS f)]::integer[] AS limit_locks,
-          (t.exclusive_key IS NOT NULL)::boolean AS exclusive;
+          coalesce(t.exclusive_key, '')::text AS exclusive_key;
 
 -- name: TaskUnlockMany :one
 -- Releases the advisory locks of finished tasks and their limit slots;

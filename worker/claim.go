@@ -25,6 +25,7 @@ func (w *Worker) claimLoop(ctx context.Context, queueName string, qslots *semaph
 	retry := newRedial(&w.pool.Config().ConnConfig.Config)
 	o := &outage{log: w.log, what: "claiming tasks from queue " + queueName}
 	saturated := false // the last claim took all it asked for
+	var size claimSize
 	// The loop returns once every task it claimed has been launched.
 	l := w.newLauncher()
 	defer l.stop()
@@ -39,10 +40,14 @@ func (w *Worker) claimLoop(ctx context.Context, queueName string, qslots *semaph
 			w.slots.release(qslots, n)
 			return
 		}
+		if ask := size.ask(n); ask < n {
+			w.slots.release(qslots, n-ask)
+			n = ask
+		}
 		claimed, refill, err := w.claimRound(queueName, n, qslots, l)
 		w.slots.release(qslots, n-claimed)
 		if err != nil {
-			saturated = false
+			saturated, size = false, claimSize{}
 			w.claimFailed(queueName, err, o)
 			if errors.Is(err, errSessionDown) {
 				select {
@@ -61,12 +66,52 @@ func (w *Worker) claimLoop(ctx context.Context, queueName string, qslots *semaph
 		retry.succeeded()
 		o.ok()
 		saturated = claimed == n
+		size.claimed(n, claimed)
 		if saturated {
 			continue // the queue may hold more
 		}
 		if !w.idle(ctx, queueName, poll.C, refill) {
 			return
 		}
+	}
+}
+
+// claimSize bounds a claim that follows one that came back short: the
+// queue then held fewer claimable tasks than the loop had room for, and a
+// claim reads the queue in claim order until it has taken as many as it
+// asks or has read every pending task. Pending tasks that it may not take
+// (an exclusive key's while another task of the key runs) are read each
+// time: under 3 exclusive keys with 100 tasks each, a claim of 500 read
+// all of them, and locked every pending task of the key it found free,
+// to take one. Asked for twice what the last claim took (at least
+// minShortClaim), it stops at the first few. While claims fill up, the
+// bound doubles, and goes once it reaches what the loop has room for: a
+// backlog that arrives at an idle worker is claimed in full within a few
+// round trips.
+type claimSize struct {
+	bound int // 0: none
+}
+
+// minShortClaim is the least claimSize asks for.
+const minShortClaim = 8
+
+// ask is how many of the n places free the next claim asks for.
+func (s *claimSize) ask(n int) int {
+	if s.bound > 0 && s.bound < n {
+		return s.bound
+	}
+	return n
+}
+
+// claimed records that a claim that asked for asked took got.
+func (s *claimSize) claimed(asked, got int) {
+	switch {
+	case got < asked:
+		s.bound = max(2*got, minShortClaim)
+	case asked < s.bound:
+		s.bound = 0 // the room the loop had bound it, and it filled up
+	default:
+		s.bound *= 2
 	}
 }
 

@@ -33,16 +33,16 @@ type finish struct {
 	gen     uint64
 	limits  []int32 // limit slot locks to release with the task's
 	gated   bool    // its end may let a waiting task run (execution.gated)
-	// exclusive: it held an exclusive key, free to every worker once the
-	// outcome is written.
-	exclusive bool
-	queue     string
-	status    queue.Status
-	delayMs   int64 // retry delay; -1 keeps run_at
-	refund    int   // 1 gives the attempt back
-	entry     queue.AttemptError
-	output    json.RawMessage     // a completed task's output; nil for none
-	slots     *semaphore.Weighted // the queue's own slots, freed with the process's
+	// exclusiveKey: the exclusive key it held, if any, free to every
+	// worker once the outcome is written.
+	exclusiveKey string
+	queue        string
+	status       queue.Status
+	delayMs      int64 // retry delay; -1 keeps run_at
+	refund       int   // 1 gives the attempt back
+	entry        queue.AttemptError
+	output       json.RawMessage     // a completed task's output; nil for none
+	slots        *semaphore.Weighted // the queue's own slots, freed with the process's
 }
 
 // completer writes outcomes in batches and then releases their tasks'

@@ -143,3 +143,33 @@ func TestClaimCursorCarry(t *testing.T) {
 		t.Fatal("a carry that found no row must leave claims at the head")
 	}
 }
+
+// After a claim that came back short, the next asks for twice what it took
+// (at least minShortClaim); claims that fill up double the bound until the
+// room the loop has binds instead, and then it goes.
+func TestClaimSize(t *testing.T) {
+	t.Parallel()
+	var s claimSize
+	steps := []struct {
+		room, want, got int
+	}{
+		{500, 500, 500}, // no bound at first
+		{500, 500, 1},   // short: asks for minShortClaim next
+		{500, minShortClaim, 3},
+		{500, minShortClaim, minShortClaim}, // full: doubles
+		{500, 2 * minShortClaim, 2 * minShortClaim},
+		{500, 4 * minShortClaim, 20}, // short: twice what it took
+		{500, 40, 40},
+		{60, 60, 60}, // the room bound it and it filled up: the bound goes
+		{500, 500, 500},
+		{500, 500, 0},
+		{3, 3, 3}, // under the bound, full: the bound goes
+		{500, 500, 500},
+	}
+	for i, st := range steps {
+		if ask := s.ask(st.room); ask != st.want {
+			t.Fatalf("step %d: asked for %d of %d free, want %d", i, ask, st.room, st.want)
+		}
+		s.claimed(st.want, st.got)
+	}
+}

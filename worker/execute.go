@@ -38,9 +38,9 @@ type execution struct {
 	// gated: the task held a place that another task may be waiting for
 	// (a concurrency limit's slot, its exclusive key), so its end wakes
 	// the claim loops here and in every other worker (completer.flush).
-	gated     bool
-	exclusive bool // it holds an exclusive key
-	timeout   time.Duration
+	gated        bool
+	exclusiveKey string // the exclusive key it holds, if any
+	timeout      time.Duration
 	// abandonAt is when a handler still running is abandoned (zero: not
 	// watched by abandonOverdue; an attempt run by RunTask has a timer).
 	abandonAt time.Time
@@ -79,7 +79,7 @@ func (w *Worker) launch(r db.TaskClaimRow, gen uint64, queueSlots *semaphore.Wei
 	// Lease mode keeps no slot locks: a limit counts running rows, so any
 	// task claimed while limits exist may hold a place.
 	e.gated = e.gated || limited && w.cfg.Mode == ModeLease
-	if roomy && !e.exclusive {
+	if roomy && e.exclusiveKey == "" {
 		// Its outcome is gathered with others and its unlock rides the
 		// next claim, as a plain task's: written at once, the outcomes of
 		// a never-binding limit's tasks went out 142 to a commit instead
@@ -116,7 +116,7 @@ func (w *Worker) newExecution(r db.TaskClaimRow, gen uint64, queueSlots *semapho
 	claimed := derefTime(r.StartedAt)
 	// One allocation for the execution, its Task, its scope and its
 	// context, which live and die together.
-	e := &execution{claimed: claimed, slots: queueSlots, gen: gen, limits: r.LimitLocks, gated: len(r.LimitLocks) > 0 || r.Exclusive, exclusive: r.Exclusive,
+	e := &execution{claimed: claimed, slots: queueSlots, gen: gen, limits: r.LimitLocks, gated: len(r.LimitLocks) > 0 || r.ExclusiveKey != "", exclusiveKey: r.ExclusiveKey,
 		timeout: timeout}
 	setTask(&e.own.task, &r)
 	e.task, e.scope = &e.own.task, &e.own.scope

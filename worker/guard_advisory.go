@@ -131,15 +131,18 @@ func (g *advisoryGuard) reconcile() error { return g.ls.reconcile() }
 func (g *advisoryGuard) release(batch []finish) {
 	byGen := map[uint64][]int64{}
 	limits := map[uint64][]int32{}
-	exclusive, gatedPlace := false, false
+	keys := map[uint64][]string{}
+	gatedPlace := false
 	for _, f := range batch {
 		byGen[f.gen] = append(byGen[f.gen], f.id)
 		limits[f.gen] = append(limits[f.gen], f.limits...)
-		exclusive = exclusive || f.exclusive
+		if f.exclusiveKey != "" {
+			keys[f.gen] = append(keys[f.gen], f.exclusiveKey)
+		}
 		gatedPlace = gatedPlace || f.gated && len(f.limits) > 0
 	}
 	for gen, ids := range byGen {
-		g.ls.release(ids, limits[gen], gen, gatedPlace || exclusive)
+		g.ls.release(ids, limits[gen], keys[gen], gen, gatedPlace || len(keys) > 0)
 	}
 }
 

@@ -74,26 +74,33 @@ func TestOwnFreedAnnouncements(t *testing.T) {
 	}
 }
 
-// A claim that took again every limit block its unlocks released leaves no
-// place free to announce; one that left any of them, or released none,
-// does not say so.
+// A claim that took again every limit block its unlocks released, and
+// every exclusive key its unlocks' outcomes freed, leaves no place free to
+// announce; one that left any of them, or released none, does not say so.
 func TestRetook(t *testing.T) {
 	t.Parallel()
-	rows := []db.TaskClaimRow{{LimitLocks: []int32{5, 7}}, {LimitLocks: []int32{9}}}
+	rows := []db.TaskClaimRow{{LimitLocks: []int32{5, 7}}, {LimitLocks: []int32{9}, ExclusiveKey: "a"}, {ExclusiveKey: "b"}}
 	for _, c := range []struct {
 		unlocked []int32
+		keys     []string
 		want     bool
 	}{
-		{[]int32{5}, true},
-		{[]int32{9, 7}, true},
-		{[]int32{5, 6}, false},
-		{nil, false},
+		{[]int32{5}, nil, true},
+		{[]int32{9, 7}, nil, true},
+		{[]int32{5, 6}, nil, false},
+		{nil, []string{"a"}, true},
+		{nil, []string{"b", "a"}, true},
+		{nil, []string{"a", "c"}, false},
+		{[]int32{5}, []string{"b"}, true},
+		{[]int32{6}, []string{"b"}, false},
+		{[]int32{5}, []string{"c"}, false},
+		{nil, nil, false},
 	} {
-		if got := retook(c.unlocked, rows); got != c.want {
-			t.Errorf("retook(%v) = %v, want %v", c.unlocked, got, c.want)
+		if got := retook(c.unlocked, c.keys, rows); got != c.want {
+			t.Errorf("retook(%v, %q) = %v, want %v", c.unlocked, c.keys, got, c.want)
 		}
 	}
-	if retook([]int32{5}, nil) {
-		t.Error("a claim that took nothing took a block again")
+	if retook([]int32{5}, nil, nil) || retook(nil, []string{"a"}, nil) {
+		t.Error("a claim that took nothing took a place again")
 	}
 }

@@ -86,6 +86,7 @@ type lockSession struct {
 	umu        sync.Mutex
 	unlocks    []int64
 	unlockLims []int32   // limit slot locks released with them
+	unlockKeys []string  // exclusive keys their outcomes freed
 	unlockFree bool      // some are gated: announce once they have run
 	unlocksAt  time.Time // when the first of them was queued
 	unlocksGen uint64
@@ -143,7 +144,7 @@ func (s *lockSession) installConn(ctx context.Context, conn *pgx.Conn) error {
 	s.held = map[int64]int{}
 	s.heldLimits = map[int32]int{}
 	s.umu.Lock()
-	s.unlocks, s.unlockLims, s.unlocksGen = nil, nil, gen
+	s.unlocks, s.unlockLims, s.unlockKeys, s.unlocksGen = nil, nil, nil, gen
 	s.umu.Unlock()
 	s.lastUsed = time.Now()
 	close(s.up)
@@ -296,7 +297,7 @@ func (s *lockSession) close() {
 	conn := s.conn
 	freed := false
 	if conn != nil {
-		_, _, freed, _ = s.takeUnlocks(s.gen)
+		_, _, _, freed, _ = s.takeUnlocks(s.gen)
 		freed = freed || len(s.heldLimits) > 0
 	}
 	s.conn = nil

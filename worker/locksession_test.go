@@ -57,7 +57,7 @@ func TestHeldClaimWithoutBlock(t *testing.T) {
 	// The task ends: its unlock, the block's with it, waits for the next
 	// claim (or goes on its own if that is late: the block is gone either
 	// way).
-	ls.release([]int64{rows[0].ID}, rows[0].LimitLocks, gen, false)
+	ls.release([]int64{rows[0].ID}, rows[0].LimitLocks, nil, gen, false)
 	p.CheckFull = false
 	rows, _, ran, err = ls.claim(p, howHeld)
 	if err != nil || len(rows) != 1 || ran != howQueue {
@@ -182,7 +182,7 @@ func TestHeldClaimRows(t *testing.T) {
 		if payload != want[r.ID] || string(r.Payload) != want[r.ID] || r.Queue != queue.DefaultQueue || r.Name != "job" ||
 			string(r.Metadata) != "{}" || r.Attempt != 1 || r.MaxAttempts != int32(5+n) ||
 			r.TimeoutMs == nil || *r.TimeoutMs != int64(n+1)*1000 || r.RunAt.IsZero() || r.CreatedAt.IsZero() ||
-			r.StartedAt == nil || !r.Exclusive || !slices.Equal(r.LimitLocks, first[0].LimitLocks) {
+			r.StartedAt == nil || r.ExclusiveKey != fmt.Sprint("k", n) || !slices.Equal(r.LimitLocks, first[0].LimitLocks) {
 			t.Errorf("row %+v (stored payload %s, want %s; block %v)", r, payload, want[r.ID], first[0].LimitLocks)
 		}
 	}

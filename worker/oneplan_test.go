@@ -39,7 +39,7 @@ func TestPlainClaimOnePlan(t *testing.T) {
 		for i, r := range rows {
 			ids[i] = r.ID
 		}
-		ls.release(ids, nil, gen, false)
+		ls.release(ids, nil, nil, gen, false)
 		return rows
 	}
 	for _, sql := range []string{
@@ -125,7 +125,7 @@ func TestHeldClaimOnePlan(t *testing.T) {
 			}
 			ids[i], last = r.ID, r.ID
 		}
-		ls.release(ids, nil, gen, false)
+		ls.release(ids, nil, nil, gen, false)
 		return ran
 	}
 	if ran := claim(howQueue); ran != howQueue {
@@ -194,7 +194,7 @@ func TestQueueClaimOnePlan(t *testing.T) {
 			if _, err := b.pool.Exec(ctx, `UPDATE skiplock_tasks SET status = 'completed', finished_at = now() WHERE id = ANY($1)`, ids); err != nil {
 				t.Fatal(err)
 			}
-			ls.release(ids, blocks, gen, true)
+			ls.release(ids, blocks, nil, gen, true)
 			running = nil
 		}
 	}

@@ -135,7 +135,7 @@ func (f finish) next() queue.Status {
 // finishFor decides where the task goes next.
 func (w *Worker) finishFor(e *execution, res result) finish {
 	t := e.task
-	f := finish{id: t.ID, attempt: t.Attempt, claimed: e.claimed, gen: e.gen, limits: e.limits, gated: e.gated, exclusive: e.exclusive, queue: t.Queue, delayMs: -1}
+	f := finish{id: t.ID, attempt: t.Attempt, claimed: e.claimed, gen: e.gen, limits: e.limits, gated: e.gated, exclusiveKey: e.exclusiveKey, queue: t.Queue, delayMs: -1}
 	policy := w.cfg.Retry[t.Name]
 	switch {
 	case res.outcome == "":

@@ -40,8 +40,9 @@ const (
 func (s *lockSession) claim(p db.TaskClaimParams, how claimHow) (rows []db.TaskClaimRow, gen uint64, ran claimHow, err error) {
 	p.LockClass = s.class
 	freed, wake := false, false
+	var keys []string
 	defer func() {
-		if err == nil && freed && !retook(p.UnlockLimitLocks, rows) {
+		if err == nil && freed && !retook(p.UnlockLimitLocks, keys, rows) {
 			s.announceFreed(wake)
 		}
 	}()
@@ -49,7 +50,7 @@ func (s *lockSession) claim(p db.TaskClaimParams, how claimHow) (rows []db.TaskC
 	err = s.do(func(ctx context.Context, conn *pgx.Conn, g uint64) error {
 		gen = g
 		s.limitClass = p.LimitClass
-		p.UnlockIds, p.UnlockLimitLocks, freed, wake = s.takeUnlocks(g)
+		p.UnlockIds, p.UnlockLimitLocks, keys, freed, wake = s.takeUnlocks(g)
 		ran = how
 		if how == howHeld && len(s.heldLimits) == 0 {
 			ran = howQueue
@@ -128,11 +129,12 @@ func (s *lockSession) claimPlain(ctx context.Context, conn *pgx.Conn, p db.TaskC
 
 // release queues the locks of tasks claimed in generation gen, whose
 // outcomes are written, for release; gated asks for an announcement once
-// they are released (as does a limit block whose last task this was). Locks of an earlier generation died with their
+// they are released (as does a limit block whose last task this was);
+// keys are the exclusive keys the outcomes freed. Locks of an earlier generation died with their
 // session and are dropped: releasing them by key could release a lock the
 // new session took for a new claim of the same task (the places they held
 // are free already, and announced as such).
-func (s *lockSession) release(ids []int64, limits []int32, gen uint64, gated bool) {
+func (s *lockSession) release(ids []int64, limits []int32, keys []string, gen uint64, gated bool) {
 	s.umu.Lock()
 	defer s.umu.Unlock()
 	if gen != s.unlocksGen {
@@ -146,6 +148,7 @@ func (s *lockSession) release(ids []int64, limits []int32, gen uint64, gated boo
 	}
 	s.unlocks = append(s.unlocks, ids...)
 	s.unlockLims = append(s.unlockLims, limits...)
+	s.unlockKeys = append(s.unlockKeys, keys...)
 	s.unlockFree = s.unlockFree || gated
 	if s.flushTimer == nil {
 		s.flushTimer = time.AfterFunc(unlockDelay, s.flushUnlocks)
@@ -156,20 +159,22 @@ func (s *lockSession) release(ids []int64, limits []int32, gen uint64, gated boo
 // about to run on the session (mu held), and forgets them as held: should
 // the statement fail, reconcile releases whatever is still held. freed
 // reports that some were gated, or that a limit block goes: the caller
-// announces it once its statement has run. wake reports that a block goes
-// with no gated task among the unlocks (its tasks' ends woke no claim
-// loop): the worker's own loops are to be woken too.
-func (s *lockSession) takeUnlocks(g uint64) (ids []int64, limits []int32, freed, wake bool) {
+// announces it once its statement has run, unless the statement was a
+// claim that took every freed place again (retook), for which keys are
+// the exclusive keys freed. wake reports that a block goes with no gated
+// task among the unlocks (its tasks' ends woke no claim loop): the
+// worker's own loops are to be woken too.
+func (s *lockSession) takeUnlocks(g uint64) (ids []int64, limits []int32, keys []string, freed, wake bool) {
 	s.umu.Lock()
-	ids, limits, freed = s.unlocks, s.unlockLims, s.unlockFree
-	s.unlocks, s.unlockLims, s.unlockFree = nil, nil, false
+	ids, limits, keys, freed = s.unlocks, s.unlockLims, s.unlockKeys, s.unlockFree
+	s.unlocks, s.unlockLims, s.unlockKeys, s.unlockFree = nil, nil, nil, false
 	if s.flushTimer != nil {
 		s.flushTimer.Stop()
 		s.flushTimer = nil
 	}
 	s.umu.Unlock()
 	if s.unlocksGen != g || (ids == nil && limits == nil) {
-		return []int64{}, []int32{}, freed, false
+		return []int64{}, []int32{}, keys, freed, false
 	}
 	for _, id := range ids {
 		if s.held[id] <= 1 {
@@ -189,30 +194,42 @@ func (s *lockSession) takeUnlocks(g uint64) (ids []int64, limits []int32, freed,
 			s.heldLimits[k]--
 		}
 	}
-	return nonNilIDs(ids), nonNilKeys(unlock), freed || len(unlock) > 0, !freed && len(unlock) > 0
+	return nonNilIDs(ids), nonNilKeys(unlock), keys, freed || len(unlock) > 0, !freed && len(unlock) > 0
 }
 
-// retook reports whether a claim that released the limit blocks unlocked
-// took each of them again for its rows: the places are then taken, and
-// announcing them would wake every other worker's claim loops to claim for
-// nothing. Under a limit of 3 worked by 3 workers (10 ms tasks, 2 shared
-// CPUs), the next task to take a freed place ran on the worker that freed
-// it in 281 hand-offs of 297, and each announcement cost the other two
-// workers a claim each that took nothing. Without blocks unlocked (a place
-// freed within a block the session still holds, which no one else can
-// use), it reports false: the caller announces as it would have.
-func retook(unlocked []int32, rows []db.TaskClaimRow) bool {
-	if len(unlocked) == 0 {
+// retook reports whether a claim that released the limit blocks unlocked,
+// and carried the unlocks of tasks whose outcomes freed exclusive keys,
+// took each block and each key again for its rows: the places are then
+// taken, and announcing them would wake every other worker's claim loops
+// to claim for nothing. Under a limit of 3 worked by 3 workers (10 ms
+// tasks, 2 shared CPUs), the next task to take a freed place ran on the
+// worker that freed it in 281 hand-offs of 297, and each announcement cost
+// the other two workers a claim each that took nothing; under 3 exclusive
+// keys, each such claim also read every pending task of the queue. With
+// neither (a place freed within a block the session still holds, which no
+// one else can use), it reports false: the caller announces as it would
+// have.
+func retook(unlocked []int32, keys []string, rows []db.TaskClaimRow) bool {
+	if len(unlocked) == 0 && len(keys) == 0 {
 		return false
 	}
 	taken := map[int32]bool{}
+	takenKeys := map[string]bool{}
 	for _, r := range rows {
 		for _, k := range r.LimitLocks {
 			taken[k] = true
 		}
+		if r.ExclusiveKey != "" {
+			takenKeys[r.ExclusiveKey] = true
+		}
 	}
 	for _, k := range unlocked {
 		if !taken[k] {
+			return false
+		}
+	}
+	for _, k := range keys {
+		if !takenKeys[k] {
 			return false
 		}
 	}
@@ -266,7 +283,7 @@ func (s *lockSession) flushUnlocks() {
 	err := s.do(func(ctx context.Context, conn *pgx.Conn, g uint64) error {
 		var ids []int64
 		var limits []int32
-		ids, limits, freed, wake = s.takeUnlocks(g)
+		ids, limits, _, freed, wake = s.takeUnlocks(g)
 		if len(ids) == 0 && len(limits) == 0 {
 			return nil
 		}
