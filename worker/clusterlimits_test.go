@@ -663,6 +663,42 @@ func TestFreedPlacesWakeClaims(t *testing.T) {
 	}
 }
 
+// TestExclusiveKeyHandedAcross: an exclusive key is announced once freed
+// unless the claim of the worker that freed it took the key again, and only
+// that claim: here each task of the key alternates between two names, each
+// handled by one of two workers, so the next task of the key is always the
+// other worker's, which must hear of it (the poll is an hour away).
+func TestExclusiveKeyHandedAcross(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	var tasks []queue.NewTask
+	for i := range 10 {
+		tasks = append(tasks, queue.NewTask{Name: []string{"left", "right"}[i%2], Options: []queue.Option{queue.WithExclusiveKey("k")}})
+	}
+	if _, err := b.client.EnqueueMany(ctx, tasks); err != nil {
+		t.Fatal(err)
+	}
+	var running, peak atomic.Int32
+	work := func(context.Context, *worker.Task) error {
+		if n := running.Add(1); n > peak.Load() {
+			peak.Store(n)
+		}
+		defer running.Add(-1)
+		time.Sleep(5 * time.Millisecond)
+		return nil
+	}
+	cfg := worker.Config{PollInterval: time.Hour}
+	start(t, pgtest.NewPool(t, b.schema), cfg, worker.Handlers{"left": work})
+	start(t, pgtest.NewPool(t, b.schema), cfg, worker.Handlers{"right": work})
+	pgtest.Eventually(t, 5*time.Second, "every task to complete without a poll", func() bool {
+		return b.count(t, "status = 'completed'") == len(tasks)
+	})
+	if p := peak.Load(); p > 1 {
+		t.Errorf("%d tasks of one exclusive key ran at once", p)
+	}
+}
+
 // TestClaimCarriesUnlocksWhenTakingNothing: a claim carries the unlocks of
 // finished tasks, and runs them even when it picks nothing at all: its
 // queue's limit full (no room to pick), or no held block with room. Left

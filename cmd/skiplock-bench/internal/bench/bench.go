@@ -64,6 +64,7 @@ const (
 	DefaultPin             = 4 * time.Minute
 	DefaultWorkflowSize    = 100
 	DefaultGatedWork       = 36 * time.Millisecond
+	DefaultGatedTasks      = 300
 )
 
 // Options selects and sizes the workloads. The zero value runs
@@ -175,6 +176,10 @@ type Options struct {
 	// task, the larger the share of a place's time that its hand-off
 	// takes. Defaults to [DefaultGatedWork].
 	GatedWork []time.Duration
+	// GatedTasks are the gated workload's backlogs, one set of cases each:
+	// the tasks that wait behind a running exclusive key are pending, and
+	// a claim reads past them. Defaults to [DefaultGatedTasks].
+	GatedTasks []int
 	// RateKeyBacklog is the rate-key workload's backlog per key. Defaults
 	// to DefaultRateKeyBacklog (200: 20 one-second windows at 10 per key).
 	RateKeyBacklog int
@@ -254,6 +259,9 @@ func (o Options) withDefaults() (Options, error) {
 	if len(o.GatedWork) == 0 {
 		o.GatedWork = []time.Duration{DefaultGatedWork}
 	}
+	if len(o.GatedTasks) == 0 {
+		o.GatedTasks = []int{DefaultGatedTasks}
+	}
 	if len(o.Self) == 0 {
 		exe, err := os.Executable()
 		if err != nil {
@@ -301,6 +309,9 @@ func (o Options) withDefaults() (Options, error) {
 	check(o.Producers > 0, "producers must be positive, got %d", o.Producers)
 	for _, d := range o.GatedWork {
 		check(d > 0, "gated work must be positive, got %s", d)
+	}
+	for _, n := range o.GatedTasks {
+		check(n >= gatedSlots, "gated tasks must be at least %d, got %d", gatedSlots, n)
 	}
 	check(o.RateKeyBacklog > 0, "rate-key backlog must be positive, got %d", o.RateKeyBacklog)
 	check(o.PoolConns > 0, "pool connections must be positive, got %d", o.PoolConns)

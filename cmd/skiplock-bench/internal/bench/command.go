@@ -38,7 +38,7 @@ Workloads: throughput, workflow, burst, enqueue-copy, enqueue-single,
 latency, scaling, gated, bulk, rate-key, sustained and pinned. Not run
 unless named: workflow (throughput with the backlog made of workflows: a
 root, --workflow-size minus 2 tasks depending on it, a final task depending
-on all of those), gated (300 tasks of 36 ms, or of each --gated-work, under a
+on all of those), gated (300 tasks, or each --gated-tasks, of 36 ms, or of each --gated-work, under a
 cluster-wide limit of 3, then under 3 exclusive keys, worked by 3 workers:
 how fast a freed place is taken), bulk (--tasks tasks that each insert a row, by a handler per task
 with a one-row INSERT, then by a bulk handler of 100 with one multi-row
@@ -96,6 +96,7 @@ func Command(ctx context.Context, self, args []string, stdout, stderr io.Writer)
 	fs.Float64Var(&o.SustainedRate, "rate-sustained", DefaultSustainedRate, "enqueue rate of the sustained workload, tasks/s")
 	fs.DurationVar(&o.Duration, "duration", DefaultDuration, "how long the sustained workload runs")
 	gatedWork := fs.String("gated-work", DefaultGatedWork.String(), "gated: how long each task's handler takes, comma-separated `durations` (10ms,20ms,36ms), one limit case and one exclusive-key case each")
+	gatedTasks := fs.String("gated-tasks", strconv.Itoa(DefaultGatedTasks), "gated: tasks per case, comma-separated `counts` (300,3000): the backlog a claim reads past while keys are taken")
 	fs.IntVar(&o.RateKeyBacklog, "rate-key-backlog", DefaultRateKeyBacklog, "rate-key: tasks per key (5 keys, a limit of 10/s per key, 3 worker processes)")
 	fs.DurationVar(&o.Pin, "pin", DefaultPin, "pinned: how long another session holds the xmin horizon back (idle in transaction) while --rate-sustained is offered")
 	fs.DurationVar(&o.Purge, "purge", 0, "sustained: every `interval`, purge completed tasks older than it (as a scheduled skiplock purge would)")
@@ -144,7 +145,9 @@ func Command(ctx context.Context, self, args []string, stdout, stderr io.Writer)
 				if o.Limits, err = intList(*limits); err == nil {
 					if o.Rates, err = floatList(*rates); err == nil {
 						if o.Shards, err = intList(*shards); err == nil {
-							o.GatedWork, err = durationList(*gatedWork)
+							if o.GatedWork, err = durationList(*gatedWork); err == nil {
+								o.GatedTasks, err = intList(*gatedTasks)
+							}
 						}
 					}
 				}

@@ -16,22 +16,24 @@ import (
 // handed on: a cluster-wide concurrency limit of gatedSlots, and as many
 // exclusive keys. gatedWorkers workers (each with its own pool, lock
 // session and listener, as separate processes would have; default Config
-// otherwise, the poll at its default second) work gatedTasks tasks whose
-// handler takes a given time (Options.GatedWork, one pair of cases each).
+// otherwise, the poll at its default second) work a backlog of tasks
+// (Options.GatedTasks) whose handler takes a given time (Options.GatedWork),
+// one pair of cases for each backlog and time.
 // The ideal is every place busy all the time: gatedSlots / work tasks a
 // second.
 const (
 	gatedSlots   = 3
 	gatedWorkers = 3
-	gatedTasks   = 300
 )
 
 func (b *bencher) gated(ctx context.Context) error {
 	var cases []benchCase
-	for _, work := range b.opts.GatedWork {
-		ideal := float64(gatedSlots) / work.Seconds()
-		for _, kind := range []string{"limit", "exclusive"} {
-			cases = append(cases, b.gatedCase(kind, work, ideal))
+	for _, n := range b.opts.GatedTasks {
+		for _, work := range b.opts.GatedWork {
+			ideal := float64(gatedSlots) / work.Seconds()
+			for _, kind := range []string{"limit", "exclusive"} {
+				cases = append(cases, b.gatedCase(kind, n, work, ideal))
+			}
 		}
 	}
 	return b.alternate(ctx, cases)
@@ -39,16 +41,16 @@ func (b *bencher) gated(ctx context.Context) error {
 
 // gatedCase is one case of the gated workload: tasks of work each, under a
 // limit or exclusive keys, measured against ideal tasks a second.
-func (b *bencher) gatedCase(kind string, work time.Duration, ideal float64) benchCase {
-	name := fmt.Sprintf("%s slots=%d workers=%d tasks=%d work=%s", kind, gatedSlots, gatedWorkers, gatedTasks, work)
-	params := map[string]float64{"slots": gatedSlots, "procs": gatedWorkers, "tasks": gatedTasks, "work_ms": float64(work) / float64(time.Millisecond)}
+func (b *bencher) gatedCase(kind string, tasks int, work time.Duration, ideal float64) benchCase {
+	name := fmt.Sprintf("%s slots=%d workers=%d tasks=%d work=%s", kind, gatedSlots, gatedWorkers, tasks, work)
+	params := map[string]float64{"slots": gatedSlots, "procs": gatedWorkers, "tasks": float64(tasks), "work_ms": float64(work) / float64(time.Millisecond)}
 	return benchCase{workload: WorkloadGated, name: name, params: params,
 		run: func(ctx context.Context, run int) ([]measure, error) {
-			elapsed, err := b.workGated(ctx, kind, work, WorkloadGated+" "+name+runLabel(run, b.opts.Runs))
+			elapsed, err := b.workGated(ctx, kind, tasks, work, WorkloadGated+" "+name+runLabel(run, b.opts.Runs))
 			if err != nil {
 				return nil, err
 			}
-			r := rate(int64(gatedTasks), elapsed)
+			r := rate(int64(tasks), elapsed)
 			return []measure{
 				{metric: "work", unit: "tasks/s", value: r},
 				{metric: "of ideal", unit: "ratio", value: r / ideal, target: &target{atLeast: true, v: 0.8}},
@@ -58,14 +60,14 @@ func (b *bencher) gatedCase(kind string, work time.Duration, ideal float64) benc
 
 // workGated runs one case and returns the time from the first task's start
 // to the last one's end.
-func (b *bencher) workGated(ctx context.Context, kind string, work time.Duration, label string) (time.Duration, error) {
+func (b *bencher) workGated(ctx context.Context, kind string, n int, work time.Duration, label string) (time.Duration, error) {
 	s, err := b.env.newSchema(ctx, 0)
 	if err != nil {
 		return 0, err
 	}
 	defer s.drop()
 	client := queue.New(s.pool)
-	tasks := make([]queue.NewTask, gatedTasks)
+	tasks := make([]queue.NewTask, n)
 	for i := range tasks {
 		tasks[i] = queue.NewTask{Name: "gated", Payload: i}
 		if kind == "exclusive" {
@@ -121,8 +123,8 @@ func (b *bencher) workGated(ctx context.Context, kind string, work time.Duration
 			werr = err
 			return false
 		}
-		b.prog.status("%s: %d/%d", label, done, gatedTasks)
-		if done == gatedTasks {
+		b.prog.status("%s: %d/%d", label, done, n)
+		if done == n {
 			// From the first start to the last finish, as the table
 			// records them: the workers' own start-up is not the hand-off
 			// being measured.
