@@ -25,6 +25,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/skiplock/skiplock/cmd/skiplock-bench/internal/cpustat"
 )
 
 // Workload names, in the order Run runs them.
@@ -588,13 +590,13 @@ func (b *bencher) waitQuiet(ctx context.Context, name string) error {
 	}
 	deadline := time.Now().Add(b.opts.WaitQuiet)
 	for {
-		before := machineBusy()
+		before := cpustat.MachineBusy()
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(time.Second):
 		}
-		busy := (machineBusy() - before).Seconds() / float64(runtime.NumCPU())
+		busy := (cpustat.MachineBusy() - before).Seconds() / float64(runtime.NumCPU())
 		if busy < quietBusy {
 			return nil
 		}

@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/skiplock/skiplock/cmd/skiplock-bench/internal/cpustat"
 	"github.com/skiplock/skiplock/worker"
 )
 
@@ -437,7 +438,7 @@ func (ps procs) first() time.Duration {
 }
 
 func (ps procs) cpu() time.Duration {
-	return sum(ps, func(p *workerProc) time.Duration { return cpuTime(p.pid()) })
+	return sum(ps, func(p *workerProc) time.Duration { return cpustat.Process(p.pid()) })
 }
 
 func (ps procs) rss() int64 {

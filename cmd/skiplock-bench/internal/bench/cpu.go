@@ -11,10 +11,6 @@ import (
 	"github.com/skiplock/skiplock/cmd/skiplock-bench/internal/cpustat"
 )
 
-// cpuTime returns the user+system CPU time a process has used, from
-// /proc/<pid>/stat; zero where /proc is missing.
-func cpuTime(pid int) time.Duration { return cpustat.Process(pid) }
-
 // rssBytes is a process's resident set size, from /proc/<pid>/status.
 func rssBytes(pid int) int64 {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
@@ -29,10 +25,6 @@ func rssBytes(pid int) int64 {
 	}
 	return 0
 }
-
-// machineBusy is the CPU time the whole machine has spent busy (not idle,
-// not waiting for I/O), from /proc/stat.
-func machineBusy() time.Duration { return cpustat.MachineBusy() }
 
 // tcpPorts returns the local TCP ports of a process's sockets: for a
 // client, the client_port that pg_stat_activity shows for its backends.
@@ -66,29 +58,6 @@ func tcpPorts(pid int) []int {
 	return ports
 }
 
-// procStat reads a process's parent and its CPU time, own and of the
-// children it has waited for.
-func procStat(pid int) (ppid int, own, children time.Duration, ok bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, 0, 0, false
-	}
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return 0, 0, 0, false
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 15 {
-		return 0, 0, 0, false
-	}
-	n := func(k int) time.Duration {
-		v, _ := strconv.ParseInt(f[k], 10, 64)
-		return time.Duration(v) * time.Second / cpustat.ClockTick
-	}
-	ppid, _ = strconv.Atoi(f[1])
-	return ppid, n(11) + n(12), n(13) + n(14), true
-}
-
 // treeCPU is the CPU time of a process and all its descendants, living or
 // reaped: its own, what its reaped children used (cutime, cstime), and what
 // the living ones have used so far.
@@ -102,7 +71,7 @@ func treeCPU(root int) time.Duration {
 		if err != nil {
 			continue
 		}
-		if pp, o, c, ok := procStat(pid); ok {
+		if pp, o, c, ok := cpustat.Stat(pid); ok {
 			parent[pid], own[pid], reaped[pid] = pp, o, c
 		}
 	}
@@ -135,7 +104,7 @@ type noiseProbe struct {
 
 func newNoiseProbe(postmaster int) *noiseProbe {
 	p := &noiseProbe{postmaster: postmaster, start: time.Now()}
-	p.busy, p.ours = machineBusy(), p.oursNow()
+	p.busy, p.ours = cpustat.MachineBusy(), p.oursNow()
 	return p
 }
 
@@ -149,6 +118,6 @@ func (p *noiseProbe) oursNow() time.Duration {
 
 // share is the fraction of the machine's CPU that other processes used.
 func (p *noiseProbe) share() float64 {
-	other := (machineBusy() - p.busy) - (p.oursNow() - p.ours)
+	other := (cpustat.MachineBusy() - p.busy) - (p.oursNow() - p.ours)
 	return max(other.Seconds(), 0) / (time.Since(p.start).Seconds() * float64(runtime.NumCPU()))
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/skiplock/skiplock/cmd/skiplock-bench/internal/cpustat"
 	"github.com/skiplock/skiplock/internal/testinfra/devpg"
 	"github.com/skiplock/skiplock/internal/testschema"
 	"github.com/skiplock/skiplock/migrations"
@@ -53,7 +54,7 @@ func (e *env) findPostmaster(ctx context.Context) {
 	}
 	// A backend of a remote server may share a pid with a local process;
 	// only trust a parent named postgres.
-	if ppid, _, _, ok := procStat(pid); ok {
+	if ppid, _, _, ok := cpustat.Stat(pid); ok {
 		if comm, err := os.ReadFile("/proc/" + strconv.Itoa(ppid) + "/comm"); err == nil && strings.TrimSpace(string(comm)) == "postgres" {
 			e.postmaster = ppid
 		}

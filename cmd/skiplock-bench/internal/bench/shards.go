@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/skiplock/skiplock/cmd/skiplock-bench/internal/cpustat"
 	"github.com/skiplock/skiplock/internal/testschema"
 	"github.com/skiplock/skiplock/migrations"
 	"github.com/skiplock/skiplock/queue"
@@ -212,7 +213,7 @@ func (b *bencher) workShards(ctx context.Context, tasks, shards, concurrency int
 	}
 	defer ps.stop()
 
-	cpu0, machine0 := ps.cpu(), machineBusy()
+	cpu0, machine0 := ps.cpu(), cpustat.MachineBusy()
 	start := time.Now()
 	if err := ps.start(); err != nil {
 		return nil, err
@@ -255,7 +256,7 @@ wait:
 		}
 	}
 	elapsed := time.Since(start)
-	workerCPU, machineCPU := ps.cpu()-cpu0, machineBusy()-machine0
+	workerCPU, machineCPU := ps.cpu()-cpu0, cpustat.MachineBusy()-machine0
 	rss := ps.rss()
 	stopProgress()
 	if err := ps.stop(); err != nil {

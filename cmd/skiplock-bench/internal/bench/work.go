@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/skiplock/skiplock/cmd/skiplock-bench/internal/cpustat"
 	"github.com/skiplock/skiplock/queue"
 )
 
@@ -555,9 +556,9 @@ type cpuProbe struct {
 }
 
 func startCPUProbe(ctx context.Context, s *schema, ps procs) *cpuProbe {
-	p := &cpuProbe{s: s, ps: ps, worker: ps.cpu(), machine: machineBusy(), backends: map[int]time.Duration{}}
+	p := &cpuProbe{s: s, ps: ps, worker: ps.cpu(), machine: cpustat.MachineBusy(), backends: map[int]time.Duration{}}
 	for _, pid := range p.backendPIDs(ctx) {
-		p.backends[pid] = cpuTime(pid)
+		p.backends[pid] = cpustat.Process(pid)
 	}
 	return p
 }
@@ -584,8 +585,8 @@ func (p *cpuProbe) backendPIDs(ctx context.Context) []int {
 func (p *cpuProbe) end(ctx context.Context) (worker, backends, rest time.Duration) {
 	worker = p.ps.cpu() - p.worker
 	for _, pid := range p.backendPIDs(ctx) {
-		backends += cpuTime(pid) - p.backends[pid]
+		backends += cpustat.Process(pid) - p.backends[pid]
 	}
-	rest = machineBusy() - p.machine - worker - backends
+	rest = cpustat.MachineBusy() - p.machine - worker - backends
 	return worker, backends, rest
 }

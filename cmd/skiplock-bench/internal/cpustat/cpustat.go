@@ -19,22 +19,33 @@ const ClockTick = 100
 // Process returns the user+system CPU time process pid has used; zero
 // where /proc is missing or the process is not there.
 func Process(pid int) time.Duration {
+	_, own, _, _ := Stat(pid)
+	return own
+}
+
+// Stat reads process pid's parent and its CPU time, its own and that of
+// the children it has waited for, from /proc/<pid>/stat; ok is false where
+// /proc is missing or the process is not there.
+func Stat(pid int) (ppid int, own, children time.Duration, ok bool) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return 0
+		return 0, 0, 0, false
 	}
 	// The command name is in parentheses and may hold spaces.
 	i := strings.LastIndexByte(string(b), ')')
 	if i < 0 {
-		return 0
+		return 0, 0, 0, false
 	}
 	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 13 {
-		return 0
+	if len(f) < 15 {
+		return 0, 0, 0, false
 	}
-	utime, _ := strconv.ParseInt(f[11], 10, 64)
-	stime, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(utime+stime) * time.Second / ClockTick
+	n := func(k int) time.Duration {
+		v, _ := strconv.ParseInt(f[k], 10, 64)
+		return time.Duration(v) * time.Second / ClockTick
+	}
+	ppid, _ = strconv.Atoi(f[1])
+	return ppid, n(11) + n(12), n(13) + n(14), true
 }
 
 // Local reports whether process pid is on this machine, where Process
