@@ -76,6 +76,21 @@ func (q *Queries) ClaimTurn(ctx context.Context, db DBTX, arg ClaimTurnParams) e
 	return err
 }
 
+const handoffSettings = `-- name: HandoffSettings :exec
+SELECT set_config('synchronous_commit', $1::text, true)
+`
+
+// Run first in a claim's implicit transaction when the claim carries the
+// outcomes of tasks that held a place (worker/handoff.go): the outcomes
+// and the claim then commit together, and the commit waits for its WAL
+// flush as an outcome's on the pool does (outcome_commit: the server's
+// synchronous_commit, which the lock session's own setting, off, replaces
+// for claims alone, SessionTune).
+func (q *Queries) HandoffSettings(ctx context.Context, db DBTX, outcomeCommit string) error {
+	_, err := db.Exec(ctx, handoffSettings, outcomeCommit)
+	return err
+}
+
 const leaderTryLock = `-- name: LeaderTryLock :one
 SELECT pg_try_advisory_lock($1::bigint) AS acquired
 `

@@ -39,12 +39,18 @@ func (q *Queries) BatchRetire(ctx context.Context, db DBTX, arg BatchRetireParam
 	return result.RowsAffected(), nil
 }
 
-const sessionTune = `-- name: SessionTune :exec
-SELECT set_config('tcp_keepalives_idle', $1::text, false),
-       set_config('tcp_keepalives_interval', $2::text, false),
-       set_config('tcp_keepalives_count', $3::text, false),
-       set_config('tcp_user_timeout', $4::text, false),
-       set_config('synchronous_commit', 'off', false)
+const sessionTune = `-- name: SessionTune :one
+WITH before AS MATERIALIZED (
+    SELECT current_setting('synchronous_commit') AS setting
+), tuned AS MATERIALIZED (
+    SELECT set_config('tcp_keepalives_idle', $1::text, false),
+           set_config('tcp_keepalives_interval', $2::text, false),
+           set_config('tcp_keepalives_count', $3::text, false),
+           set_config('tcp_user_timeout', $4::text, false),
+           set_config('synchronous_commit', 'off', false)
+    FROM before
+)
+SELECT b.setting::text AS outcome_commit FROM before AS b, tuned
 `
 
 type SessionTuneParams struct {
@@ -54,7 +60,9 @@ type SessionTuneParams struct {
 	UserTimeoutMs            string
 }
 
-// Tunes the lock session.
+// Tunes the lock session, and returns the synchronous_commit that its
+// setting here replaces: the server's, which outcome writes keep
+// (HandoffSettings).
 //
 // Asks the server to give up on a silent client in seconds: its side of the
 // lock session holds the task locks. Any role may set these; 0 means the
@@ -71,14 +79,16 @@ type SessionTuneParams struct {
 // (maybe by this worker, with the same attempt number), and is fenced off
 // by the claim's started_at (TaskFinishMany). The claim, serial on this
 // one session, no longer waits a flush each time.
-func (q *Queries) SessionTune(ctx context.Context, db DBTX, arg SessionTuneParams) error {
-	_, err := db.Exec(ctx, sessionTune,
+func (q *Queries) SessionTune(ctx context.Context, db DBTX, arg SessionTuneParams) (string, error) {
+	row := db.QueryRow(ctx, sessionTune,
 		arg.KeepaliveIdleSeconds,
 		arg.KeepaliveIntervalSeconds,
 		arg.KeepaliveCount,
 		arg.UserTimeoutMs,
 	)
-	return err
+	var outcome_commit string
+	err := row.Scan(&outcome_commit)
+	return outcome_commit, err
 }
 
 const taskRetire = `-- name: TaskRetire :execrows

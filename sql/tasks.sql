@@ -761,6 +761,15 @@ SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
        set_config('enable_mergejoin', 'off', true),
        set_config('jit', 'off', true);
 
+-- name: HandoffSettings :exec
+-- Run first in a claim's implicit transaction when the claim carries the
+-- outcomes of tasks that held a place (worker/handoff.go): the outcomes
+-- and the claim then commit together, and the commit waits for its WAL
+-- flush as an outcome's on the pool does (outcome_commit: the server's
+-- synchronous_commit, which the lock session's own setting, off, replaces
+-- for claims alone, SessionTune).
+SELECT set_config('synchronous_commit', @outcome_commit::text, true);
+
 -- name: TaskFinishMany :many
 -- Records the outcome of a batch of attempts. Each write is fenced by the
 -- claim (status running, same attempt, same worker, same started_at): a

@@ -85,8 +85,10 @@ SELECT sessions.id, sessions.pid::integer AS pid, coalesce(sessions.permitted, f
        coalesce(CASE WHEN sessions.permitted THEN pg_catalog.pg_terminate_backend(sessions.pid) END, false)::boolean AS terminated
 FROM sessions;
 
--- name: SessionTune :exec
--- Tunes the lock session.
+-- name: SessionTune :one
+-- Tunes the lock session, and returns the synchronous_commit that its
+-- setting here replaces: the server's, which outcome writes keep
+-- (HandoffSettings).
 --
 -- Asks the server to give up on a silent client in seconds: its side of the
 -- lock session holds the task locks. Any role may set these; 0 means the
@@ -103,11 +105,17 @@ FROM sessions;
 -- (maybe by this worker, with the same attempt number), and is fenced off
 -- by the claim's started_at (TaskFinishMany). The claim, serial on this
 -- one session, no longer waits a flush each time.
-SELECT set_config('tcp_keepalives_idle', @keepalive_idle_seconds::text, false),
-       set_config('tcp_keepalives_interval', @keepalive_interval_seconds::text, false),
-       set_config('tcp_keepalives_count', @keepalive_count::text, false),
-       set_config('tcp_user_timeout', @user_timeout_ms::text, false),
-       set_config('synchronous_commit', 'off', false);
+WITH before AS MATERIALIZED (
+    SELECT current_setting('synchronous_commit') AS setting
+), tuned AS MATERIALIZED (
+    SELECT set_config('tcp_keepalives_idle', @keepalive_idle_seconds::text, false),
+           set_config('tcp_keepalives_interval', @keepalive_interval_seconds::text, false),
+           set_config('tcp_keepalives_count', @keepalive_count::text, false),
+           set_config('tcp_user_timeout', @user_timeout_ms::text, false),
+           set_config('synchronous_commit', 'off', false)
+    FROM before
+)
+SELECT b.setting::text AS outcome_commit FROM before AS b, tuned;
 
 -- name: WorkerPrune :execrows
 -- Worker rows are the execution record's host and pid; keep them well past

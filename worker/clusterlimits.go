@@ -141,6 +141,13 @@ func (l *limitsProbe) look(queries *db.Queries, pool *pgxpool.Pool, fresh bool) 
 	return seen
 }
 
+// last is what the last look saw, without looking again.
+func (l *limitsProbe) last() db.LimitsExistRow {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.seen
+}
+
 // claimFor picks the claim statement for the limits that exist.
 func claimFor(seen db.LimitsExistRow, advisory bool) claimHow {
 	switch {

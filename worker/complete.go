@@ -43,6 +43,9 @@ type finish struct {
 	entry        queue.AttemptError
 	output       json.RawMessage     // a completed task's output; nil for none
 	slots        *semaphore.Weighted // the queue's own slots, freed with the process's
+	// slotFreed: its slots went back when it was handed over to a claim
+	// (handoff.go), which did not carry it after all.
+	slotFreed bool
 }
 
 // completer writes outcomes in batches and then releases their tasks'
@@ -257,7 +260,18 @@ func (c *completer) flush(batch []finish) {
 		// The tasks stay running in the table. Releasing their locks lets
 		// the rescuer return them to the queue, so nothing is lost.
 		c.log.Error("skiplock: could not record task outcomes; their tasks will be rescued and run again", "count", len(batch), "error", err)
-	} else if len(written) < len(batch) {
+	} else {
+		c.discarded(batch, written)
+	}
+
+	c.release(batch)
+	c.free(batch)
+	c.wakeClaims(batch)
+}
+
+// discarded logs the outcomes of a batch that its write did not write.
+func (c *completer) discarded(batch []finish, written []int64) {
+	if len(written) < len(batch) {
 		ok := make(map[int64]bool, len(written))
 		for _, id := range written {
 			ok[id] = true
@@ -273,10 +287,6 @@ func (c *completer) flush(batch []finish) {
 		c.log.Warn("skiplock: outcomes discarded: their tasks were rescued from this worker after it lost its lock session or its leases",
 			"count", len(discarded), "task_ids", firstIDs(discarded))
 	}
-
-	c.release(batch)
-	c.free(batch)
-	c.wakeClaims(batch)
 }
 
 // writeFinishes records a batch of this worker's outcomes once, and returns

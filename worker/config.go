@@ -360,6 +360,9 @@ type Config struct {
 	MaxOutputSize int
 
 	now func() time.Time // the scheduler's clock; tests move it
+	// handoffWait: how long a handed-over outcome waits for a claim to
+	// carry it (handoff.go); 0 is handoffWait. Tests lengthen it.
+	handoffWait time.Duration
 	// scheduleReload is how often the elected scheduler reloads the stored
 	// schedules without an announcement; defaultScheduleReload when 0.
 	scheduleReload time.Duration

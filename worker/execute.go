@@ -309,8 +309,11 @@ func (w *Worker) settle(e *execution, res result) bool {
 	f.slots = e.slots
 	// The slot goes back once the outcome is written (the completer frees
 	// it): when writes fall behind, claims wait, rather than piling up
-	// unwritten outcomes that each hold a lock.
-	w.comp.add(f)
+	// unwritten outcomes that each hold a lock. A task that held a place
+	// hands its outcome to the next claim instead (handoff.go).
+	if !w.handOff(f) {
+		w.comp.add(f)
+	}
 	w.settled.Done()
 	return true
 }

@@ -29,6 +29,10 @@ func ForceCursor(w *Worker, queueName string) {
 	}
 }
 
+// SetHandoffWait sets how long the outcome of a task that held a place
+// waits for a claim to carry it before the completer writes it.
+func SetHandoffWait(cfg *Config, d time.Duration) { cfg.handoffWait = d }
+
 // SetScheduleReload sets how often the elected scheduler reloads the
 // stored schedules when no change is announced.
 func SetScheduleReload(cfg *Config, d time.Duration) { cfg.scheduleReload = d }

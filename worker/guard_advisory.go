@@ -21,6 +21,10 @@ type advisoryGuard struct {
 	guardDeps
 	ls       *lockSession // set by open
 	classOID int64
+	// handoffs and onCarried are the lock session's (handoff.go), set
+	// before open.
+	handoffs  *handoffs
+	onCarried func(batch []finish, wrote []int64)
 
 	// warnedNoSignal: said once that this role may not end a stale
 	// worker's lock session.
@@ -59,6 +63,7 @@ func (g *advisoryGuard) open(ctx context.Context, classOID int64, o *outage) err
 	}()
 	g.ls = newLockSession(g.pool.Config().ConnConfig, int32(uint32(classOID)), classOID, g.cfg.sessionTuning(), g.log)
 	g.ls.onLost = g.sessionLost
+	g.ls.handoffs, g.ls.onCarried = g.handoffs, g.onCarried
 	g.ls.onUp = g.sessionUp
 	g.ls.onFreed = g.freed
 	g.ls.register = g.row.registerSession

@@ -48,6 +48,11 @@ type lockSession struct {
 	// wake asks for this worker's claim loops to be woken too (the
 	// announcement is not heard by the worker that sends it).
 	onFreed func(wake bool)
+	// handoffs are the outcomes of tasks that held a place, for the next
+	// claim to carry (handoff.go); onCarried accounts for those that a
+	// claim wrote. Set before the session is used.
+	handoffs  *handoffs
+	onCarried func(batch []finish, wrote []int64)
 	// register records the session in skiplock_workers, on the session
 	// itself, before it is used.
 	register func(ctx context.Context, conn *pgx.Conn, backendPID int32) error
@@ -65,9 +70,12 @@ type lockSession struct {
 	heldLimits map[int32]int
 	limitClass int32 // the first key of limit slot locks, from the claims
 	backend    int32 // the server process of this generation
-	lastUsed   time.Time
-	closed     bool
-	stop       chan struct{} // closed by close(); ends reconnect attempts
+	// outcomeCommit is the server's synchronous_commit, which outcome
+	// writes that claims carry keep (HandoffSettings).
+	outcomeCommit string
+	lastUsed      time.Time
+	closed        bool
+	stop          chan struct{} // closed by close(); ends reconnect attempts
 
 	// Read without mu, by the watchdog: the socket of the current
 	// generation, when its last statement began (0: none in flight), and
@@ -122,10 +130,11 @@ func (s *lockSession) installConn(ctx context.Context, conn *pgx.Conn) error {
 	rawJSONB(conn.TypeMap())
 	// Unnamed statements: each runs once on this connection (customPlans).
 	backend, err := s.queries.SessionBackendPID(ctx, customPlans{conn})
+	var outcomeCommit string
 	if err == nil {
 		var p db.SessionTuneParams
 		p.KeepaliveIdleSeconds, p.KeepaliveIntervalSeconds, p.KeepaliveCount, p.UserTimeoutMs = s.tuning.tcp().ServerSettings()
-		err = s.queries.SessionTune(ctx, customPlans{conn}, p)
+		outcomeCommit, err = s.queries.SessionTune(ctx, customPlans{conn}, p)
 	}
 	if err == nil && s.register != nil {
 		err = s.register(ctx, conn, backend)
@@ -136,6 +145,7 @@ func (s *lockSession) installConn(ctx context.Context, conn *pgx.Conn) error {
 	}
 	s.mu.Lock()
 	s.backend = backend
+	s.outcomeCommit = outcomeCommit
 	s.conn = conn
 	s.sock.Store(conn.PgConn())
 	s.lastProof.Store(time.Now().UnixNano())

@@ -167,12 +167,21 @@ func (p *onePlan) Query(ctx context.Context, sql string, args ...any) (pgx.Rows,
 	}
 	p.batch.Queue(sql, textArrays(make([]any, 0, len(args)), args)...)
 	br := p.conn.SendBatch(ctx, &p.batch)
-	for ; p.execs > 0; p.execs-- {
-		if _, err := br.Exec(); err != nil {
+	for i := range p.execs {
+		// A statement queued with a reader of its rows (an outcome write
+		// a claim carries, handoff.go) is read by it.
+		var err error
+		if fn := p.batch.QueuedQueries[i].Fn; fn != nil {
+			err = fn(br)
+		} else {
+			_, err = br.Exec()
+		}
+		if err != nil {
 			br.Close()
 			return nil, err
 		}
 	}
+	p.execs = 0
 	rows, err := br.Query()
 	if err != nil {
 		br.Close()

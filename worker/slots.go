@@ -182,12 +182,17 @@ func (s *slots) release(q *semaphore.Weighted, n int) {
 // free gives back the slots of a batch of written outcomes and wakes a
 // claim loop that waits to fill its claim.
 func (s *slots) free(batch []finish) {
-	s.all.Release(int64(len(batch) - s.reclaim(len(batch))))
+	n := 0
 	for _, f := range batch {
+		if f.slotFreed {
+			continue
+		}
+		n++
 		if f.slots != nil {
 			f.slots.Release(1)
 		}
 	}
+	s.all.Release(int64(n - s.reclaim(n)))
 	s.signalFreed()
 }
 

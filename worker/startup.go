@@ -58,6 +58,19 @@ func (w *Worker) start(ctx context.Context) (opened func() error, err error) {
 		w.iso.freed(batch)
 	}
 	w.comp = newCompleter(w.writeFinishes, w.guard.release, free, w.wake, w.log, 1)
+	w.handoffs = nil
+	if g, ok := w.guard.(*advisoryGuard); ok {
+		wait := w.cfg.handoffWait
+		if wait <= 0 {
+			wait = handoffWait
+		}
+		w.handoffs = &handoffs{wait: wait, fallback: func(batch []finish) {
+			for _, f := range batch {
+				w.comp.add(f)
+			}
+		}}
+		g.handoffs, g.onCarried = w.handoffs, w.carried
+	}
 	w.window = newWindowSizer(w, w.cfg.autoWindow, w.cfg.autoBatch)
 	return func() error { return w.guard.open(ctx, table.Oid, o) }, nil
 }

@@ -41,15 +41,25 @@ func (s *lockSession) claim(p db.TaskClaimParams, how claimHow) (rows []db.TaskC
 	p.LockClass = s.class
 	freed, wake := false, false
 	var keys []string
+	var carry *handoffWrite
 	defer func() {
 		if err == nil && freed && !retook(p.UnlockLimitLocks, keys, rows) {
-			s.announceFreed(wake)
+			// Outcomes it carried woke no claim loop of this worker.
+			s.announceFreed(wake || carry != nil)
 		}
 	}()
 	defer func() { s.lastClaim.Store(time.Now().UnixNano()) }()
+	defer func() {
+		if carry != nil {
+			s.carried(carry, gen, err)
+		}
+	}()
 	err = s.do(func(ctx context.Context, conn *pgx.Conn, g uint64) error {
 		gen = g
 		s.limitClass = p.LimitClass
+		if how != howLimited {
+			carry = s.takeHandoffs(g, p.WorkerID)
+		}
 		p.UnlockIds, p.UnlockLimitLocks, keys, freed, wake = s.takeUnlocks(g)
 		ran = how
 		if how == howHeld && len(s.heldLimits) == 0 {
@@ -66,19 +76,19 @@ func (s *lockSession) claim(p db.TaskClaimParams, how claimHow) (rows []db.TaskC
 			switch ran {
 			case howQueue:
 				var plan *onePlan
-				if plan, err = newOnePlan(ctx, s.queries, conn); err == nil {
+				if plan, err = s.newPlan(ctx, conn, carry); err == nil {
 					rows, err = claimQueue(ctx, s.queries, plan, p)
 				}
 			case howHeld:
 				var plan *onePlan
-				if plan, err = newOnePlan(ctx, s.queries, conn); err == nil {
+				if plan, err = s.newPlan(ctx, conn, carry); err == nil {
 					rows, err = claimHeld(ctx, s.queries, plan, p)
 				}
 			default:
 				rows, err = s.queries.TaskClaim(ctx, customPlans{conn}, p)
 			}
 		default:
-			rows, err = s.claimPlain(ctx, conn, p)
+			rows, err = s.claimPlain(ctx, conn, p, carry)
 		}
 		if err != nil {
 			return err
@@ -104,10 +114,10 @@ const claimTurnWait = 200 * time.Millisecond
 // turn that is not free within claimTurnWait is skipped: the claim runs at
 // once without it, carrying the same unlocks (the failed batch ran none of
 // its statements past the turn).
-func (s *lockSession) claimPlain(ctx context.Context, conn *pgx.Conn, p db.TaskClaimParams) ([]db.TaskClaimRow, error) {
+func (s *lockSession) claimPlain(ctx context.Context, conn *pgx.Conn, p db.TaskClaimParams, carry *handoffWrite) ([]db.TaskClaimRow, error) {
 	turn := s.turns
 	for {
-		plan, err := newOnePlan(ctx, s.queries, conn)
+		plan, err := s.newPlan(ctx, conn, carry)
 		if err != nil {
 			return nil, err
 		}
@@ -124,6 +134,86 @@ func (s *lockSession) claimPlain(ctx context.Context, conn *pgx.Conn, p db.TaskC
 			continue
 		}
 		return rows, err
+	}
+}
+
+// newPlan is a onePlan on conn for a claim, with the outcome write the
+// claim carries, if any, queued before it (handoff.go).
+func (s *lockSession) newPlan(ctx context.Context, conn *pgx.Conn, carry *handoffWrite) (*onePlan, error) {
+	if carry == nil {
+		return newOnePlan(ctx, s.queries, conn)
+	}
+	plan := &onePlan{conn: conn}
+	if err := carry.queue(ctx, s.queries, plan, s.outcomeCommit); err != nil {
+		return nil, err
+	}
+	if err := s.queries.ClaimPlanSettings(ctx, plan); err != nil {
+		return nil, err
+	}
+	return plan, nil
+}
+
+// takeHandoffs takes the outcomes handed over for the next claim (mu
+// held), for a claim of generation g to carry: their limit slots and
+// exclusive keys go with the unlocks it carries, so that the claim may
+// take them again, and is announced as free if it does not. Outcomes of
+// an earlier generation go to the completer: their locks died with their
+// session.
+func (s *lockSession) takeHandoffs(g uint64, workerID string) *handoffWrite {
+	if s.handoffs == nil {
+		return nil
+	}
+	batch := s.handoffs.take()
+	mine := batch[:0:0]
+	var other []finish
+	for _, f := range batch {
+		if f.gen == g {
+			mine = append(mine, f)
+		} else {
+			other = append(other, f)
+		}
+	}
+	if len(other) > 0 {
+		s.handoffs.fallback(other)
+	}
+	if len(mine) == 0 {
+		return nil
+	}
+	s.umu.Lock()
+	if s.unlocksGen == g {
+		for _, f := range mine {
+			s.unlockLims = append(s.unlockLims, f.limits...)
+			if f.exclusiveKey != "" {
+				s.unlockKeys = append(s.unlockKeys, f.exclusiveKey)
+			}
+		}
+		s.unlockFree = true
+	}
+	s.umu.Unlock()
+	return newHandoffWrite(mine, workerID)
+}
+
+// carried ends a claim that carried outcomes. Committed, their tasks'
+// locks are released by a later statement, and the worker accounts for
+// them (onCarried). Failed, the claim's transaction wrote none of them:
+// the completer writes them, less the limit slots that the claim took over
+// (released, or left for reconcile), and the tasks' unlocks follow its
+// write as usual.
+func (s *lockSession) carried(carry *handoffWrite, gen uint64, err error) {
+	if err != nil {
+		for i := range carry.batch {
+			carry.batch[i].limits = nil
+		}
+		s.handoffs.fallback(carry.batch)
+		return
+	}
+	ids := make([]int64, len(carry.batch))
+	for i, f := range carry.batch {
+		ids[i] = f.id
+	}
+	s.release(ids, nil, nil, gen, false)
+	if s.onCarried != nil {
+		s.onCarried(carry.batch, carry.wrote)
 	}
 }
 

@@ -77,6 +77,7 @@ type Worker struct {
 	deadlines    deadlines // expires handlers' contexts at TaskTimeout (deadlines.go)
 	gatherers    sync.Map  // *bulkSpec -> *gatherer: bulk handlers' groups (bulk.go)
 	comp         *completer
+	handoffs     *handoffs    // outcomes for the next claim to carry (handoff.go); nil in lease mode
 	window       *windowSizer // sizes Concurrency by the round trip when it was left at zero
 	classOID     int64        // skiplock_tasks' OID: the advisory lock class
 	// limitClass is skiplock_limits' OID: the first key of limit slot
@@ -230,6 +231,9 @@ func (w *Worker) Run(ctx context.Context, handlers Handlers) error {
 
 	<-ctx.Done()
 	w.stopClaiming()
+	if w.handoffs != nil {
+		w.handoffs.close()
+	}
 	w.flushBulk()
 	w.shutdown()
 	w.comp.close()

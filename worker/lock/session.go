@@ -220,7 +220,7 @@ func (s *session) connect(ctx context.Context) error {
 	}
 	var p db.SessionTuneParams
 	p.KeepaliveIdleSeconds, p.KeepaliveIntervalSeconds, p.KeepaliveCount, p.UserTimeoutMs = tcp.ServerSettings()
-	if err := s.c.queries.SessionTune(cctx, conn, p); err != nil {
+	if _, err := s.c.queries.SessionTune(cctx, conn, p); err != nil {
 		conn.Close(context.Background())
 		return pgerr.Interpret(err)
 	}

@@ -53,7 +53,7 @@ func (b *bencher) gatedCase(kind string, tasks int, work time.Duration, ideal fl
 			r := rate(int64(tasks), elapsed)
 			return []measure{
 				{metric: "work", unit: "tasks/s", value: r},
-				{metric: "of ideal", unit: "ratio", value: r / ideal, target: &target{atLeast: true, v: 0.8}},
+				{metric: "of ideal", unit: "ratio", value: r / ideal, target: &target{atLeast: true, v: 0.85}},
 			}, nil
 		}}
 }
