@@ -64,6 +64,10 @@ func (g *advisoryGuard) open(ctx context.Context, classOID int64, o *outage) err
 	g.ls = newLockSession(g.pool.Config().ConnConfig, int32(uint32(classOID)), classOID, g.cfg.sessionTuning(), g.log)
 	g.ls.onLost = g.sessionLost
 	g.ls.handoffs, g.ls.onCarried = g.handoffs, g.onCarried
+	if g.handoffs != nil {
+		ls := g.ls
+		g.handoffs.busy = func() bool { return ls.busySince.Load() != 0 }
+	}
 	g.ls.onUp = g.sessionUp
 	g.ls.onFreed = g.freed
 	g.ls.register = g.row.registerSession

@@ -31,20 +31,34 @@ import (
 // An outcome that no claim takes within handoffWait (the queue is over a
 // rate limit, say, or the session is down), or whose claim fails, goes to
 // the completer, as does every outcome once the worker stops claiming.
+// While a statement runs on the lock session the wait starts again, up to
+// handoffWaits times: the claim loops were woken, and one of them claims
+// once the session is free. Across a 2.4 ms round trip, an outcome that
+// went to the completer while a claim was in flight cost its place more
+// than the claim would have: the claim that the wake-up had sent went
+// without it, found the place still taken, and the place waited for the
+// write, its unlock and the claim after them.
 
 // handoffWait is how long a handed-over outcome waits for a claim to
-// carry it before the completer writes it.
-const handoffWait = 5 * time.Millisecond
+// carry it before the completer writes it; handoffWaits bounds how many
+// times the wait starts again while the lock session is busy.
+const (
+	handoffWait  = 5 * time.Millisecond
+	handoffWaits = 20
+)
 
 // handoffs holds the outcomes handed over for the next claim.
 type handoffs struct {
 	wait time.Duration
-	// fallback gives outcomes no claim carried to the completer.
+	// fallback gives outcomes no claim carried to the completer; busy
+	// reports whether a statement runs on the lock session.
 	fallback func([]finish)
+	busy     func() bool
 
 	mu      sync.Mutex
 	pending []finish
 	timer   *time.Timer
+	waits   int // how many times the wait started again
 	closed  bool
 }
 
@@ -58,9 +72,24 @@ func (h *handoffs) offer(f finish) bool {
 	}
 	h.pending = append(h.pending, f)
 	if h.timer == nil {
-		h.timer = time.AfterFunc(h.wait, h.expire)
+		h.waits = 0
+		h.timer = time.AfterFunc(h.wait, h.expired)
 	}
 	return true
+}
+
+// expired ends a wait: it starts again while a statement runs on the lock
+// session, else the completer takes the outcomes.
+func (h *handoffs) expired() {
+	h.mu.Lock()
+	if h.timer != nil && !h.closed && h.waits < handoffWaits && h.busy != nil && h.busy() {
+		h.waits++
+		h.timer.Reset(h.wait)
+		h.mu.Unlock()
+		return
+	}
+	h.mu.Unlock()
+	h.expire()
 }
 
 // take hands the pending outcomes to a claim.
