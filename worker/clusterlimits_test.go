@@ -633,13 +633,10 @@ func TestFreedPlacesWakeClaims(t *testing.T) {
 			if _, err := b.client.EnqueueMany(ctx, tasks); err != nil {
 				t.Fatal(err)
 			}
-			var running, peak atomic.Int32
+			var shared atOnce
 			work := func(ctx context.Context, task *worker.Task) error {
 				if task.Name == "shared" {
-					if n := running.Add(1); n > peak.Load() {
-						peak.Store(n)
-					}
-					defer running.Add(-1)
+					defer shared.enter()()
 				}
 				time.Sleep(5 * time.Millisecond)
 				return nil
@@ -656,7 +653,7 @@ func TestFreedPlacesWakeClaims(t *testing.T) {
 			if mode == worker.ModeAdvisory {
 				pgtest.Eventually(t, 5*time.Second, "every place released", func() bool { return b.limitLocks(t) == 0 })
 			}
-			if p := peak.Load(); p > 1 {
+			if p := shared.peak.Load(); p > 1 {
 				t.Errorf("%d tasks of a limit of 1 ran at once", p)
 			}
 		})
@@ -679,12 +676,9 @@ func TestExclusiveKeyHandedAcross(t *testing.T) {
 	if _, err := b.client.EnqueueMany(ctx, tasks); err != nil {
 		t.Fatal(err)
 	}
-	var running, peak atomic.Int32
+	var key atOnce
 	work := func(context.Context, *worker.Task) error {
-		if n := running.Add(1); n > peak.Load() {
-			peak.Store(n)
-		}
-		defer running.Add(-1)
+		defer key.enter()()
 		time.Sleep(5 * time.Millisecond)
 		return nil
 	}
@@ -694,7 +688,7 @@ func TestExclusiveKeyHandedAcross(t *testing.T) {
 	pgtest.Eventually(t, 5*time.Second, "every task to complete without a poll", func() bool {
 		return b.count(t, "status = 'completed'") == len(tasks)
 	})
-	if p := peak.Load(); p > 1 {
+	if p := key.peak.Load(); p > 1 {
 		t.Errorf("%d tasks of one exclusive key ran at once", p)
 	}
 }

@@ -2,8 +2,12 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/skiplock/skiplock/db"
 )
@@ -166,15 +170,58 @@ func (h *handoffWrite) queue(ctx context.Context, queries *db.Queries, plan *one
 	if err := queries.OutcomePlanSettings(ctx, plan); err != nil {
 		return err
 	}
+	q := queued{batch: &plan.batch, read: appendIDs(&h.wrote)}
+	var err error
 	if onlyCompletions(h.p) {
-		queries.QueueTaskCompleteMany(&plan.batch, db.TaskCompleteManyParams{
+		_, err = queries.TaskCompleteMany(ctx, q, db.TaskCompleteManyParams{
 			WorkerID: h.p.WorkerID, Ids: h.p.Ids, Attempts: h.p.Attempts, ClaimedUs: h.p.ClaimedUs,
-		}, &h.wrote)
+		})
 	} else {
-		queries.QueueTaskFinishMany(&plan.batch, h.p, &h.wrote)
+		_, err = queries.TaskFinishMany(ctx, q, h.p)
+	}
+	if !errors.Is(err, errQueued) {
+		return err
 	}
 	plan.execs++
 	return nil
+}
+
+// queued is a db.DBTX that queues the query a sqlc method sends on a
+// batch, with read as the reader of its rows, instead of running it; the
+// method then fails with errQueued. The batch's reader (onePlan.Query)
+// reads the rows when the batch runs.
+type queued struct {
+	batch *pgx.Batch
+	read  func(pgx.Rows) error
+}
+
+var errQueued = errors.New("skiplock: queued on a batch")
+
+func (q queued) Query(_ context.Context, sql string, args ...any) (pgx.Rows, error) {
+	q.batch.Queue(sql, textArrays(make([]any, 0, len(args)), args)...).Query(q.read)
+	return nil, errQueued
+}
+
+func (q queued) Exec(context.Context, string, ...any) (pgconn.CommandTag, error) {
+	return pgconn.CommandTag{}, errors.New("skiplock: queued takes queries with rows only")
+}
+
+func (q queued) QueryRow(context.Context, string, ...any) pgx.Row {
+	return firstRow{err: errors.New("skiplock: queued takes queries with rows only")}
+}
+
+// appendIDs reads rows of one bigint each into *ids.
+func appendIDs(ids *[]int64) func(pgx.Rows) error {
+	return func(rows pgx.Rows) error {
+		var id int64
+		for rows.Next() {
+			if err := rows.Scan(&id); err != nil {
+				return err
+			}
+			*ids = append(*ids, id)
+		}
+		return rows.Err()
+	}
 }
 
 // carried is what follows a claim that carried outcomes and committed,

@@ -2,7 +2,7 @@ package worker_test
 
 import (
 	"context"
-	"sync/atomic"
+	"errors"
 	"testing"
 	"time"
 
@@ -12,7 +12,8 @@ import (
 )
 
 // TestHandoffInClaim: a task that held its exclusive key, or the only
-// place of its queue's limit, ends in the transaction of the claim that
+// place of its queue's limit, ends (completed, or failed for good: the
+// write of any outcome) in the transaction of the claim that
 // starts the next task waiting for that place, so that the place passes
 // from one to the next in one commit. The two rows' times are the
 // transaction's: each task's started_at is the finished_at of the task
@@ -21,9 +22,9 @@ import (
 func TestHandoffInClaim(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
-		name  string
-		limit bool
-	}{{"exclusive key", false}, {"queue limit", true}} {
+		name        string
+		limit, fail bool
+	}{{"exclusive key", false, false}, {"queue limit", true, false}, {"exclusive key, failed", false, true}} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
@@ -43,20 +44,24 @@ func TestHandoffInClaim(t *testing.T) {
 			if _, err := b.client.EnqueueMany(ctx, tasks); err != nil {
 				t.Fatal(err)
 			}
-			var running, peak atomic.Int32
+			var place atOnce
 			work := func(context.Context, *worker.Task) error {
-				if n := running.Add(1); n > peak.Load() {
-					peak.Store(n)
-				}
-				defer running.Add(-1)
+				defer place.enter()()
 				time.Sleep(2 * time.Millisecond)
+				if c.fail {
+					return worker.Permanent(errors.New("no"))
+				}
 				return nil
 			}
 			cfg := worker.Config{PollInterval: time.Hour}
 			worker.SetHandoffWait(&cfg, time.Hour)
 			start(t, b.pool, cfg, worker.Handlers{"job": work})
-			pgtest.Eventually(t, 30*time.Second, "every task to complete", func() bool {
-				return b.count(t, "status = 'completed'") == n
+			status := "completed"
+			if c.fail {
+				status = "failed"
+			}
+			pgtest.Eventually(t, 30*time.Second, "every task to end", func() bool {
+				return b.count(t, "status = $1", status) == n
 			})
 			rows, err := b.pool.Query(ctx, "SELECT started_at, finished_at FROM skiplock_tasks ORDER BY started_at")
 			if err != nil {
@@ -79,7 +84,7 @@ func TestHandoffInClaim(t *testing.T) {
 						i+1, n, started[i].Format(time.RFC3339Nano), finished[i-1].Format(time.RFC3339Nano))
 				}
 			}
-			if p := peak.Load(); p > 1 {
+			if p := place.peak.Load(); p > 1 {
 				t.Errorf("%d tasks ran at once in one place", p)
 			}
 		})

@@ -159,3 +159,15 @@ func (b *bundle) get(t *testing.T, id int64) *queue.Task {
 	}
 	return task
 }
+
+// atOnce counts the calls of a handler in flight, and the most at once
+// (peak).
+type atOnce struct{ running, peak atomic.Int32 }
+
+// enter counts a call in; the func it returns counts it out.
+func (a *atOnce) enter() (leave func()) {
+	n := a.running.Add(1)
+	for p := a.peak.Load(); n > p && !a.peak.CompareAndSwap(p, n); p = a.peak.Load() {
+	}
+	return func() { a.running.Add(-1) }
+}
