@@ -164,10 +164,12 @@ func (s *lockSession) takeHandoffs(g uint64, workerID string) *handoffWrite {
 		return nil
 	}
 	batch := s.handoffs.take()
+	s.umu.Lock()
+	defer s.umu.Unlock()
 	mine := batch[:0:0]
 	var other []finish
 	for _, f := range batch {
-		if f.gen == g {
+		if f.gen == g && s.unlocksGen == g {
 			mine = append(mine, f)
 		} else {
 			other = append(other, f)
@@ -179,17 +181,13 @@ func (s *lockSession) takeHandoffs(g uint64, workerID string) *handoffWrite {
 	if len(mine) == 0 {
 		return nil
 	}
-	s.umu.Lock()
-	if s.unlocksGen == g {
-		for _, f := range mine {
-			s.unlockLims = append(s.unlockLims, f.limits...)
-			if f.exclusiveKey != "" {
-				s.unlockKeys = append(s.unlockKeys, f.exclusiveKey)
-			}
+	for _, f := range mine {
+		s.unlockLims = append(s.unlockLims, f.limits...)
+		if f.exclusiveKey != "" {
+			s.unlockKeys = append(s.unlockKeys, f.exclusiveKey)
 		}
-		s.unlockFree = true
 	}
-	s.umu.Unlock()
+	s.unlockFree = true
 	return newHandoffWrite(mine, workerID)
 }
 
