@@ -14,10 +14,11 @@ import (
 // notification or the poll, so the end of such a task ("gated",
 // execution.gated) is told to them: this worker's loops at once
 // (completer.wakeClaims), every other worker's by a notification of the
-// work channel with an empty payload, sent once the place is free (after
-// the task's unlock has run in advisory mode, carried by the claim this
-// worker makes at once, which may take the place again: then nothing is
-// announced; after the outcome write in lease mode). Without it, a freed
+// work channel with an empty payload, sent once the place is free: in
+// advisory mode after the claim this worker makes at once, which carries
+// the task's outcome (handoff.go) or its unlock and may take the place
+// again, in which case nothing is announced; in lease mode after the
+// outcome write. Without it, a freed
 // place waited for the poll: PollInterval, a second by default. The sender
 // does not wake itself again when it hears its own (ownFreed).
 
