@@ -419,16 +419,24 @@ func finishParams(batch []finish) db.TaskFinishManyParams {
 // claim loop that took fewer tasks than it asked waits for no one else to
 // free a place; the guard tells the other workers), and the loop of a task
 // that is due again at once (a retry without delay, a task handed back at
-// shutdown), whose insert notification is long gone. Waking a busy loop
-// costs nothing: it claims again anyway.
+// shutdown), whose insert notification is long gone (wakeDue). Waking a
+// busy loop costs nothing: it claims again anyway.
 func (c *completer) wakeClaims(batch []finish) {
-	woken := map[string]bool{}
 	for _, f := range batch {
-		switch {
-		case f.gated:
+		if f.gated {
 			c.wake("")
 			return
-		case f.status == queue.StatusPending && f.delayMs <= 0 && !woken[f.queue]:
+		}
+	}
+	c.wakeDue(batch)
+}
+
+// wakeDue wakes the claim loop of each queue with a task of the batch that
+// is due again at once.
+func (c *completer) wakeDue(batch []finish) {
+	woken := map[string]bool{}
+	for _, f := range batch {
+		if f.status == queue.StatusPending && f.delayMs <= 0 && !woken[f.queue] {
 			woken[f.queue] = true
 			c.wake(f.queue)
 		}

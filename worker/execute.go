@@ -36,8 +36,9 @@ type execution struct {
 	gen     uint64              // lock session generation holding the task's lock
 	limits  []int32             // limit slot locks held with the task's lock (clusterlimits.go)
 	// gated: the task held a place that another task may be waiting for
-	// (a concurrency limit's slot, its exclusive key), so its end wakes
-	// the claim loops here and in every other worker (completer.flush).
+	// (a concurrency limit's slot, its exclusive key), so its outcome
+	// rides the next claim (handoff.go), or its end wakes the claim loops
+	// here and in every other worker (completer.flush).
 	gated        bool
 	exclusiveKey string // the exclusive key it holds, if any
 	timeout      time.Duration

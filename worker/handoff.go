@@ -226,14 +226,12 @@ func appendIDs(ids *[]int64) func(pgx.Rows) error {
 
 // carried is what follows a claim that carried outcomes and committed,
 // as the completer's write is followed (completer.flush), less the slots,
-// which went back at hand-over, and the task locks, which the lock
-// session releases.
+// which went back at hand-over, the task locks, which the lock session
+// releases, and the wake-up of every claim loop: the claim that carried
+// them was one, and the session announces the places it did not take
+// again.
 func (w *Worker) carried(batch []finish, wrote []int64) {
 	w.comp.discarded(batch, wrote)
 	w.iso.freed(batch)
-	for _, f := range batch {
-		if f.status == "pending" && f.delayMs <= 0 {
-			w.wake(f.queue)
-		}
-	}
+	w.comp.wakeDue(batch)
 }

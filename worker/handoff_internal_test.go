@@ -59,8 +59,10 @@ func TestHandoffsFallback(t *testing.T) {
 		var asked atomic.Int32
 		h := newHandoffs(&g, func() bool { asked.Add(1); return busy.Load() })
 		h.offer(finish{id: 1})
-		for asked.Load() < 3 {
-			time.Sleep(time.Millisecond)
+		for deadline := time.Now().Add(10 * time.Second); asked.Load() < 3; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the lock session was asked %d times in 10 s whether it was busy, want 3", asked.Load())
+			}
 		}
 		if ids := wait(&g, 0); len(ids) != 0 {
 			t.Fatalf("the completer got %v while the session was busy", ids)
