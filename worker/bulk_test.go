@@ -406,7 +406,9 @@ func TestBulkLockLoss(t *testing.T) {
 			return errs
 		},
 	}.Handler()})
-	waitFor(t, 5*time.Second, "3 tasks running", func() bool { return b.count(t, "status = 'running'") == 3 })
+	// A group whose handler has not begun when the lock goes is never
+	// handed to it: wait for the handler, not only the claim.
+	waitFor(t, 5*time.Second, "3 tasks running", func() bool { return ran.Load() && b.count(t, "status = 'running'") == 3 })
 	b.terminateLockSession(t, w)
 	select {
 	case cause := <-causes:

@@ -59,14 +59,16 @@ func TestRescueAndFencing(t *testing.T) {
 	defer release()
 	// One slot, which A's hanging handler keeps: A cannot claim the task
 	// again, so B runs it.
+	var began atomic.Bool // a handler not yet called when the lock goes is never called
 	a, stopA := start(t, pgtest.NewPool(t, b.schema), worker.Config{Concurrency: 1}, worker.Handlers{"job": func(ctx context.Context, task *worker.Task) error {
+		began.Store(true)
 		<-ctx.Done()
 		close(aCancelled)
 		<-ranElsewhere
 		return nil
 	}})
 	id := b.enqueue(t, "job", nil)
-	waitFor(t, 10*time.Second, "A running the task", func() bool { return b.get(t, id).WorkerID == a.ID() })
+	waitFor(t, 10*time.Second, "A running the task", func() bool { return began.Load() && b.get(t, id).WorkerID == a.ID() })
 
 	bw, _ := start(t, pgtest.NewPool(t, b.schema), worker.Config{}, worker.Handlers{"job": func(ctx context.Context, task *worker.Task) error {
 		return nil
@@ -496,8 +498,10 @@ func TestLockSessionReconnects(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	var cause atomic.Value
+	var began atomic.Bool // a handler not yet called when the lock goes is never called
 	w, _ := start(t, b.pool, worker.Config{}, worker.Handlers{
 		"hold": func(ctx context.Context, task *worker.Task) error {
+			began.Store(true)
 			<-ctx.Done()
 			cause.Store(context.Cause(ctx))
 			return ctx.Err()
@@ -505,7 +509,7 @@ func TestLockSessionReconnects(t *testing.T) {
 		"quick": func(context.Context, *worker.Task) error { return nil },
 	})
 	held := b.enqueue(t, "hold", nil, queue.WithMaxAttempts(1))
-	waitFor(t, 10*time.Second, "running", func() bool { return b.get(t, held).Status == queue.StatusRunning })
+	waitFor(t, 10*time.Second, "running", func() bool { return began.Load() && b.get(t, held).Status == queue.StatusRunning })
 	b.terminateLockSession(t, w)
 	waitFor(t, 5*time.Second, "handler cancelled", func() bool { return cause.Load() != nil })
 	if err, _ := cause.Load().(error); err == nil || errors.Is(err, context.DeadlineExceeded) {

@@ -77,12 +77,15 @@ func TestSilentNetwork(t *testing.T) {
 	cfgA := pgtest.Config(t, b.schema)
 	link := pgtest.NewFreezer(t, cfgA)
 	causes := make(chan error, 64)
+	var live atomic.Int32 // handlers begun and not returned
 	logsA, logsB := &logBuffer{}, &logBuffer{}
 	a, _ := start(t, pgtest.PoolFromConfig(t, cfgA), worker.Config{
 		Queues: []string{"default", "after"}, Concurrency: 4, StaleAfter: stale, PingTimeout: ping,
 		Logger: logsA.logger(io.Discard),
 	}, worker.Handlers{
 		"hold": func(ctx context.Context, task *worker.Task) error {
+			live.Add(1)
+			defer live.Add(-1)
 			<-ctx.Done()
 			causes <- context.Cause(ctx)
 			return ctx.Err()
@@ -94,7 +97,12 @@ func TestSilentNetwork(t *testing.T) {
 	for range 4 {
 		ids = append(ids, b.enqueue(t, "hold", nil))
 	}
-	waitFor(t, 10*time.Second, "A running 4 tasks", func() bool { return b.count(t, "status = 'running' AND worker_id = $1", a.ID()) == 4 })
+	// Running means the handler began: a claim whose answer the cut holds
+	// back, or a handler not yet called, is never cancelled (the task is
+	// rescued all the same), and the test looks for 4 cancellations.
+	waitFor(t, 10*time.Second, "A running 4 tasks", func() bool {
+		return live.Load() == 4 && b.count(t, "status = 'running' AND worker_id = $1", a.ID()) == 4
+	})
 	bw, _ := start(t, pgtest.NewPool(t, b.schema), worker.Config{StaleAfter: stale, PingTimeout: ping, Logger: logsB.logger(io.Discard)},
 		worker.Handlers{"hold": func(context.Context, *worker.Task) error { return nil }})
 	zombie := b.lockPID(t, a)
