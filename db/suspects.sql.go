@@ -72,10 +72,10 @@ type TaskSuspectNextRow struct {
 // died; see TaskRescueOrphans), due, of one of the worker's queues that is
 // not paused and with a name it handles, in claim order. Read without a
 // lock: the claim by id that follows (TaskClaim's only_ids) is the one
-// that takes it, or finds it gone. There is no index on crashes: this
-// walks the claim index of those queues, and runs only while the worker
-// has been told that suspects exist (a rescue that made one notifies the
-// workers), not per claim.
+// that takes it, or finds it gone. It reads the suspect index, which
+// holds suspects only, and runs only while the worker has been told that
+// suspects may exist (a rescue that made one notifies the workers), not
+// per claim.
 func (q *Queries) TaskSuspectNext(ctx context.Context, db DBTX, arg TaskSuspectNextParams) (TaskSuspectNextRow, error) {
 	row := db.QueryRow(ctx, taskSuspectNext, arg.Queues, arg.Names)
 	var i TaskSuspectNextRow
@@ -114,8 +114,8 @@ WHERE t.id = c.id
 // alone: a death whose process has been heard from since (a worker cut off
 // by a silent network, whose session the rescuer ended, that came back)
 // no longer counts, and a task left with none is no suspect any more, so
-// the ordinary claims take it again. Like TaskSuspectNext it walks the
-// claim index of those queues, and only while suspects are known to exist.
+// the ordinary claims take it again. Like TaskSuspectNext it reads the
+// suspect index, and only while suspects may exist.
 func (q *Queries) TaskSuspectsRecount(ctx context.Context, db DBTX, queues []string) (int64, error) {
 	result, err := db.Exec(ctx, taskSuspectsRecount, queues)
 	if err != nil {

@@ -4,10 +4,10 @@
 -- died; see TaskRescueOrphans), due, of one of the worker's queues that is
 -- not paused and with a name it handles, in claim order. Read without a
 -- lock: the claim by id that follows (TaskClaim's only_ids) is the one
--- that takes it, or finds it gone. There is no index on crashes: this
--- walks the claim index of those queues, and runs only while the worker
--- has been told that suspects exist (a rescue that made one notifies the
--- workers), not per claim.
+-- that takes it, or finds it gone. It reads the suspect index, which
+-- holds suspects only, and runs only while the worker has been told that
+-- suspects may exist (a rescue that made one notifies the workers), not
+-- per claim.
 SELECT p.id, p.queue, p.name
 FROM skiplock_tasks AS p
 WHERE p.status = 'pending'
@@ -25,8 +25,8 @@ LIMIT 1;
 -- alone: a death whose process has been heard from since (a worker cut off
 -- by a silent network, whose session the rescuer ended, that came back)
 -- no longer counts, and a task left with none is no suspect any more, so
--- the ordinary claims take it again. Like TaskSuspectNext it walks the
--- claim index of those queues, and only while suspects are known to exist.
+-- the ordinary claims take it again. Like TaskSuspectNext it reads the
+-- suspect index, and only while suspects may exist.
 UPDATE skiplock_tasks AS t
 SET crashes = c.n
 FROM (

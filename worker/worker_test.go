@@ -147,6 +147,47 @@ func TestOutcomeWritePlan(t *testing.T) {
 	}
 }
 
+// TestSuspectLookPlan: a worker's look for suspects (at start, and when
+// told some may exist) reads the suspect index, whatever the backlog:
+// walking the claim index, the recount and the next suspect read every
+// pending task of the worker's queues, twice, in each process at start.
+// Both plans, custom (the first executions of a statement) and generic.
+func TestSuspectLookPlan(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	for _, sql := range []string{
+		`INSERT INTO skiplock_tasks (name) SELECT 'p' FROM generate_series(1, 50000)`,
+		`UPDATE skiplock_tasks SET crashes = 1 WHERE id IN (SELECT id FROM skiplock_tasks ORDER BY id DESC LIMIT 3)`,
+		`ANALYZE skiplock_tasks`,
+	} {
+		if _, err := b.pool.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q := db.New()
+	queues := []string{"default"}
+	looks := map[string]func(explainer) error{
+		"TaskSuspectNext": func(e explainer) error {
+			_, err := q.TaskSuspectNext(ctx, e, db.TaskSuspectNextParams{Queues: queues, Names: []string{"p"}})
+			return err
+		},
+		"TaskSuspectsRecount": func(e explainer) error { _, err := q.TaskSuspectsRecount(ctx, e, queues); return err },
+	}
+	for name, look := range looks {
+		for _, generic := range []bool{false, true} {
+			var plan *explained
+			if err := look(explainer{pool: b.pool, generic: generic}); !errors.As(err, &plan) {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if !strings.Contains(plan.text, "skiplock_tasks_suspect_idx") || strings.Contains(plan.text, "skiplock_tasks_claim_idx") ||
+				strings.Contains(plan.text, "Seq Scan on skiplock_tasks") {
+				t.Fatalf("%s (generic %v) does not read the suspect index alone:\n%s", name, generic, plan.text)
+			}
+		}
+	}
+}
+
 // outcomeSettingsSQL is the text of queries.OutcomePlanSettings.
 func outcomeSettingsSQL(t *testing.T) string {
 	var r sqlRecorder
@@ -186,24 +227,24 @@ type explained struct{ text string }
 
 func (e *explained) Error() string { return "explained:\n" + e.text }
 
-func (e explainer) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+func (e explainer) explain(ctx context.Context, sql string, args ...any) error {
 	tx, err := e.pool.Begin(ctx)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer tx.Rollback(ctx)
 	if e.settings != "" {
 		if _, err := tx.Exec(ctx, e.settings); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	explain := "EXPLAIN " + sql
 	if e.generic {
 		if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_generic_plan"); err != nil {
-			return nil, err
+			return err
 		}
 		if _, err := tx.Exec(ctx, "PREPARE explained_write AS "+sql); err != nil {
-			return nil, err
+			return err
 		}
 		// A prepared statement outlives the transaction.
 		defer tx.Conn().Exec(ctx, "DEALLOCATE explained_write")
@@ -213,19 +254,28 @@ func (e explainer) Query(ctx context.Context, sql string, args ...any) (pgx.Rows
 	}
 	rows, err := tx.Query(ctx, explain, append([]any{pgx.QueryExecModeExec}, args...)...)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
-		return nil, err
+		return err
 	}
-	return nil, &explained{text: strings.Join(lines, "\n")}
+	return &explained{text: strings.Join(lines, "\n")}
+}
+
+func (e explainer) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	return nil, e.explain(ctx, sql, args...)
 }
 
 func (e explainer) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	return pgconn.CommandTag{}, errors.New("explainer: Exec is not explained")
+	return pgconn.CommandTag{}, e.explain(ctx, sql, args...)
 }
 
 func (e explainer) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	panic("explainer: QueryRow is not explained")
+	return explainedRow{e.explain(ctx, sql, args...)}
 }
+
+// explainedRow is a row whose Scan returns the plan.
+type explainedRow struct{ err error }
+
+func (r explainedRow) Scan(...any) error { return r.err }
