@@ -445,3 +445,31 @@ func TestPeerLine(t *testing.T) {
 		t.Errorf("bad enqueue path: %v", err)
 	}
 }
+
+// TestHandOffs: a key's hand-off is its next start less its last end; the
+// limit's i-th start past the first gatedSlots follows its i-th end; the
+// overshoot is a span's length past the work.
+func TestHandOffs(t *testing.T) {
+	at := func(msec float64) time.Time {
+		return time.Unix(0, 0).Add(time.Duration(msec * float64(time.Millisecond)))
+	}
+	span := func(key int, start, end float64) handSpan { return handSpan{key: key, start: at(start), end: at(end)} }
+	const work = 10 * time.Millisecond
+	gaps, over := handOffs([]handSpan{
+		span(1, 13, 23.5), span(0, 0, 10), span(1, 0, 11), span(0, 12, 22),
+	}, work)
+	if want := []time.Duration{2 * time.Millisecond, 2 * time.Millisecond}; !slices.Equal(gaps, want) {
+		t.Errorf("exclusive hand-offs %v, want %v", gaps, want)
+	}
+	if want := []time.Duration{0, 0, 500 * time.Microsecond, time.Millisecond}; !slices.Equal(over, want) {
+		t.Errorf("overshoots %v, want %v", over, want)
+	}
+	// Three places: starts 0, 1, 2, then 13 (after the end at 10), 14
+	// (after 11) and 16 (after 12).
+	gaps, _ = handOffs([]handSpan{
+		span(-1, 0, 10), span(-1, 1, 11), span(-1, 2, 12), span(-1, 13, 23), span(-1, 16, 26), span(-1, 14, 24),
+	}, work)
+	if want := []time.Duration{3 * time.Millisecond, 3 * time.Millisecond, 4 * time.Millisecond}; !slices.Equal(gaps, want) {
+		t.Errorf("limit hand-offs %v, want %v", gaps, want)
+	}
+}

@@ -2,8 +2,11 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -20,7 +23,11 @@ import (
 // (Options.GatedTasks) whose handler takes a given time (Options.GatedWork),
 // one pair of cases for each backlog and time.
 // The ideal is every place busy all the time: gatedSlots / work tasks a
-// second.
+// second. Where the rest goes: each hand-off, from a handler's return to
+// the start of the handler that the place it freed let run (the key's
+// next task; under the limit, the next start after the earliest end not
+// yet followed), and the handler's own overshoot, how much longer than
+// work its wait took (the timer's, not the queue's).
 const (
 	gatedSlots   = 3
 	gatedWorkers = 3
@@ -46,24 +53,67 @@ func (b *bencher) gatedCase(kind string, tasks int, work time.Duration, ideal fl
 	params := map[string]float64{"slots": gatedSlots, "procs": gatedWorkers, "tasks": float64(tasks), "work_ms": float64(work) / float64(time.Millisecond)}
 	return benchCase{workload: WorkloadGated, name: name, params: params,
 		run: func(ctx context.Context, run int) ([]measure, error) {
-			elapsed, err := b.workGated(ctx, kind, tasks, work, WorkloadGated+" "+name+runLabel(run, b.opts.Runs))
+			elapsed, spans, err := b.workGated(ctx, kind, tasks, work, WorkloadGated+" "+name+runLabel(run, b.opts.Runs))
 			if err != nil {
 				return nil, err
 			}
 			r := rate(int64(tasks), elapsed)
+			gaps, over := handOffs(spans, work)
 			return []measure{
 				{metric: "work", unit: "tasks/s", value: r},
 				{metric: "of ideal", unit: "ratio", value: r / ideal, target: &target{atLeast: true, v: 0.85}},
+				{metric: "hand-off p50", unit: "ms", value: ms(percentile(gaps, 50))},
+				{metric: "hand-off p90", unit: "ms", value: ms(percentile(gaps, 90))},
+				{metric: "handler overshoot p50", unit: "ms", value: ms(percentile(over, 50))},
 			}, nil
 		}}
 }
 
+// handSpan is one run of a gated task's handler, as the handler saw it:
+// key is its exclusive key's number, -1 under the limit.
+type handSpan struct {
+	key        int
+	start, end time.Time
+}
+
+// handOffs returns, sorted, each hand-off's time (see gated) and each
+// handler's overshoot.
+func handOffs(spans []handSpan, work time.Duration) (gaps, over []time.Duration) {
+	places := map[int][]handSpan{}
+	for _, sp := range spans {
+		places[sp.key] = append(places[sp.key], sp)
+		over = append(over, sp.end.Sub(sp.start)-work)
+	}
+	for key, run := range places {
+		starts := make([]time.Time, 0, len(run))
+		ends := make([]time.Time, 0, len(run))
+		for _, sp := range run {
+			starts = append(starts, sp.start)
+			ends = append(ends, sp.end)
+		}
+		slices.SortFunc(starts, time.Time.Compare)
+		slices.SortFunc(ends, time.Time.Compare)
+		// A key is one place; the limit is gatedSlots, and its i-th start
+		// past the first gatedSlots follows its i-th end.
+		lag := 1
+		if key < 0 {
+			lag = gatedSlots
+		}
+		for i := lag; i < len(starts); i++ {
+			gaps = append(gaps, starts[i].Sub(ends[i-lag]))
+		}
+	}
+	slices.Sort(gaps)
+	slices.Sort(over)
+	return gaps, over
+}
+
 // workGated runs one case and returns the time from the first task's start
-// to the last one's end.
-func (b *bencher) workGated(ctx context.Context, kind string, n int, work time.Duration, label string) (time.Duration, error) {
+// to the last one's end, and the handlers' spans.
+func (b *bencher) workGated(ctx context.Context, kind string, n int, work time.Duration, label string) (time.Duration, []handSpan, error) {
 	s, err := b.env.newSchema(ctx, 0)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	defer s.drop()
 	client := queue.New(s.pool)
@@ -76,19 +126,33 @@ func (b *bencher) workGated(ctx context.Context, kind string, n int, work time.D
 	}
 	if kind == "limit" {
 		if err := client.SetLimit(ctx, queue.Limit{Queue: queue.DefaultQueue, Max: gatedSlots}); err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 	}
 	if _, err := client.EnqueueMany(ctx, tasks); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
-	handlers := worker.Handlers{"gated": func(ctx context.Context, _ *worker.Task) error {
+	var mu sync.Mutex
+	spans := make([]handSpan, 0, n)
+	handlers := worker.Handlers{"gated": func(ctx context.Context, t *worker.Task) error {
+		sp := handSpan{key: -1, start: time.Now()}
 		select {
 		case <-time.After(work):
-			return nil
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+		sp.end = time.Now()
+		if kind == "exclusive" {
+			var i int
+			if err := json.Unmarshal(t.Payload, &i); err != nil {
+				return err
+			}
+			sp.key = i % gatedSlots
+		}
+		mu.Lock()
+		spans = append(spans, sp)
+		mu.Unlock()
+		return nil
 	}}
 	logger := slog.New(slog.NewTextHandler(b.progressOut(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	wctx, stop := context.WithCancel(ctx)
@@ -97,7 +161,7 @@ func (b *bencher) workGated(ctx context.Context, kind string, n int, work time.D
 	for range gatedWorkers {
 		pool, err := s.newPool(ctx, 0)
 		if err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 		defer pool.Close()
 		go func(pool *pgxpool.Pool) {
@@ -142,5 +206,7 @@ func (b *bencher) workGated(ctx context.Context, kind string, n int, work time.D
 	if werr == nil && elapsed == 0 {
 		werr = ctx.Err()
 	}
-	return elapsed, werr
+	mu.Lock()
+	defer mu.Unlock()
+	return elapsed, spans, werr
 }
