@@ -82,16 +82,12 @@ func TestOutcomeWritePlan(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	for _, sql := range []string{
+	b.execAll(t,
 		`INSERT INTO skiplock_tasks (name) SELECT 'p' FROM generate_series(1, 50000)`,
 		`UPDATE skiplock_tasks SET status = 'running', attempt = 1, worker_id = 'w' WHERE id IN (SELECT id FROM skiplock_tasks ORDER BY id LIMIT 2500)`,
 		`UPDATE skiplock_tasks SET status = 'completed', finished_at = now() WHERE status = 'running'`,
 		`UPDATE skiplock_tasks SET status = 'running', attempt = 1, worker_id = 'w' WHERE id IN (SELECT id FROM skiplock_tasks WHERE status = 'pending' ORDER BY id LIMIT 1000)`,
-	} {
-		if _, err := b.pool.Exec(ctx, sql); err != nil {
-			t.Fatal(err)
-		}
-	}
+	)
 	var running []int64
 	if err := b.pool.QueryRow(ctx, `SELECT array_agg(id ORDER BY id) FROM skiplock_tasks WHERE status = 'running'`).Scan(&running); err != nil {
 		t.Fatal(err)
@@ -156,15 +152,11 @@ func TestSuspectLookPlan(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	for _, sql := range []string{
+	b.execAll(t,
 		`INSERT INTO skiplock_tasks (name) SELECT 'p' FROM generate_series(1, 50000)`,
 		`UPDATE skiplock_tasks SET crashes = 1 WHERE id IN (SELECT id FROM skiplock_tasks ORDER BY id DESC LIMIT 3)`,
 		`ANALYZE skiplock_tasks`,
-	} {
-		if _, err := b.pool.Exec(ctx, sql); err != nil {
-			t.Fatal(err)
-		}
-	}
+	)
 	q := db.New()
 	queues := []string{"default"}
 	looks := map[string]func(explainer) error{
@@ -184,6 +176,16 @@ func TestSuspectLookPlan(t *testing.T) {
 				strings.Contains(plan.text, "Seq Scan on skiplock_tasks") {
 				t.Fatalf("%s (generic %v) does not read the suspect index alone:\n%s", name, generic, plan.text)
 			}
+		}
+	}
+}
+
+// execAll runs each statement on the bundle's pool, in order.
+func (b *bundle) execAll(t *testing.T, statements ...string) {
+	t.Helper()
+	for _, sql := range statements {
+		if _, err := b.pool.Exec(context.Background(), sql); err != nil {
+			t.Fatal(err)
 		}
 	}
 }
