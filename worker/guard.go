@@ -95,5 +95,6 @@ func newGuard(d guardDeps) guard {
 	if d.cfg.Mode == ModeLease {
 		return &leaseGuard{guardDeps: d}
 	}
-	return &advisoryGuard{guardDeps: d}
+	return &advisoryGuard{guardDeps: d,
+		staleDown: &outage{log: d.log, what: "looking for lock sessions of workers whose heartbeat is stale"}}
 }

@@ -30,8 +30,9 @@ type advisoryGuard struct {
 	// worker's lock session.
 	warnedNoSignal atomic.Bool
 	// staleDown logs a database that went away once for the look for
-	// stale sessions, not once per rescue pass; made on first use (passes
-	// follow each other, on the rescuer's goroutine).
+	// stale sessions, not once per rescue pass. Made with the guard: the
+	// look runs on the rescuer's goroutine and in every election's tries,
+	// at the same time.
 	staleDown *outage
 }
 
@@ -219,7 +220,7 @@ func (g *advisoryGuard) endStaleSessions(ctx context.Context, leaderKey int64) {
 			// end; this is a race with a change of grants.
 			g.warnNoSignal(db.WorkerTerminateStaleRow{}, err)
 		default:
-			outageOf(&g.staleDown, g.log, "looking for lock sessions of workers whose heartbeat is stale").failed(err)
+			g.staleDown.failed(err)
 		}
 		return
 	}
