@@ -473,3 +473,25 @@ func TestHandOffs(t *testing.T) {
 		t.Errorf("limit hand-offs %v, want %v", gaps, want)
 	}
 }
+
+// TestBusy: places busy is the handlers' time over the places' time, and
+// the hand-off mean is the mean gap.
+func TestBusy(t *testing.T) {
+	at := func(msec float64) time.Time {
+		return time.Unix(0, 0).Add(time.Duration(msec * float64(time.Millisecond)))
+	}
+	spans := []handSpan{{key: -1, start: at(0), end: at(10)}, {key: -1, start: at(0), end: at(20)}, {key: -1, start: at(5), end: at(20)}}
+	// 45 ms of handlers on 3 places over 20 ms.
+	if got := busy(spans, 20*time.Millisecond); got != 0.75 {
+		t.Errorf("busy %v, want 0.75", got)
+	}
+	if got := busy(spans, 0); got != 0 {
+		t.Errorf("busy over no time %v, want 0", got)
+	}
+	if got := mean([]time.Duration{time.Millisecond, 2 * time.Millisecond, 6 * time.Millisecond}); got != 3*time.Millisecond {
+		t.Errorf("mean %v, want 3ms", got)
+	}
+	if got := mean(nil); got != 0 {
+		t.Errorf("mean of none %v, want 0", got)
+	}
+}

@@ -62,11 +62,28 @@ func (b *bencher) gatedCase(kind string, tasks int, work time.Duration, ideal fl
 			return []measure{
 				{metric: "work", unit: "tasks/s", value: r},
 				{metric: "of ideal", unit: "ratio", value: r / ideal, target: &target{atLeast: true, v: 0.85}},
+				{metric: "places busy", unit: "ratio", value: busy(spans, elapsed)},
 				{metric: "hand-off p50", unit: "ms", value: ms(percentile(gaps, 50))},
 				{metric: "hand-off p90", unit: "ms", value: ms(percentile(gaps, 90))},
+				{metric: "hand-off p99", unit: "ms", value: ms(percentile(gaps, 99))},
+				{metric: "hand-off mean", unit: "ms", value: ms(mean(gaps))},
 				{metric: "handler overshoot p50", unit: "ms", value: ms(percentile(over, 50))},
 			}, nil
 		}}
+}
+
+// busy is the share of the places' time that handlers ran: their spans'
+// sum over gatedSlots places for elapsed. Against "of ideal", it counts
+// each handler's own overshoot as the handler's time, not the queue's.
+func busy(spans []handSpan, elapsed time.Duration) float64 {
+	if elapsed <= 0 {
+		return 0
+	}
+	var ran time.Duration
+	for _, sp := range spans {
+		ran += sp.end.Sub(sp.start)
+	}
+	return float64(ran) / float64(gatedSlots*elapsed)
 }
 
 // handSpan is one run of a gated task's handler, as the handler saw it:

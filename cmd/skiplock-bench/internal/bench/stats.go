@@ -38,3 +38,15 @@ func rate(n int64, d time.Duration) float64 {
 	}
 	return float64(n) / d.Seconds()
 }
+
+// mean is the mean of ds, 0 for none.
+func mean(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	var sum time.Duration
+	for _, d := range ds {
+		sum += d
+	}
+	return sum / time.Duration(len(ds))
+}
