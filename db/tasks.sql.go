@@ -1667,6 +1667,88 @@ func (q *Queries) TaskInsertMany(ctx context.Context, db DBTX, arg TaskInsertMan
 	return items, nil
 }
 
+const taskInsertManyPlain = `-- name: TaskInsertManyPlain :many
+INSERT INTO skiplock_tasks (queue, name, payload, metadata, priority, run_at, max_attempts, timeout_ms,
+                            exclusive_key, limit_key)
+SELECT u.queue, u.name, u.payload, u.metadata, u.priority,
+       CASE WHEN u.run_at = 'epoch' THEN now() + u.delay_ms * interval '1 millisecond' ELSE u.run_at END,
+       u.max_attempts, nullif(u.timeout_ms, 0),
+       nullif(u.exclusive_key, ''), nullif(u.limit_key, '')
+FROM (
+    SELECT unnest($1::text[])             AS queue,
+           unnest($2::text[])              AS name,
+           unnest($3::jsonb[])          AS payload,
+           unnest($4::jsonb[])         AS metadata,
+           unnest($5::smallint[])     AS priority,
+           unnest($6::timestamptz[])     AS run_at,
+           unnest($7::bigint[])         AS delay_ms,
+           unnest($8::integer[])    AS max_attempts,
+           unnest($9::bigint[])       AS timeout_ms,
+           unnest($10::text[])     AS exclusive_key,
+           unnest($11::text[])         AS limit_key
+) AS u
+RETURNING id, ''::text AS unique_key, ''::text AS unique_window_key
+`
+
+type TaskInsertManyPlainParams struct {
+	Queues        []string
+	Names         []string
+	Payloads      []json.RawMessage
+	Metadatas     []json.RawMessage
+	Priorities    []int16
+	RunAts        []time.Time
+	DelayMs       []int64
+	MaxAttempts   []int32
+	TimeoutMs     []int64
+	ExclusiveKeys []string
+	LimitKeys     []string
+}
+
+type TaskInsertManyPlainRow struct {
+	ID              int64
+	UniqueKey       string
+	UniqueWindowKey string
+}
+
+// TaskInsertMany for a batch in which no task has a unique key, so that no
+// row can conflict: without ON CONFLICT, which makes PostgreSQL insert each
+// row speculatively (every unique index checked first, the insert
+// confirmed after). A plain INSERT of 100 tasks took 12.4 us a row of
+// server time against 16.4 with ON CONFLICT DO NOTHING, of one task 129 us
+// against 143 (2 vCPU AMD EPYC, PostgreSQL 15). The rows and their order
+// are TaskInsertMany's.
+func (q *Queries) TaskInsertManyPlain(ctx context.Context, db DBTX, arg TaskInsertManyPlainParams) ([]TaskInsertManyPlainRow, error) {
+	rows, err := db.Query(ctx, taskInsertManyPlain,
+		arg.Queues,
+		arg.Names,
+		arg.Payloads,
+		arg.Metadatas,
+		arg.Priorities,
+		arg.RunAts,
+		arg.DelayMs,
+		arg.MaxAttempts,
+		arg.TimeoutMs,
+		arg.ExclusiveKeys,
+		arg.LimitKeys,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []TaskInsertManyPlainRow{}
+	for rows.Next() {
+		var i TaskInsertManyPlainRow
+		if err := rows.Scan(&i.ID, &i.UniqueKey, &i.UniqueWindowKey); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const taskLocksHeld = `-- name: TaskLocksHeld :many
 SELECT l.objid::bigint AS key
 FROM pg_catalog.pg_locks AS l

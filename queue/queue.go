@@ -534,10 +534,13 @@ func (c *Client) insertRows(ctx context.Context, tx Executor, rows []row, lockKe
 	}
 	var inserted []db.TaskInsertManyRow
 	var err error
-	if withSequences(rows) {
+	switch {
+	case withSequences(rows):
 		inserted, err = c.insertSequenced(ctx, tx, p, rows, lockKeys)
-	} else {
+	case withUniqueKeys(rows):
 		inserted, err = c.queries.TaskInsertMany(ctx, pgerr.Interpreting(tx), p)
+	default:
+		inserted, err = c.insertPlain(ctx, tx, p)
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("enqueueing: %w", err)
@@ -565,6 +568,35 @@ func (c *Client) insertRows(ctx context.Context, tx Executor, rows []row, lockKe
 		}
 	}
 	return ids, dups, nil
+}
+
+// withUniqueKeys reports whether a task of rows has a unique key, which
+// only TaskInsertMany's ON CONFLICT DO NOTHING can skip.
+func withUniqueKeys(rows []row) bool {
+	for i := range rows {
+		if rows[i].uniqueKey != "" || rows[i].uniqueWindowKey != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// insertPlain is TaskInsertMany for a batch without unique keys, in which
+// no row can conflict (TaskInsertManyPlain).
+func (c *Client) insertPlain(ctx context.Context, tx Executor, p db.TaskInsertManyParams) ([]db.TaskInsertManyRow, error) {
+	inserted, err := c.queries.TaskInsertManyPlain(ctx, pgerr.Interpreting(tx), db.TaskInsertManyPlainParams{
+		Queues: p.Queues, Names: p.Names, Payloads: p.Payloads, Metadatas: p.Metadatas, Priorities: p.Priorities,
+		RunAts: p.RunAts, DelayMs: p.DelayMs, MaxAttempts: p.MaxAttempts, TimeoutMs: p.TimeoutMs,
+		ExclusiveKeys: p.ExclusiveKeys, LimitKeys: p.LimitKeys,
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]db.TaskInsertManyRow, len(inserted))
+	for i, r := range inserted {
+		out[i] = db.TaskInsertManyRow(r)
+	}
+	return out, nil
 }
 
 // fillDuplicates finds the tasks that hold the keys of the duplicates.
