@@ -592,11 +592,21 @@ func (c *Client) insertPlain(ctx context.Context, tx Executor, p db.TaskInsertMa
 	if err != nil {
 		return nil, err
 	}
-	out := make([]db.TaskInsertManyRow, len(inserted))
-	for i, r := range inserted {
+	return insertedRows(inserted), nil
+}
+
+// insertedRows is the rows of an insert statement of TaskInsertMany's
+// columns as TaskInsertMany's own.
+func insertedRows[R ~struct {
+	ID              int64
+	UniqueKey       string
+	UniqueWindowKey string
+}](rows []R) []db.TaskInsertManyRow {
+	out := make([]db.TaskInsertManyRow, len(rows))
+	for i, r := range rows {
 		out[i] = db.TaskInsertManyRow(r)
 	}
-	return out, nil
+	return out
 }
 
 // fillDuplicates finds the tasks that hold the keys of the duplicates.

@@ -178,9 +178,5 @@ func (c *Client) insertSequenced(ctx context.Context, tx Executor, p db.TaskInse
 	if err != nil {
 		return nil, err
 	}
-	out := make([]db.TaskInsertManyRow, len(inserted))
-	for i, r := range inserted {
-		out[i] = db.TaskInsertManyRow(r)
-	}
-	return out, nil
+	return insertedRows(inserted), nil
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"testing"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/skiplock/skiplock/internal/testinfra/pgtest"
 	"github.com/skiplock/skiplock/queue"
 )
@@ -50,12 +48,12 @@ func TestStatusTriggersActOnlyOnTheirChanges(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	want := func(when string, wantChild, wantSecond string, wantCounts [3]int) {
+	want := func(when string, wantChild, wantSecond queue.Status, wantCounts [3]int) {
 		t.Helper()
-		if got := statusOf(t, pool, child); got != wantChild {
+		if got := statusOf(t, c, child); got != wantChild {
 			t.Errorf("%s: the workflow's child is %s, want %s", when, got, wantChild)
 		}
-		if got := statusOf(t, pool, second.ID); got != wantSecond {
+		if got := statusOf(t, c, second.ID); got != wantSecond {
 			t.Errorf("%s: the sequence's second task is %s, want %s", when, got, wantSecond)
 		}
 		var counts [3]int
@@ -68,12 +66,13 @@ func TestStatusTriggersActOnlyOnTheirChanges(t *testing.T) {
 			t.Errorf("%s: the batch counts completed, failed, cancelled %v, want %v", when, counts, wantCounts)
 		}
 	}
-	want("enqueued", "waiting", "waiting", [3]int{})
+	waiting, pending := queue.StatusWaiting, queue.StatusPending
+	want("enqueued", waiting, waiting, [3]int{})
 
 	set("running", root, first.ID, member) // a claim
-	want("claimed", "waiting", "waiting", [3]int{})
+	want("claimed", waiting, waiting, [3]int{})
 	set("pending", root, first.ID, member) // a retry
-	want("retried", "waiting", "waiting", [3]int{})
+	want("retried", waiting, waiting, [3]int{})
 	set("running", root, first.ID, member)
 
 	// Completed by an application's trigger: the batch and the sequence
@@ -96,18 +95,18 @@ func TestStatusTriggersActOnlyOnTheirChanges(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	want("completed by a trigger", "waiting", "pending", [3]int{1, 0, 0})
+	want("completed by a trigger", waiting, pending, [3]int{1, 0, 0})
 
 	set("running", root)
 	set("completed", root)
-	want("completed", "pending", "pending", [3]int{1, 0, 0})
+	want("completed", pending, pending, [3]int{1, 0, 0})
 }
 
-func statusOf(t *testing.T, pool *pgxpool.Pool, id int64) string {
+func statusOf(t *testing.T, c *queue.Client, id int64) queue.Status {
 	t.Helper()
-	var s string
-	if err := pool.QueryRow(context.Background(), `SELECT status FROM skiplock_tasks WHERE id = $1`, id).Scan(&s); err != nil {
+	task, err := c.Get(context.Background(), id)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return s
+	return task.Status
 }
