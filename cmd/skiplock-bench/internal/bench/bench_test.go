@@ -75,6 +75,7 @@ func TestRunEveryWorkload(t *testing.T) {
 		}
 	}
 	limited, released, firsts := false, 0, 0
+	switches := map[string]int{}
 	var gated []string
 	for _, r := range report.Results {
 		if r.Workload == WorkloadGated && r.Metric == "of ideal" {
@@ -88,6 +89,13 @@ func TestRunEveryWorkload(t *testing.T) {
 		}
 		if r.Workload == WorkloadThroughput && r.Metric == "throughput" && strings.HasSuffix(r.Case, " limit=1000") {
 			limited = true
+		}
+		if r.Workload == WorkloadThroughput && strings.HasPrefix(r.Metric, "context switches: ") {
+			// Each part waits on sockets at least once in 1,000 tasks.
+			switches[r.Metric]++
+			if !(r.Median > 0) {
+				t.Errorf("%s: %s %v per task", r.Case, r.Metric, r.Median)
+			}
 		}
 		if r.Workload == WorkloadThroughput && r.Metric == "first task after Run" {
 			firsts++
@@ -121,6 +129,11 @@ func TestRunEveryWorkload(t *testing.T) {
 	}
 	if firsts == 0 {
 		t.Error("no throughput case reports the first task after Run")
+	}
+	for _, part := range []string{"worker", "backends", "machine"} {
+		if switches["context switches: "+part] != firsts {
+			t.Errorf("%d throughput cases report context switches: %s, want all %d", switches["context switches: "+part], part, firsts)
+		}
 	}
 	if released != 2 { // concurrency 10 and 0
 		t.Errorf("%d workflow cases report tasks released by dependencies, want 2", released)

@@ -441,6 +441,12 @@ func (ps procs) cpu() time.Duration {
 	return sum(ps, func(p *workerProc) time.Duration { return cpustat.Process(p.pid()) })
 }
 
+// switches is how many context switches the worker processes' threads
+// have made.
+func (ps procs) switches() int64 {
+	return sum(ps, func(p *workerProc) int64 { return cpustat.Switches(p.pid()) })
+}
+
 func (ps procs) rss() int64 {
 	return sum(ps, func(p *workerProc) int64 { return rssBytes(p.pid()) })
 }

@@ -249,6 +249,7 @@ func (b *bencher) workBacklog(ctx context.Context, c workCase, label string) ([]
 	}
 	elapsed := time.Since(start)
 	workerCPU, serverCPU, restCPU := probe.end(ctx)
+	switches := probe.switches(ctx)
 	rss := ps.rss()
 	maxLocks := locks.stop()
 	stopProgress()
@@ -288,6 +289,9 @@ func (b *bencher) workBacklog(ctx context.Context, c workCase, label string) ([]
 		{metric: "server CPU (worker's backends)", unit: "µs/task", value: perTask(serverCPU)},
 		{metric: "other CPU (rest of machine)", unit: "µs/task", value: perTask(restCPU)},
 		{metric: "machine idle", unit: "%", value: 100 * max(1-(workerCPU+serverCPU+restCPU).Seconds()/(elapsed.Seconds()*float64(runtime.NumCPU())), 0)},
+		{metric: "context switches: worker", unit: "per task", value: float64(switches.worker) / float64(c.tasks)},
+		{metric: "context switches: backends", unit: "per task", value: float64(switches.backends) / float64(c.tasks)},
+		{metric: "context switches: machine", unit: "per task", value: float64(switches.machine) / float64(c.tasks)},
 		{metric: "worker RSS", unit: "MiB", value: mib(rss) / float64(c.procs)},
 		{metric: "max task locks held", unit: "locks", value: float64(maxLocks)},
 	}...)
@@ -547,20 +551,53 @@ func (b *bencher) scaling(ctx context.Context) error {
 // server backends serving them, and the rest of the machine (the bench
 // itself, the server's WAL writer and checkpointer, and anything else
 // running: a busy machine shows up here).
+//
+// It counts context switches the same way: each is a thread that went off
+// its CPU (to wait for a socket, a lock or a timer, or preempted), and on
+// a virtual machine each sleep and wake-up may cost a trip through the
+// hypervisor, so a run whose switches per task grow spends more CPU per
+// task for the same statements.
 type cpuProbe struct {
 	s        *schema
 	ps       procs
 	worker   time.Duration
 	backends map[int]time.Duration
 	machine  time.Duration
+	// Context switches at the start: the worker processes', each backend's
+	// and the machine's.
+	workerSwitches  int64
+	backendSwitches map[int]int64
+	machineSwitches int64
+}
+
+// switchesPerTask are a run's context switches per task: the worker
+// processes' threads, their backends, the whole machine.
+type switchesPerTask struct {
+	worker, backends, machine int64
 }
 
 func startCPUProbe(ctx context.Context, s *schema, ps procs) *cpuProbe {
-	p := &cpuProbe{s: s, ps: ps, worker: ps.cpu(), machine: cpustat.MachineBusy(), backends: map[int]time.Duration{}}
+	p := &cpuProbe{s: s, ps: ps, worker: ps.cpu(), machine: cpustat.MachineBusy(), backends: map[int]time.Duration{},
+		workerSwitches: ps.switches(), backendSwitches: map[int]int64{}, machineSwitches: cpustat.MachineSwitches()}
 	for _, pid := range p.backendPIDs(ctx) {
 		p.backends[pid] = cpustat.Process(pid)
+		p.backendSwitches[pid] = cpustat.Switches(pid)
 	}
 	return p
+}
+
+// switches returns the context switches made since the start by each
+// part; backends that were not there at the start count from zero.
+func (p *cpuProbe) switches(ctx context.Context) switchesPerTask {
+	var backends int64
+	for _, pid := range p.backendPIDs(ctx) {
+		backends += cpustat.Switches(pid) - p.backendSwitches[pid]
+	}
+	return switchesPerTask{
+		worker:   p.ps.switches() - p.workerSwitches,
+		backends: backends,
+		machine:  cpustat.MachineSwitches() - p.machineSwitches,
+	}
 }
 
 // backendPIDs finds the server processes of the worker processes'

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -53,6 +54,46 @@ func Stat(pid int) (ppid int, own, children time.Duration, ok bool) {
 func Local(pid int) bool {
 	_, err := os.Stat("/proc/" + strconv.Itoa(pid) + "/stat")
 	return err == nil
+}
+
+// Switches returns how many times process pid's threads have been
+// switched off their CPU, waiting (voluntary: a sleep, a lock, a socket
+// read) or preempted, summed over its living threads from
+// /proc/<pid>/task/*/status; zero where /proc is missing.
+func Switches(pid int) int64 {
+	dirs, _ := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/[0-9]*")
+	var n int64
+	for _, d := range dirs {
+		b, err := os.ReadFile(d + "/status")
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			for _, key := range []string{"voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:"} {
+				if rest, ok := strings.CutPrefix(line, key); ok {
+					v, _ := strconv.ParseInt(strings.TrimSpace(rest), 10, 64)
+					n += v
+				}
+			}
+		}
+	}
+	return n
+}
+
+// MachineSwitches is how many context switches the whole machine has made
+// since boot, from /proc/stat; zero where it is missing.
+func MachineSwitches() int64 {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "ctxt "); ok {
+			n, _ := strconv.ParseInt(strings.TrimSpace(rest), 10, 64)
+			return n
+		}
+	}
+	return 0
 }
 
 // MachineBusy is the CPU time the whole machine has spent busy (not idle,
