@@ -570,9 +570,9 @@ type cpuProbe struct {
 	machineSwitches int64
 }
 
-// switchesPerTask are a run's context switches per task: the worker
+// switchCounts are the context switches made during a run: the worker
 // processes' threads, their backends, the whole machine.
-type switchesPerTask struct {
+type switchCounts struct {
 	worker, backends, machine int64
 }
 
@@ -588,12 +588,12 @@ func startCPUProbe(ctx context.Context, s *schema, ps procs) *cpuProbe {
 
 // switches returns the context switches made since the start by each
 // part; backends that were not there at the start count from zero.
-func (p *cpuProbe) switches(ctx context.Context) switchesPerTask {
+func (p *cpuProbe) switches(ctx context.Context) switchCounts {
 	var backends int64
 	for _, pid := range p.backendPIDs(ctx) {
 		backends += cpustat.Switches(pid) - p.backendSwitches[pid]
 	}
-	return switchesPerTask{
+	return switchCounts{
 		worker:   p.ps.switches() - p.workerSwitches,
 		backends: backends,
 		machine:  cpustat.MachineSwitches() - p.machineSwitches,
