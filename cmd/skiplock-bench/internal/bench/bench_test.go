@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"encoding/xml"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -506,5 +507,31 @@ func TestBusy(t *testing.T) {
 	}
 	if got := mean(nil); got != 0 {
 		t.Errorf("mean of none %v, want 0", got)
+	}
+}
+
+// TestWorkFor: a gated handler's work never ends before its deadline,
+// whether the deadline is past the timer's part or within the thread's
+// sleep alone, and ends with ctx's error once ctx is done.
+func TestWorkFor(t *testing.T) {
+	for _, d := range []time.Duration{0, 700 * time.Microsecond, timerSlack, 12 * time.Millisecond} {
+		deadline := time.Now().Add(d)
+		if err := workFor(context.Background(), deadline); err != nil {
+			t.Fatalf("workFor(%v): %v", d, err)
+		}
+		if now := time.Now(); now.Before(deadline) {
+			t.Errorf("workFor(%v) returned %v before its deadline", d, deadline.Sub(now))
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(5*time.Millisecond, cancel)
+	start := time.Now()
+	if err := workFor(ctx, start.Add(time.Hour)); !errors.Is(err, context.Canceled) {
+		t.Errorf("workFor with ctx cancelled: %v, want context.Canceled", err)
+	}
+	cancelled, stop := context.WithCancel(context.Background())
+	stop()
+	if err := workFor(cancelled, time.Now().Add(time.Millisecond)); !errors.Is(err, context.Canceled) {
+		t.Errorf("workFor with ctx done before the thread's sleep: %v, want context.Canceled", err)
 	}
 }
