@@ -51,7 +51,7 @@ func (b *bencher) gated(ctx context.Context) error {
 const timerSlack = 2 * time.Millisecond
 
 // workFor is a gated handler's work: it returns at deadline, or with
-// ctx's error once ctx is done. A Go timer in a process with nothing to
+// ctx's error once ctx is done before the last timerSlack. A Go timer in a process with nothing to
 // run fires on the network poller's wait, which counts in whole
 // milliseconds: a 10 ms timer returned 0.29-0.64 ms late at p50 in this
 // workload, time that counted against the queue though no place was
