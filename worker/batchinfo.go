@@ -19,5 +19,8 @@ func BatchInfo(ctx context.Context) (*queue.BatchInfo, error) {
 	if s == nil {
 		return nil, errors.New("skiplock: BatchInfo called outside a task handler's context")
 	}
+	if err := s.claimCommitted(ctx); err != nil {
+		return nil, err
+	}
 	return s.worker.producer.BatchOfTask(ctx, s.taskID)
 }

@@ -249,7 +249,15 @@ func (w *Worker) claimAndStart(queueName string, max int, only, skip []string, q
 	advisory := w.cfg.Mode == ModeAdvisory
 	how, checkFull := w.heldClaims.next(queueName, claimFor(w.limitsSeen.look(w.queries, w.pool, false), advisory), started)
 	p.CheckFull = checkFull
-	rows, gen, how, err := w.guard.claim(p, how)
+	// A claim that carries outcomes starts its rows before its commit has
+	// returned (earlyclaim.go); the rest are started once it has.
+	launched := 0
+	launch := func(rows []db.TaskClaimRow, gen uint64, ran claimHow, committed <-chan struct{}) {
+		launched = len(rows)
+		roomy := (ran == howQueue || ran == howHeld) && len(rows) == max
+		l.start(launchBatch{rows: rows, gen: gen, qslots: qslots, limited: ran != howPlain, roomy: roomy, committed: committed})
+	}
+	rows, gen, how, err := w.guard.claim(p, how, launch)
 	if err == nil && len(rows) == 0 && how != howLimited {
 		// The plain claim takes nothing once a limit exists, the queue
 		// claims once a name or key limit does, the held claim where no
@@ -263,24 +271,26 @@ func (w *Worker) claimAndStart(queueName string, max int, only, skip []string, q
 		}
 		if now := claimFor(w.limitsSeen.look(w.queries, w.pool, fresh), advisory); now != how && now != howPlain {
 			how, p.CheckFull = now, true
-			rows, gen, how, err = w.guard.claim(p, how)
+			rows, gen, how, err = w.guard.claim(p, how, launch)
 		}
 	}
 	if err != nil {
-		return 0, err
+		// Tasks started before a commit that then failed are cancelled
+		// with their lock session; their slots go back as they end.
+		return launched, err
 	}
-	limited := how != howPlain
-	if limited {
+	if launched == 0 {
+		launch(rows, gen, how, nil)
+	}
+	if how != howPlain {
 		w.heldClaims.claimed(queueName, how, max, len(rows), time.Now())
 	}
-	roomy := (how == howQueue || how == howHeld) && len(rows) == max
 	cur.claimed(head, started, time.Since(started), rows)
 	if head && len(rows) == 0 && w.unhandled.has(queueName) && cur.carryDue() {
 		qs := w.queues
 		qs.wg.Go(func() { w.carry(qs.ctx, queueName, cur) })
 	}
 	w.cfg.Observer.Claimed(queueName, max, len(rows))
-	l.start(launchBatch{rows: rows, gen: gen, qslots: qslots, limited: limited, roomy: roomy})
 	return len(rows), nil
 }
 
@@ -385,14 +395,14 @@ func (w *Worker) claimKeyed(queueName string, limit RateLimit, max int, qslots *
 		ExclusiveSeed: w.classOID,
 		LimitClass:    w.limitClass,
 		CheckFull:     true,
-	}, howLimited)
+	}, howLimited, nil)
 	if err != nil {
 		return 0, left, err
 	}
 	w.cfg.Observer.Claimed(queueName, max, len(rows))
 	for _, r := range rows {
 		delete(granted, r.ID)
-		w.launch(r, gen, qslots, limited, false)
+		w.launch(r, gen, qslots, limited, false, nil)
 	}
 	return len(rows), left, nil
 }
@@ -469,6 +479,9 @@ type launchBatch struct {
 	gen            uint64
 	qslots         *semaphore.Weighted
 	limited, roomy bool
+	// committed is closed once the claim's commit has returned, for rows
+	// started before it (earlyclaim.go); nil when it had already.
+	committed <-chan struct{}
 }
 
 func (w *Worker) newLauncher() *launcher {
@@ -477,7 +490,7 @@ func (w *Worker) newLauncher() *launcher {
 		defer close(l.done)
 		for b := range l.batches {
 			for _, r := range b.rows {
-				w.launch(r, b.gen, b.qslots, b.limited, b.roomy)
+				w.launch(r, b.gen, b.qslots, b.limited, b.roomy, b.committed)
 			}
 		}
 	}()

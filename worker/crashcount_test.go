@@ -123,14 +123,14 @@ func TestClaimsPassSuspectsOver(t *testing.T) {
 			if mode == ModeLease && how == howQueue {
 				continue
 			}
-			rows, _, _, err := g.claim(p, how)
+			rows, _, _, err := g.claim(p, how, nil)
 			if err != nil || len(rows) != 0 {
 				t.Fatalf("mode %d, claim %d took %d rows (%v), want none: a suspect runs alone", mode, how, len(rows), err)
 			}
 		}
 		byID := p
 		byID.OnlyIds = []int64{suspect.ID}
-		rows, _, _, err := g.claim(byID, howLimited)
+		rows, _, _, err := g.claim(byID, howLimited, nil)
 		if err != nil || len(rows) != 1 || rows[0].ID != suspect.ID {
 			t.Fatalf("mode %d: the claim by id took %v (%v), want the suspect", mode, rows, err)
 		}

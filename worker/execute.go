@@ -74,9 +74,12 @@ type execution struct {
 
 // roomy says that the task's claim met only limits with room to spare
 // (a queue claim that took all it asked for): no task waits for its
-// place, which its end therefore need not hurry to free.
-func (w *Worker) launch(r db.TaskClaimRow, gen uint64, queueSlots *semaphore.Weighted, limited, roomy bool) {
+// place, which its end therefore need not hurry to free. committed, when
+// not nil, is closed once the claim's commit has returned: the task
+// started before it (earlyclaim.go).
+func (w *Worker) launch(r db.TaskClaimRow, gen uint64, queueSlots *semaphore.Weighted, limited, roomy bool, committed <-chan struct{}) {
 	e := w.newExecution(r, gen, queueSlots)
+	e.scope.committed = committed
 	// Lease mode keeps no slot locks: a limit counts running rows, so any
 	// task claimed while limits exist may hold a place.
 	e.gated = e.gated || limited && w.cfg.Mode == ModeLease

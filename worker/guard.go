@@ -40,8 +40,11 @@ type guard interface {
 	// statement how names (claimHow), or with ran where that could not
 	// apply (a held claim whose block went with the unlocks it carried).
 	// gen names what guards them (the lock session's generation; 0 for
-	// leases), for release.
-	claim(p db.TaskClaimParams, how claimHow) (rows []db.TaskClaimRow, gen uint64, ran claimHow, err error)
+	// leases), for release. A claim that carries outcomes may hand its
+	// rows to start before its commit returns (earlyclaim.go), and then
+	// returns them with its error, if any; start is nil to have every
+	// claim return its rows only.
+	claim(p db.TaskClaimParams, how claimHow, start startFunc) (rows []db.TaskClaimRow, gen uint64, ran claimHow, err error)
 	// lost reports whether what guards the tasks of generation gen is
 	// gone (its lock session lost; leases: never here, the renewer says).
 	lost(gen uint64) bool

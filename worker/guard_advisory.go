@@ -115,8 +115,8 @@ func (g *advisoryGuard) sessionLost(gen uint64) {
 	g.cfg.Observer.LockSessionLost(cancelled)
 }
 
-func (g *advisoryGuard) claim(p db.TaskClaimParams, how claimHow) ([]db.TaskClaimRow, uint64, claimHow, error) {
-	return g.ls.claim(p, how)
+func (g *advisoryGuard) claim(p db.TaskClaimParams, how claimHow, start startFunc) ([]db.TaskClaimRow, uint64, claimHow, error) {
+	return g.ls.claimStarting(p, how, start)
 }
 
 func (g *advisoryGuard) up() <-chan struct{} { return g.ls.ready() }

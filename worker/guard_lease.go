@@ -38,7 +38,7 @@ func (g *leaseGuard) open(ctx context.Context, _ int64, _ *outage) error {
 
 func (g *leaseGuard) close() {}
 
-func (g *leaseGuard) claim(p db.TaskClaimParams, how claimHow) ([]db.TaskClaimRow, uint64, claimHow, error) {
+func (g *leaseGuard) claim(p db.TaskClaimParams, how claimHow, _ startFunc) ([]db.TaskClaimRow, uint64, claimHow, error) {
 	leaseMs := g.cfg.LeaseDuration.Milliseconds()
 	ctx, cancel := context.WithTimeout(context.Background(), lockQueryTimeout)
 	defer cancel()

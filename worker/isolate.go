@@ -261,7 +261,7 @@ func (iso *isolator) runAlone(ctx context.Context, s db.TaskSuspectNextRow) (lau
 		ExclusiveSeed: w.classOID,
 		LimitClass:    w.limitClass,
 		CheckFull:     true,
-	}, howLimited)
+	}, howLimited, nil)
 	if err != nil {
 		w.claimFailed(s.Queue, err, &outage{log: w.log, what: "claiming a suspect task"})
 		return false, false
@@ -280,7 +280,7 @@ func (iso *isolator) runAlone(ctx context.Context, s db.TaskSuspectNextRow) (lau
 	default:
 	}
 	limited := w.limitsSeen.look(w.queries, w.pool, false).Present
-	w.launch(r, gen, nil, limited, false)
+	w.launch(r, gen, nil, limited, false, nil)
 	select {
 	case <-iso.written:
 		return true, true

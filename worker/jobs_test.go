@@ -80,7 +80,7 @@ func (b *jobsBundle) claimGen(t *testing.T, g guard, id string, n int) ([]db.Tas
 	rows, gen, _, err := g.claim(db.TaskClaimParams{
 		WorkerID: id, Queue: queue.DefaultQueue, OnlyNames: []string{}, SkipNames: []string{}, Max: int32(n),
 		ExclusiveSeed: b.schema.TableOID,
-	}, howPlain)
+	}, howPlain, nil)
 	if err != nil || len(rows) != n {
 		t.Fatalf("claimed %d of %d tasks: %v", len(rows), n, err)
 	}

@@ -106,7 +106,7 @@ func TestLaunchAfterLockLoss(t *testing.T) {
 	}
 	p := db.TaskClaimParams{WorkerID: w.cfg.WorkerID, Queue: "elsewhere", OnlyNames: []string{}, SkipNames: []string{},
 		OnlyIds: []int64{}, Max: 1, ExclusiveSeed: b.schema.TableOID}
-	rows, gen, _, err := w.guard.claim(p, howPlain)
+	rows, gen, _, err := w.guard.claim(p, howPlain, nil)
 	if err != nil || len(rows) != 1 || rows[0].ID != id.ID {
 		t.Fatalf("claimed %+v, %v", rows, err)
 	}
@@ -118,13 +118,13 @@ func TestLaunchAfterLockLoss(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("the lock session's loss was not noticed")
 		}
-		w.guard.claim(p, howPlain)
+		w.guard.claim(p, howPlain, nil)
 		time.Sleep(10 * time.Millisecond)
 	}
 	if err := w.slots.all.Acquire(ctx, 1); err != nil { // the claim loop's part
 		t.Fatal(err)
 	}
-	w.launch(rows[0], gen, nil, false, false)
+	w.launch(rows[0], gen, nil, false, false, nil)
 	pgtest.Eventually(t, 5*time.Second, "the outcome written", func() bool { return b.status(t, id.ID) != "running" })
 	select {
 	case got := <-ran:

@@ -33,6 +33,9 @@ type scope struct {
 	// ended for another task's timeout, lost lock or shutdown records the
 	// same for this one (bulk.go).
 	ctx *taskCtx
+	// committed is closed once the claim that took the task has
+	// committed; nil when it had before the handler began (earlyclaim.go).
+	committed <-chan struct{}
 
 	mu     sync.Mutex
 	output json.RawMessage // nil: none
@@ -40,6 +43,21 @@ type scope struct {
 }
 
 type scopeKey struct{}
+
+// claimCommitted waits until the task's claim has committed, so that a
+// statement on another connection sees the task as its handler does:
+// running, and the outcomes that the claim carried written.
+func (s *scope) claimCommitted(ctx context.Context) error {
+	if s.committed == nil {
+		return nil
+	}
+	select {
+	case <-s.committed:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
 
 func scopeOf(ctx context.Context) *scope {
 	s, _ := ctx.Value(scopeKey{}).(*scope)

@@ -115,6 +115,11 @@ type onePlan struct {
 	// preparing it under its text first: the outcome write's plan, on a
 	// pool that may sit behind a transaction pooler (outcomePlan).
 	unprepared bool
+	// early sends the batch with a Flush before its commit, and returns
+	// the query's rows before the commit's result (earlyclaim.go);
+	// pending is the pipeline until finish reads its end.
+	early   bool
+	pending *earlyPlan
 }
 
 // newOnePlan is a onePlan on conn with the claim's settings queued: the
@@ -159,6 +164,9 @@ func (p *onePlan) Exec(_ context.Context, sql string, args ...any) (pgconn.Comma
 // Query sends the queued statements and sql, and returns sql's rows. The
 // batch ends when the rows are closed or their Err read; p is spent.
 func (p *onePlan) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if p.early {
+		return p.queryEarly(ctx, sql, args)
+	}
 	// Prepared under its own text, which is how a batch finds it.
 	if !p.unprepared {
 		if _, err := p.conn.Prepare(ctx, sql, sql); err != nil {

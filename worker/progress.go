@@ -81,6 +81,9 @@ func writeProgress(ctx context.Context, fn, what string, v any,
 	if string(raw) == "null" {
 		raw = nil // SQL NULL: none
 	}
+	if err := s.claimCommitted(ctx); err != nil {
+		return fmt.Errorf("recording the %s of task %d: %w", what, s.taskID, err)
+	}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), progressWriteTimeout)
 	defer cancel()
 	n, err := write(s.worker.queries, wctx, s, raw)
@@ -106,6 +109,9 @@ func LoadCheckpoint(ctx context.Context, v any) (bool, error) {
 	s := scopeOf(ctx)
 	if s == nil {
 		return false, errors.New("skiplock: LoadCheckpoint called outside a task handler's context")
+	}
+	if err := s.claimCommitted(ctx); err != nil {
+		return false, fmt.Errorf("reading the checkpoint of task %d: %w", s.taskID, err)
 	}
 	rows, err := s.worker.queries.TaskCheckpointLoad(ctx, s.worker.pool,
 		db.TaskCheckpointLoadParams{ID: s.taskID, Attempt: s.attempt, WorkerID: s.worker.cfg.WorkerID, StartedAt: s.claimed})

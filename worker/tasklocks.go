@@ -38,6 +38,19 @@ const (
 // stop trying held claims for a while though nothing is full. Places it
 // freed are announced, unless it took every one of them again (retook).
 func (s *lockSession) claim(p db.TaskClaimParams, how claimHow) (rows []db.TaskClaimRow, gen uint64, ran claimHow, err error) {
+	return s.claimStarting(p, how, nil)
+}
+
+// startFunc starts the tasks of a claim that carries outcomes before its
+// commit has returned (earlyclaim.go); committed is closed once it has.
+type startFunc func(rows []db.TaskClaimRow, gen uint64, ran claimHow, committed <-chan struct{})
+
+// claimStarting is claim, and hands the rows of a claim that carries
+// outcomes to start, when start is not nil, as soon as they arrive, before
+// the claim's commit returns (earlyclaim.go). Should that commit fail, the
+// rows handed to start are returned with its error, and the session is
+// closed: its tasks are cancelled as a lost session's are.
+func (s *lockSession) claimStarting(p db.TaskClaimParams, how claimHow, start startFunc) (rows []db.TaskClaimRow, gen uint64, ran claimHow, err error) {
 	p.LockClass = s.class
 	freed, wake := false, false
 	var keys []string
@@ -65,6 +78,10 @@ func (s *lockSession) claim(p db.TaskClaimParams, how claimHow) (rows []db.TaskC
 		if how == howHeld && len(s.heldLimits) == 0 {
 			ran = howQueue
 		}
+		// The plan a carry's claim runs on, early when its rows may start
+		// before its commit.
+		var plan *onePlan
+		early := carry != nil && start != nil
 		switch ran {
 		case howLimited, howQueue, howHeld:
 			p.HeldLimitLocks = make([]int32, 0, len(s.heldLimits))
@@ -75,20 +92,37 @@ func (s *lockSession) claim(p db.TaskClaimParams, how claimHow) (rows []db.TaskC
 			}
 			switch ran {
 			case howQueue:
-				var plan *onePlan
-				if plan, err = s.newPlan(ctx, conn, carry); err == nil {
+				if plan, err = s.newPlan(ctx, conn, carry, early); err == nil {
 					rows, err = claimQueue(ctx, s.queries, plan, p)
 				}
 			case howHeld:
-				var plan *onePlan
-				if plan, err = s.newPlan(ctx, conn, carry); err == nil {
+				if plan, err = s.newPlan(ctx, conn, carry, early); err == nil {
 					rows, err = claimHeld(ctx, s.queries, plan, p)
 				}
 			default:
 				rows, err = s.queries.TaskClaim(ctx, customPlans{conn}, p)
 			}
 		default:
-			rows, err = s.claimPlain(ctx, conn, p, carry)
+			rows, plan, err = s.claimPlain(ctx, conn, p, carry, early)
+		}
+		if plan != nil && plan.pending != nil {
+			if err != nil {
+				plan.abort()
+				return err
+			}
+			if len(rows) > 0 {
+				start(rows, g, ran, plan.pending.committed)
+			}
+			if err = plan.finish(); err != nil {
+				if len(rows) > 0 {
+					// The tasks started hold locks whose claim did not
+					// commit: the session goes, and they with it (do).
+					closeCtx, cancel := context.WithTimeout(context.Background(), time.Second)
+					conn.Close(closeCtx)
+					cancel()
+				}
+				return err
+			}
 		}
 		if err != nil {
 			return err
@@ -114,18 +148,18 @@ const claimTurnWait = 200 * time.Millisecond
 // turn that is not free within claimTurnWait is skipped: the claim runs at
 // once without it, carrying the same unlocks (the failed batch ran none of
 // its statements past the turn).
-func (s *lockSession) claimPlain(ctx context.Context, conn *pgx.Conn, p db.TaskClaimParams, carry *handoffWrite) ([]db.TaskClaimRow, error) {
+func (s *lockSession) claimPlain(ctx context.Context, conn *pgx.Conn, p db.TaskClaimParams, carry *handoffWrite, early bool) ([]db.TaskClaimRow, *onePlan, error) {
 	turn := s.turns
 	for {
-		plan, err := s.newPlan(ctx, conn, carry)
+		plan, err := s.newPlan(ctx, conn, carry, early)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if turn {
 			if err := s.queries.ClaimTurn(ctx, plan, db.ClaimTurnParams{
 				WaitMs: claimTurnWait.Milliseconds(), LockClassOid: s.classOID, Queue: p.Queue,
 			}); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 		}
 		rows, err := claimPlain(ctx, s.queries, plan, p, 0)
@@ -133,17 +167,18 @@ func (s *lockSession) claimPlain(ctx context.Context, conn *pgx.Conn, p db.TaskC
 			turn = false
 			continue
 		}
-		return rows, err
+		return rows, plan, err
 	}
 }
 
 // newPlan is a onePlan on conn for a claim, with the outcome write the
-// claim carries, if any, queued before it (handoff.go).
-func (s *lockSession) newPlan(ctx context.Context, conn *pgx.Conn, carry *handoffWrite) (*onePlan, error) {
+// claim carries, if any, queued before it (handoff.go); early has its rows
+// come before its commit (earlyclaim.go).
+func (s *lockSession) newPlan(ctx context.Context, conn *pgx.Conn, carry *handoffWrite, early bool) (*onePlan, error) {
 	if carry == nil {
 		return newOnePlan(ctx, s.queries, conn)
 	}
-	plan := &onePlan{conn: conn}
+	plan := &onePlan{conn: conn, early: early}
 	if err := carry.queue(ctx, s.queries, plan, s.outcomeCommit); err != nil {
 		return nil, err
 	}

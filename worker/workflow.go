@@ -47,6 +47,9 @@ func DependencyOutputs(ctx context.Context) ([]Dependency, error) {
 	if s == nil {
 		return nil, errors.New("skiplock: DependencyOutputs called outside a task handler's context")
 	}
+	if err := s.claimCommitted(ctx); err != nil {
+		return nil, fmt.Errorf("reading the dependencies of task %d: %w", s.taskID, err)
+	}
 	rows, err := s.worker.queries.TaskDependencyOutputs(ctx, s.worker.pool, s.taskID)
 	if err != nil {
 		return nil, fmt.Errorf("reading the dependencies of task %d: %w", s.taskID, err)
