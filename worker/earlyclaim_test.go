@@ -157,3 +157,72 @@ CREATE CONSTRAINT TRIGGER refuse_claim AFTER UPDATE ON skiplock_tasks
 		}
 	}
 }
+
+// TestHandedOnPlacesWhileLockSessionsDie: tasks under three exclusive keys,
+// worked by two workers whose lock sessions are terminated again and
+// again, some between a carrying claim's rows and its commit. Every task
+// completes, none fails, and every handler call that did not complete its
+// task was cancelled with the lost lock.
+func TestHandedOnPlacesWhileLockSessionsDie(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	const keys, perKey = 3, 40
+	tasks := make([]queue.NewTask, 0, keys*perKey)
+	for i := range keys * perKey {
+		tasks = append(tasks, queue.NewTask{Name: "keyed", Payload: i,
+			Options: []queue.Option{queue.WithExclusiveKey("k" + strconv.Itoa(i%keys))}})
+	}
+	if _, err := b.client.EnqueueMany(ctx, tasks); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	completed := map[int64]int{}
+	var otherErrs []error
+	keyed := func(ctx context.Context, task *worker.Task) error {
+		select {
+		case <-ctx.Done():
+			if cause := context.Cause(ctx); cause == nil || !strings.Contains(cause.Error(), "lost the lock session") {
+				mu.Lock()
+				otherErrs = append(otherErrs, cause)
+				mu.Unlock()
+			}
+			return ctx.Err()
+		case <-time.After(3 * time.Millisecond):
+		}
+		mu.Lock()
+		completed[task.ID]++
+		mu.Unlock()
+		return nil
+	}
+	var logs logBuffer
+	prefix := "early-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	for i := range 2 {
+		cfg := worker.Config{WorkerID: prefix + "-" + strconv.Itoa(i), Logger: logs.logger(io.Discard)}
+		start(t, b.pool, cfg, worker.Handlers{"keyed": keyed})
+	}
+	for kill := 0; kill < 8 && b.count(t, "status = 'completed'") < keys*perKey; kill++ {
+		time.Sleep(150 * time.Millisecond)
+		if _, err := b.pool.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+			WHERE application_name = 'skiplock lock session ' || $1`, prefix+"-"+strconv.Itoa(kill%2)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pgtest.Eventually(t, 60*time.Second, "every task to complete", func() bool {
+		return b.count(t, "status = 'completed'") == keys*perKey
+	})
+	if n := b.count(t, "status <> 'completed'"); n != 0 {
+		t.Errorf("%d tasks did not complete", n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(completed) != keys*perKey {
+		t.Errorf("handlers completed %d distinct tasks, want %d", len(completed), keys*perKey)
+	}
+	for _, err := range otherErrs {
+		t.Errorf("a handler was cancelled with %v, want the lost lock session", err)
+	}
+	if !strings.Contains(logs.String(), "lock session lost") {
+		t.Errorf("no lock session was lost; the log:\n%s", logs.String())
+	}
+}
