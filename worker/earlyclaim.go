@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
@@ -48,13 +50,9 @@ type earlyPlan struct {
 func (p *onePlan) queryEarly(ctx context.Context, sql string, args []any) (pgx.Rows, error) {
 	p.batch.Queue(sql, textArrays(make([]any, 0, len(args)), args)...)
 	queued := p.batch.QueuedQueries
-	sds := make([]*pgconn.StatementDescription, len(queued))
-	for i, q := range queued {
-		sd, err := p.conn.Prepare(ctx, q.SQL, q.SQL)
-		if err != nil {
-			return nil, err
-		}
-		sds[i] = sd
+	sds, err := p.prepared.describe(ctx, p.conn.PgConn(), queued)
+	if err != nil {
+		return nil, err
 	}
 	tm := p.conn.TypeMap()
 	var eqb pgx.ExtendedQueryBuilder
@@ -139,6 +137,62 @@ func (e *earlyPlan) end(sync bool) {
 			e.err = errors.New("skiplock: claim pipeline aborted")
 		}
 	})
+}
+
+// earlyStatements are the statements early plans run, prepared on one
+// connection under names of their own, so that those a plan has not met
+// yet are prepared together, in one round trip.
+type earlyStatements struct {
+	byText map[string]*pgconn.StatementDescription
+	n      int // names given: each is used once on the connection
+}
+
+// describe returns the prepared statement of each query, preparing those
+// not yet prepared.
+func (e *earlyStatements) describe(ctx context.Context, conn *pgconn.PgConn, queued []*pgx.QueuedQuery) ([]*pgconn.StatementDescription, error) {
+	sds := make([]*pgconn.StatementDescription, len(queued))
+	var missing []string
+	for i, q := range queued {
+		if sds[i] = e.byText[q.SQL]; sds[i] == nil && !slices.Contains(missing, q.SQL) {
+			missing = append(missing, q.SQL)
+		}
+	}
+	if len(missing) > 0 {
+		pl := conn.StartPipeline(ctx)
+		names := make([]string, len(missing))
+		for i, sql := range missing {
+			e.n++
+			names[i] = "skiplock_carry_" + strconv.Itoa(e.n)
+			pl.SendPrepare(names[i], sql, nil)
+		}
+		if err := pl.Sync(); err != nil {
+			pl.Close()
+			return nil, err
+		}
+		for i, sql := range missing {
+			res, err := pl.GetResults()
+			if err != nil {
+				pl.Close()
+				return nil, fmt.Errorf("skiplock: preparing %q: %w", queryName(sql), err)
+			}
+			sd, ok := res.(*pgconn.StatementDescription)
+			if !ok {
+				pl.Close()
+				return nil, fmt.Errorf("skiplock: preparing %q: got %T", queryName(sql), res)
+			}
+			// A pipeline's description names neither: the pipeline's
+			// queries find the statement by its name.
+			sd.Name, sd.SQL = names[i], sql
+			e.byText[sql] = sd
+		}
+		if err := pl.Close(); err != nil {
+			return nil, err
+		}
+		for i, q := range queued {
+			sds[i] = e.byText[q.SQL]
+		}
+	}
+	return sds, nil
 }
 
 // nextResult is the next statement's result of an early plan's pipeline.

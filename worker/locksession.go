@@ -65,6 +65,9 @@ type lockSession struct {
 	gen  uint64
 	up   chan struct{} // closed while conn is usable
 	held map[int64]int // task id -> locks taken in this generation
+	// early are the statements of claims that carry outcomes, prepared
+	// on this generation's connection (earlyclaim.go).
+	early *earlyStatements
 	// heldLimits counts the limit slot locks taken in this generation; a
 	// claim never tries them again (a session may take a lock it holds).
 	heldLimits map[int32]int
@@ -152,6 +155,7 @@ func (s *lockSession) installConn(ctx context.Context, conn *pgx.Conn) error {
 	s.gen++
 	gen := s.gen
 	s.held = map[int64]int{}
+	s.early = &earlyStatements{byText: map[string]*pgconn.StatementDescription{}}
 	s.heldLimits = map[int32]int{}
 	s.umu.Lock()
 	s.unlocks, s.unlockLims, s.unlockKeys, s.unlocksGen = nil, nil, nil, gen

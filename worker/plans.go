@@ -120,6 +120,9 @@ type onePlan struct {
 	// pending is the pipeline until finish reads its end.
 	early   bool
 	pending *earlyPlan
+	// prepared are the statements an early plan runs, prepared on conn
+	// (earlyStatements); set with early.
+	prepared *earlyStatements
 }
 
 // newOnePlan is a onePlan on conn with the claim's settings queued: the

@@ -178,7 +178,7 @@ func (s *lockSession) newPlan(ctx context.Context, conn *pgx.Conn, carry *handof
 	if carry == nil {
 		return newOnePlan(ctx, s.queries, conn)
 	}
-	plan := &onePlan{conn: conn, early: early}
+	plan := &onePlan{conn: conn, early: early, prepared: s.early}
 	if err := carry.queue(ctx, s.queries, plan, s.outcomeCommit); err != nil {
 		return nil, err
 	}
