@@ -43,10 +43,12 @@ type earlyPlan struct {
 	once      sync.Once
 }
 
-// queryEarly is onePlan.Query for an early plan: every queued statement
-// runs on the plan prepared under its own text, then sql, whose rows are
-// returned as soon as the server has them. The caller ends the plan with
-// finish once the rows are read.
+// queryEarly is onePlan.Query for an early plan: every queued statement,
+// then sql, runs as a statement prepared on the connection
+// (earlyStatements), and sql's rows are returned as soon as the server has
+// them. The caller ends the plan with finish once the rows are read. (A
+// pipeline closed before its Sync is sent closes the connection: the
+// session is then lost, as on any failure to send.)
 func (p *onePlan) queryEarly(ctx context.Context, sql string, args []any) (pgx.Rows, error) {
 	p.batch.Queue(sql, textArrays(make([]any, 0, len(args)), args)...)
 	queued := p.batch.QueuedQueries
