@@ -141,7 +141,16 @@ func (s *lockSession) claimStarting(p db.TaskClaimParams, how claimHow, start st
 // claimTurnWait bounds the wait for a queue's claim turn (ClaimTurn). Eight
 // processes each claiming about 250 rows in 4 ms wait about 30 ms; a turn
 // not free within this is not waited for.
-const claimTurnWait = 200 * time.Millisecond
+//
+// A claim that carries the outcome of a task that held a place waits at
+// most carryTurnWait: it hands on a place someone waits for, and the turn
+// may be held by another worker's poll that reads every pending task of
+// keys all taken (10,000 tasks waiting per key: tens of milliseconds, the
+// carries waiting behind it up to a hundred).
+const (
+	claimTurnWait = 200 * time.Millisecond
+	carryTurnWait = 5 * time.Millisecond
+)
 
 // claimPlain runs the plain claim on the session's one plan (onePlan),
 // within its queue's claim turn unless the worker claims in parallel. A
@@ -149,7 +158,10 @@ const claimTurnWait = 200 * time.Millisecond
 // once without it, carrying the same unlocks (the failed batch ran none of
 // its statements past the turn).
 func (s *lockSession) claimPlain(ctx context.Context, conn *pgx.Conn, p db.TaskClaimParams, carry *handoffWrite, early bool) ([]db.TaskClaimRow, *onePlan, error) {
-	turn := s.turns
+	turn, wait := s.turns, claimTurnWait
+	if carry != nil {
+		wait = carryTurnWait
+	}
 	for {
 		plan, err := s.newPlan(ctx, conn, carry, early)
 		if err != nil {
@@ -157,7 +169,7 @@ func (s *lockSession) claimPlain(ctx context.Context, conn *pgx.Conn, p db.TaskC
 		}
 		if turn {
 			if err := s.queries.ClaimTurn(ctx, plan, db.ClaimTurnParams{
-				WaitMs: claimTurnWait.Milliseconds(), LockClassOid: s.classOID, Queue: p.Queue,
+				WaitMs: wait.Milliseconds(), LockClassOid: s.classOID, Queue: p.Queue,
 			}); err != nil {
 				return nil, nil, err
 			}
