@@ -149,9 +149,9 @@ type Task struct {
 // AttemptError records one attempt that did not succeed.
 type AttemptError struct {
 	Attempt int `json:"attempt"`
-	// Outcome is error, panic, timeout, abandoned, rescued, shutdown or
-	// no_handler (the last two returned the task to the queue without
-	// spending the attempt).
+	// Outcome is error, panic, timeout, abandoned, cancelled, rescued,
+	// lock_lost, shutdown or no_handler (the last four returned the task
+	// to the queue without spending the attempt).
 	Outcome string `json:"outcome"`
 	Error   string `json:"error"`
 	// Permanent is set when the attempt failed the task for good, before

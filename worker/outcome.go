@@ -150,12 +150,13 @@ func (w *Worker) finishFor(e *execution, res result) finish {
 		f.status, f.refund = queue.StatusPending, 1
 	case res.outcome == outcomeCancelled:
 		f.status = queue.StatusCancelled
-	case res.outcome == outcomeLockLost && t.Attempt < t.MaxAttempts:
-		// As the rescuer would have it: the attempt is spent, and the task
-		// keeps its place in line (its run_at) rather than going behind
-		// the backlog. It may already run elsewhere; then this write is
-		// fenced off.
-		f.status = queue.StatusPending
+	case res.outcome == outcomeLockLost:
+		// As the rescuer would have it (TaskRescueOrphans), whichever of
+		// the two writes first: the attempt never reached an outcome and
+		// is given back, on the last attempt too, and the task keeps its
+		// place in line (its run_at) rather than going behind the backlog.
+		// It may already run elsewhere; then this write is fenced off.
+		f.status, f.refund = queue.StatusPending, 1
 	case res.permanent || t.Attempt >= t.MaxAttempts:
 		f.status = queue.StatusFailed
 	case policy.MaxAttempts > 0 && t.Attempt >= policy.MaxAttempts:

@@ -165,7 +165,9 @@ func TestSilentNetwork(t *testing.T) {
 }
 
 // TestLockLostKeepsPlace: a task given up as lock_lost goes back to pending
-// with its run_at unchanged, like a rescued one, not behind the backlog.
+// as a rescued one does, whichever writes first: run_at unchanged (not
+// behind the backlog) and the attempt given back, on its last attempt too
+// (it is not failed).
 func TestLockLostKeepsPlace(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -181,7 +183,7 @@ func TestLockLostKeepsPlace(t *testing.T) {
 	})
 	// Pause the queue once the task runs, so that the lock_lost outcome is
 	// seen before a claim takes the task again.
-	id := b.enqueue(t, "hold", nil)
+	id := b.enqueue(t, "hold", nil, queue.WithMaxAttempts(1))
 	before := b.get(t, id)
 	waitFor(t, 10*time.Second, "running", func() bool { return b.get(t, id).Status == queue.StatusRunning })
 	if err := b.client.PauseQueue(context.Background(), "default"); err != nil {
@@ -193,8 +195,9 @@ func TestLockLostKeepsPlace(t *testing.T) {
 	if len(task.Errors) != 1 || task.Errors[0].Outcome != "lock_lost" {
 		t.Fatalf("history = %+v, want one lock_lost", task.Errors)
 	}
-	if !task.RunAt.Equal(before.RunAt) || task.Attempt != 1 {
-		t.Fatalf("after lock_lost run_at = %s attempt %d; want run_at %s kept, attempt 1 spent", task.RunAt, task.Attempt, before.RunAt)
+	if !task.RunAt.Equal(before.RunAt) || task.Attempt != 0 || task.Errors[0].Attempt != 1 {
+		t.Fatalf("after lock_lost run_at = %s attempt %d (entry's %d); want run_at %s kept, attempt 1 given back",
+			task.RunAt, task.Attempt, task.Errors[0].Attempt, before.RunAt)
 	}
 	if err := b.client.ResumeQueue(context.Background(), "default"); err != nil {
 		t.Fatal(err)

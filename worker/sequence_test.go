@@ -264,8 +264,8 @@ func TestSequenceHoldOnFailure(t *testing.T) {
 }
 
 // A worker killed while it runs a sequence's head (its lock session
-// terminated): the head returns to pending, still the head; it runs again,
-// then the rest, in order, each once.
+// terminated): the head returns to pending, still the head, its attempt
+// given back; it runs again, then the rest, in order, each once.
 func TestSequenceKilledWorkerMidHead(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -274,15 +274,15 @@ func TestSequenceKilledWorkerMidHead(t *testing.T) {
 	}
 	log := newSeqLog()
 	started := make(chan struct{})
-	var once sync.Once
+	var first atomic.Bool
 	handlers := worker.Handlers{
 		"step": func(ctx context.Context, task *worker.Task) error {
 			var s seqStep
 			_ = task.Decode(&s)
 			log.begin(s, task.Attempt)
 			defer log.end(s)
-			if s.N == 0 && task.Attempt == 1 {
-				once.Do(func() { close(started) })
+			if s.N == 0 && first.CompareAndSwap(false, true) {
+				close(started)
 				<-ctx.Done() // until its worker loses the task
 				return ctx.Err()
 			}
@@ -296,12 +296,12 @@ func TestSequenceKilledWorkerMidHead(t *testing.T) {
 	waitFor(t, 5*time.Second, "the sequence completed", func() bool {
 		return b.count(t, "status = 'completed'") == 3
 	})
-	if got := log.runs("k"); got != "0@1 0@2 1@1 2@1" {
+	if got := log.runs("k"); got != "0@1 0@1 1@1 2@1" {
 		t.Fatalf("runs %s", got)
 	}
 	b.sequential(t, "k")
 	// Returned by the rescuer, or by its own worker once it saw its lock
-	// session go: either way, to pending, at the head.
+	// session go: either way, to pending, at the head, attempt given back.
 	head := b.get(t, b.firstOf(t, "k"))
 	if len(head.Errors) != 1 || (head.Errors[0].Outcome != "rescued" && head.Errors[0].Outcome != "lock_lost") {
 		t.Fatalf("head's history: %+v", head.Errors)
