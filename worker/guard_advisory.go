@@ -67,7 +67,7 @@ func (g *advisoryGuard) open(ctx context.Context, classOID int64, o *outage) err
 	g.ls.handoffs, g.ls.onCarried = g.handoffs, g.onCarried
 	if g.handoffs != nil {
 		ls := g.ls
-		g.handoffs.busy = func() bool { return ls.busySince.Load() != 0 }
+		g.handoffs.busy = func() bool { return ls.busyOrSettling(time.Now()) }
 	}
 	g.ls.onUp = g.sessionUp
 	g.ls.onFreed = g.freed

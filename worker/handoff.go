@@ -35,9 +35,14 @@ import (
 // An outcome that no claim takes within handoffWait (the queue is over a
 // rate limit, say, or the session is down), or whose claim fails, goes to
 // the completer, as does every outcome once the worker stops claiming.
-// While a statement runs on the lock session the wait starts again, up to
-// handoffWaits times: the claim loops were woken, and one of them claims
-// once the session is free. Across a 2.4 ms round trip, an outcome that
+// While a statement runs on the lock session, or it ended less than
+// handoffSettle ago, the wait starts again, up to handoffWaits times: the
+// claim loops were woken, and one of them claims once the session is
+// free. A wait that ended just after a long statement (a claim that read
+// every pending task of keys all taken, 5-30 ms) gave its outcomes to the
+// completer 0.2 ms before the woken claim loop sent its claim, which then
+// carried nothing: the places waited for the completer's write and the
+// claims after it, 20-30 ms. Across a 2.4 ms round trip, an outcome that
 // went to the completer while a claim was in flight cost its place more
 // than the claim would have: the claim that the wake-up had sent went
 // without it, found the place still taken, and the place waited for the
@@ -45,10 +50,12 @@ import (
 
 // handoffWait is how long a handed-over outcome waits for a claim to
 // carry it before the completer writes it; handoffWaits bounds how many
-// times the wait starts again while the lock session is busy.
+// times the wait starts again while the lock session is busy, or was
+// until handoffSettle ago.
 const (
-	handoffWait  = 5 * time.Millisecond
-	handoffWaits = 20
+	handoffWait   = 5 * time.Millisecond
+	handoffWaits  = 20
+	handoffSettle = 2 * time.Millisecond
 )
 
 // handoffs holds the outcomes handed over for the next claim.
@@ -234,4 +241,11 @@ func (w *Worker) carried(batch []finish, wrote []int64) {
 	w.comp.discarded(batch, wrote)
 	w.iso.freed(batch)
 	w.comp.wakeDue(batch)
+}
+
+// busyOrSettling reports whether a statement runs on the session at now,
+// or the last one ended less than handoffSettle before: whether a wait for
+// a claim to carry handed-over outcomes starts again (handoffs.expired).
+func (s *lockSession) busyOrSettling(now time.Time) bool {
+	return s.busySince.Load() != 0 || now.UnixNano()-s.freeSince.Load() < int64(handoffSettle)
 }

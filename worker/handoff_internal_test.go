@@ -114,3 +114,28 @@ func TestHandoffsFallback(t *testing.T) {
 		}
 	})
 }
+
+// TestBusyOrSettling: a wait for a claim to carry outcomes starts again
+// while a statement runs on the lock session and for handoffSettle after
+// it ends (the claim loop woken meanwhile has yet to send its claim), and
+// not later.
+func TestBusyOrSettling(t *testing.T) {
+	t.Parallel()
+	s := &lockSession{}
+	now := time.Now()
+	if s.busyOrSettling(now) {
+		t.Fatal("a session never used is busy")
+	}
+	s.busySince.Store(now.UnixNano())
+	if !s.busyOrSettling(now.Add(time.Hour)) {
+		t.Fatal("a statement in flight is not busy")
+	}
+	s.busySince.Store(0)
+	s.freeSince.Store(now.UnixNano())
+	if !s.busyOrSettling(now.Add(handoffSettle / 2)) {
+		t.Fatal("a session free for half of handoffSettle is not settling")
+	}
+	if s.busyOrSettling(now.Add(handoffSettle)) {
+		t.Fatal("a session free for handoffSettle is still settling")
+	}
+}

@@ -85,6 +85,7 @@ type lockSession struct {
 	// when the server last answered.
 	sock      atomic.Pointer[pgconn.PgConn]
 	busySince atomic.Int64 // unix nanoseconds
+	freeSince atomic.Int64 // unix nanoseconds: when the last statement ended
 	lastProof atomic.Int64 // unix nanoseconds
 	lastClaim atomic.Int64 // unix nanoseconds: when the last claim ended
 	// lostGen is the last generation lost, set before onLost runs: a task
@@ -203,8 +204,9 @@ func (s *lockSession) doWithin(timeout time.Duration, cause error, fn func(ctx c
 	defer cancel()
 	s.busySince.Store(time.Now().UnixNano())
 	err := fn(ctx, s.conn, s.gen)
-	s.busySince.Store(0)
 	s.lastUsed = time.Now()
+	s.freeSince.Store(s.lastUsed.UnixNano())
+	s.busySince.Store(0)
 	if err == nil || pgerr.Code(err) != "" {
 		s.lastProof.Store(s.lastUsed.UnixNano()) // the server answered
 	}
