@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -263,9 +264,11 @@ func TestLimitSlotsFreedWithSession(t *testing.T) {
 	if err := b.client.SetLimit(ctx, queue.Limit{Queue: "q", Max: 2}); err != nil {
 		t.Fatal(err)
 	}
-	// A's first attempts hang until its session is gone.
+	// A's first runs hang until its session is gone. A lost lock gives
+	// the attempt back, so a task's second run is attempt 1 again.
+	var hung sync.Map
 	hang := worker.Handlers{"job": func(ctx context.Context, task *worker.Task) error {
-		if task.Attempt == 1 {
+		if _, again := hung.LoadOrStore(task.ID, true); !again {
 			<-ctx.Done()
 			return ctx.Err()
 		}
