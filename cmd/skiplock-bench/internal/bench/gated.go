@@ -177,9 +177,6 @@ func (b *bencher) workGated(ctx context.Context, kind string, n int, work time.D
 			return 0, nil, err
 		}
 	}
-	if _, err := client.EnqueueMany(ctx, tasks); err != nil {
-		return 0, nil, err
-	}
 	var mu sync.Mutex
 	spans := make([]handSpan, 0, n)
 	handlers := worker.Handlers{"gated": func(ctx context.Context, t *worker.Task) error {
@@ -204,21 +201,49 @@ func (b *bencher) workGated(ctx context.Context, kind string, n int, work time.D
 	wctx, stop := context.WithCancel(ctx)
 	defer stop()
 	errs := make(chan error, gatedWorkers)
-	for range gatedWorkers {
+	firsts := make([]*firstClaim, gatedWorkers)
+	for i := range gatedWorkers {
 		pool, err := s.newPool(ctx, 0)
 		if err != nil {
 			return 0, nil, err
 		}
 		defer pool.Close()
+		firsts[i] = &firstClaim{done: make(chan struct{})}
+		cfg := worker.Config{Mode: workerMode(b.opts.Mode), Logger: logger, Observer: firsts[i]}
 		go func(pool *pgxpool.Pool) {
-			errs <- worker.New(pool, worker.Config{Mode: workerMode(b.opts.Mode), Logger: logger}).Run(wctx, handlers)
+			errs <- worker.New(pool, cfg).Run(wctx, handlers)
 		}(pool)
 	}
 	var elapsed time.Duration
 	var werr error
 	returned := 0
+	// The backlog arrives at workers that are up: each has made its first
+	// claim, on a new lock session whose backend loads its caches and
+	// plans the claim then (tens of milliseconds), so that no worker's
+	// start-up runs beside the hand-offs measured.
+	for _, f := range firsts {
+		select {
+		case <-f.done:
+		case werr = <-errs:
+			returned++
+			if werr == nil {
+				werr = fmt.Errorf("a worker stopped before the tasks were enqueued")
+			}
+		case <-ctx.Done():
+			werr = ctx.Err()
+		}
+		if werr != nil {
+			break
+		}
+	}
+	if werr == nil {
+		_, werr = client.EnqueueMany(ctx, tasks)
+	}
 	var seconds float64
 	every(ctx, 10*time.Millisecond, func() bool {
+		if werr != nil {
+			return false
+		}
 		select {
 		case werr = <-errs:
 			returned++
@@ -256,3 +281,12 @@ func (b *bencher) workGated(ctx context.Context, kind string, n int, work time.D
 	defer mu.Unlock()
 	return elapsed, spans, werr
 }
+
+// firstClaim is a gated worker's Observer: done closes at its first claim.
+type firstClaim struct {
+	worker.NopObserver
+	once sync.Once
+	done chan struct{}
+}
+
+func (f *firstClaim) Claimed(string, int, int) { f.once.Do(func() { close(f.done) }) }
