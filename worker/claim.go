@@ -14,10 +14,19 @@ import (
 
 // claimLoop claims tasks of one queue while there is capacity, until ctx
 // ends. It sleeps when the queue is drained (or over its rate limit), until
-// a notification, the poll interval, or ctx.
+// a notification, the poll, or ctx.
 // qslots are the queue's own slots, nil when it has none.
+//
+// The poll comes PollInterval after the loop's last claim, not on a fixed
+// tick: a claim that comes back short has read every task of the queue
+// that it could take, so a task that falls due is found within
+// PollInterval either way, and a loop that claims often (tasks that hold
+// a place, each handing it on in a claim of its own) makes no claim that
+// only repeats the one before. On a tick, a busy loop made such a claim
+// every second, and a carry that came next waited for it on the lock
+// session (3 exclusive keys, 3 workers, 10 ms tasks).
 func (w *Worker) claimLoop(ctx context.Context, queueName string, qslots *semaphore.Weighted) {
-	poll := time.NewTicker(w.cfg.PollInterval)
+	poll := time.NewTimer(w.cfg.PollInterval)
 	defer poll.Stop()
 	// After a failed claim: the next as soon as the server can be reached
 	// again (lease mode claims through the pool; in advisory mode a claim
@@ -45,6 +54,7 @@ func (w *Worker) claimLoop(ctx context.Context, queueName string, qslots *semaph
 			n = ask
 		}
 		claimed, refill, err := w.claimRound(queueName, n, qslots, l)
+		poll.Reset(w.cfg.PollInterval)
 		w.slots.release(qslots, n-claimed)
 		if err != nil {
 			saturated, size = false, claimSize{}

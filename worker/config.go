@@ -96,8 +96,8 @@ type Config struct {
 	// it.
 	//
 	// Left at zero, the worker sizes it itself, every few seconds: 1,000
-	// on a local network at start and 2,000 from its measurement two
-	// seconds later (workers started together see each other by then),
+	// on a local network at start and 2,000 from its measurement half a
+	// second later (workers started together see each other by then),
 	// and more once the measured round trip to the server calls for it
 	// (each task is held for two round trips, its claim's and its
 	// outcome's: 500 plus 500 per 0.5 ms, 3,000 at 2.5 ms), at most 3,200, and
@@ -149,9 +149,10 @@ type Config struct {
 	// server with many cores. Lease mode claims in parallel.
 	ParallelClaims bool
 
-	// PollInterval is how often an idle worker looks for due tasks without
-	// being notified: delayed tasks and retries become due this way.
-	// Defaults to 1s.
+	// PollInterval is how long a queue's claim loop waits after its last
+	// claim before it looks for due tasks without being notified: delayed
+	// tasks and retries become due this way. A loop that claims more often
+	// than that never polls. Defaults to 1s.
 	PollInterval time.Duration
 
 	// TaskTimeout bounds each attempt whose task sets no timeout of its own:
