@@ -121,7 +121,9 @@ type onePlan struct {
 	early   bool
 	pending *earlyPlan
 	// prepared are the statements an early plan runs, prepared on conn
-	// (earlyStatements); set with early.
+	// (earlyStatements); set on the lock session's plans. A claim sent
+	// without early adds its statement to them, so that an early plan
+	// runs the same prepared statement, on the same plan.
 	prepared *earlyStatements
 }
 
@@ -172,8 +174,12 @@ func (p *onePlan) Query(ctx context.Context, sql string, args ...any) (pgx.Rows,
 	}
 	// Prepared under its own text, which is how a batch finds it.
 	if !p.unprepared {
-		if _, err := p.conn.Prepare(ctx, sql, sql); err != nil {
+		sd, err := p.conn.Prepare(ctx, sql, sql)
+		if err != nil {
 			return nil, err
+		}
+		if p.prepared != nil {
+			p.prepared.share(sd)
 		}
 	}
 	p.batch.Queue(sql, textArrays(make([]any, 0, len(args)), args)...)

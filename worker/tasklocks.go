@@ -188,7 +188,12 @@ func (s *lockSession) claimPlain(ctx context.Context, conn *pgx.Conn, p db.TaskC
 // come before its commit (earlyclaim.go).
 func (s *lockSession) newPlan(ctx context.Context, conn *pgx.Conn, carry *handoffWrite, early bool) (*onePlan, error) {
 	if carry == nil {
-		return newOnePlan(ctx, s.queries, conn)
+		plan, err := newOnePlan(ctx, s.queries, conn)
+		if err != nil {
+			return nil, err
+		}
+		plan.prepared = s.early
+		return plan, nil
 	}
 	plan := &onePlan{conn: conn, early: early, prepared: s.early}
 	if err := carry.queue(ctx, s.queries, plan, s.outcomeCommit); err != nil {
