@@ -136,6 +136,13 @@ func testPoison(t *testing.T, mode string) {
 	}
 	p := b.get(t, poison)
 	last := p.Errors[len(p.Errors)-1]
+	defer func() {
+		if t.Failed() {
+			for i, e := range p.Errors {
+				t.Logf("the poison task's history, entry %d: %+v", i, e)
+			}
+		}
+	}()
 	if p.Crashes != maxCrashes || !strings.Contains(last.Error, fmt.Sprintf("running during %d worker deaths", maxCrashes)) {
 		t.Errorf("poison task: crashes %d, last error %q", p.Crashes, last.Error)
 	}

@@ -6,6 +6,9 @@ import (
 	"math"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/skiplock/skiplock/db"
 )
 
@@ -17,7 +20,7 @@ import (
 type rescuer struct {
 	elector  *elector
 	queries  *db.Queries
-	pool     db.DBTX
+	pool     *pgxpool.Pool
 	classOID int64  // the advisory lock class of task locks
 	channel  string // the work channel, to wake claimers of rescued tasks
 	interval time.Duration
@@ -279,9 +282,26 @@ func (r *rescuer) rescueOrphans(ctx context.Context, from, to int64) int {
 	if r.maxCrashes <= 0 {
 		r.maxCrashes = defaultMaxCrashes
 	}
-	rows, err := r.queries.TaskRescueOrphans(ctx, r.pool, db.TaskRescueOrphansParams{
-		LockClassOid: r.classOID, FromID: from, ToID: to,
-		MaxCrashes: int32(r.maxCrashes), SettleMs: r.settle.Milliseconds(), Self: r.self,
+	// The rescue commits only once its rows have come back to a process
+	// that is alive to ask for the commit. The statement counts no death
+	// for the rescuer's own tasks (self): a task of its own without its
+	// lock means its lock session was lost while the process runs. But a
+	// statement sent just before the process was killed runs on after it
+	// (slow on a loaded server: 40-55 ms), and finds the tasks of the
+	// process's own lock session unlocked, the session having ended with
+	// the process. In one implicit transaction it committed, and returned
+	// a poison task that had just killed its process as if that process
+	// lived: one death uncounted. Here the commit never comes, the server
+	// rolls the rescue back when the connection drops, and another
+	// worker's rescue counts the death.
+	var rows []db.TaskRescueOrphansRow
+	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+		var err error
+		rows, err = r.queries.TaskRescueOrphans(ctx, tx, db.TaskRescueOrphansParams{
+			LockClassOid: r.classOID, FromID: from, ToID: to,
+			MaxCrashes: int32(r.maxCrashes), SettleMs: r.settle.Milliseconds(), Self: r.self,
+		})
+		return err
 	})
 	if err != nil {
 		r.failed(ctx, &r.orphansDown, "rescuing orphaned tasks", err)

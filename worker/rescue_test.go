@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/skiplock/skiplock/internal/schema"
 	"github.com/skiplock/skiplock/internal/testinfra/pgtest"
 )
@@ -366,5 +368,74 @@ func TestLeaseElectorTerms(t *testing.T) {
 	g2.resign(electedJobs)
 	if !e1.lead(ctx) || e1.term() == second {
 		t.Fatalf("w1 leading again: term %d, want a new one after %d", e1.term(), second)
+	}
+}
+
+// cutAfterRescue is a query tracer that cuts its connection once a
+// rescue's rows have come back, before anything else is sent on it: the
+// rescuer's process died there.
+type cutAfterRescue struct{ cut atomic.Int64 }
+
+func (c *cutAfterRescue) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	return ctx
+}
+
+func (c *cutAfterRescue) TraceQueryEnd(_ context.Context, conn *pgx.Conn, d pgx.TraceQueryEndData) {
+	if d.Err == nil && strings.HasPrefix(d.CommandTag.String(), "UPDATE") {
+		c.cut.Add(1)
+		conn.PgConn().Conn().Close()
+	}
+}
+
+// TestRescueDiesWithItsProcess: a rescue whose process dies before it has
+// read the rescue's rows (a worker killed by its own task while its
+// rescuer's statement runs) rescues nothing: it counted no death for the
+// rescuer's own tasks, whose locks went with that process's lock session,
+// and committed, it would have returned a task that killed its process as
+// if that process lived. The next rescue, by another worker, counts the
+// death.
+func TestRescueDiesWithItsProcess(t *testing.T) {
+	t.Parallel()
+	b := setupJobs(t)
+	ctx := context.Background()
+	g := newGuard(b.deps(t, "w-dead", ModeAdvisory, nil, nil))
+	if err := g.open(ctx, b.schema.TableOID, &outage{log: b.log, what: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	task := b.claim(t, g, "w-dead", 1)[0]
+	g.close()
+	b.waitTaskLocksGone(t)
+	b.waitLockSessionGone(t, "w-dead")
+
+	work, _ := schema.Channels(b.schema.Name)
+	cfg := b.pool.Config()
+	tracer := &cutAfterRescue{}
+	cfg.ConnConfig.Tracer = tracer
+	dying := pgtest.PoolFromConfig(t, cfg)
+	r := &rescuer{
+		queries: b.queries, pool: dying, classOID: b.schema.TableOID, channel: work,
+		beforeRescue: func(context.Context) {}, observer: NopObserver{}, self: "w-dead", mode: ModeAdvisory, log: b.log,
+	}
+	if n := r.rescue(ctx); n != 0 || tracer.cut.Load() != 1 {
+		t.Fatalf("the dying rescue returned %d tasks after %d cuts, want none after one", n, tracer.cut.Load())
+	}
+	if s := b.status(t, task.ID); s != "running" {
+		t.Fatalf("after the dying rescue the task is %s, want running: its rescue committed without its process", s)
+	}
+	other := &rescuer{
+		queries: b.queries, pool: b.pool, classOID: b.schema.TableOID, channel: work,
+		beforeRescue: func(context.Context) {}, observer: NopObserver{}, self: "w-other", mode: ModeAdvisory, log: b.log,
+	}
+	if n := other.rescue(ctx); n != 1 {
+		t.Fatalf("another worker's rescue returned %d tasks, want 1", n)
+	}
+	var crashes int
+	var crash *bool
+	if err := b.pool.QueryRow(ctx, `SELECT crashes, (errors -> -1 ->> 'crash')::boolean FROM skiplock_tasks WHERE id = $1`,
+		task.ID).Scan(&crashes, &crash); err != nil {
+		t.Fatal(err)
+	}
+	if crashes != 1 || crash == nil || !*crash {
+		t.Fatalf("the task's crashes %d, its rescue's crash %v; want 1 and true: its worker died", crashes, crash)
 	}
 }
