@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync"
@@ -227,9 +228,6 @@ func TestShardedWorkerSharesWhenAllBusy(t *testing.T) {
 	t.Parallel()
 	pools := map[int]*pgxpool.Pool{1: stampedPool(t, 1), 2: stampedPool(t, 2), 3: stampedPool(t, 3)}
 	const concurrency, tasks = 6, 40
-	for _, pool := range pools {
-		enqueueOn(t, pool, "work", tasks)
-	}
 	r := newRunning(0, 0)
 	r.backlog = tasks
 	s, err := worker.NewSharded(pools, worker.Config{Concurrency: concurrency, PollInterval: 50 * time.Millisecond, Logger: quiet()})
@@ -247,6 +245,26 @@ func TestShardedWorkerSharesWhenAllBusy(t *testing.T) {
 		}
 		return nil
 	}})
+	// The backlogs arrive once every shard's worker is up: a shard whose
+	// lock session came up late on a loaded machine (hundreds of
+	// milliseconds) found another shard's backlog done before it started,
+	// which says nothing about how the shards share.
+	for n, pool := range pools {
+		pgtest.Eventually(t, 30*time.Second, fmt.Sprintf("shard %d's worker to register its lock session", n), func() bool {
+			var up int
+			err := pool.QueryRow(context.Background(), `SELECT count(*) FROM skiplock_workers WHERE lock_backend_pid IS NOT NULL`).Scan(&up)
+			return err == nil && up > 0
+		})
+	}
+	for _, pool := range pools {
+		batch := make([]queue.NewTask, tasks)
+		for i := range batch {
+			batch[i] = queue.NewTask{Name: "work", Payload: i}
+		}
+		if _, err := queue.New(pool).EnqueueMany(context.Background(), batch); err != nil {
+			t.Fatal(err)
+		}
+	}
 	pgtest.Eventually(t, 10*time.Second, "every shard's backlog to complete", func() bool {
 		for _, pool := range pools {
 			if pendingOn(pool) != 0 {

@@ -671,5 +671,7 @@ func (b *bencher) progressOut() io.Writer {
 	if b.opts.Progress == nil {
 		return io.Discard
 	}
-	return b.opts.Progress
+	// One write at a time, with the status line's and the worker
+	// processes' (lockedWriter).
+	return lockedWriter{w: b.opts.Progress}
 }

@@ -27,7 +27,9 @@ func newProgress(w io.Writer) *progress {
 	if w == nil {
 		w = io.Discard
 	}
-	p := &progress{w: w, interval: 5 * time.Second}
+	// The worker processes' stderr may be this writer too (lockedWriter):
+	// a bytes.Buffer, in the tests, takes one write at a time.
+	p := &progress{w: lockedWriter{w: w}, interval: 5 * time.Second}
 	if f, ok := w.(*os.File); ok {
 		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
 			p.tty, p.interval = true, 0
