@@ -398,10 +398,7 @@ func TestRescueDiesWithItsProcess(t *testing.T) {
 	t.Parallel()
 	b := setupJobs(t)
 	ctx := context.Background()
-	g := newGuard(b.deps(t, "w-dead", ModeAdvisory, nil, nil))
-	if err := g.open(ctx, b.schema.TableOID, &outage{log: b.log, what: "test"}); err != nil {
-		t.Fatal(err)
-	}
+	g := b.openAdvisory(t, b.deps(t, "w-dead", ModeAdvisory, nil, nil))
 	task := b.claim(t, g, "w-dead", 1)[0]
 	g.close()
 	b.waitTaskLocksGone(t)
