@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -88,5 +89,74 @@ func TestHandoffInClaim(t *testing.T) {
 				t.Errorf("%d tasks ran at once in one place", p)
 			}
 		})
+	}
+}
+
+// emptyClaims counts the claims that took nothing, and when the last was.
+type emptyClaims struct {
+	worker.NopObserver
+	mu    sync.Mutex
+	times []time.Time
+}
+
+func (o *emptyClaims) Claimed(_ string, _, got int) {
+	if got == 0 {
+		o.mu.Lock()
+		o.times = append(o.times, time.Now())
+		o.mu.Unlock()
+	}
+}
+
+// TestBusyLoopDoesNotPoll: the poll comes PollInterval after a claim
+// loop's last claim. A loop that hands an exclusive key from task to task,
+// each in a claim of its own, claims far more often than that and makes no
+// claim of its own accord: none that takes nothing while the key's tasks
+// run. On a fixed tick it made one every PollInterval, each finding the
+// key taken.
+func TestBusyLoopDoesNotPoll(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	const n = 80
+	tasks := make([]queue.NewTask, n)
+	for i := range tasks {
+		tasks[i] = queue.NewTask{Name: "job", Options: []queue.Option{queue.WithExclusiveKey("k")}}
+	}
+	if _, err := b.client.EnqueueMany(ctx, tasks); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var lastStart time.Time
+	work := func(context.Context, *worker.Task) error {
+		mu.Lock()
+		lastStart = time.Now()
+		mu.Unlock()
+		time.Sleep(15 * time.Millisecond)
+		return nil
+	}
+	obs := &emptyClaims{}
+	cfg := worker.Config{PollInterval: 100 * time.Millisecond, Observer: obs}
+	worker.SetHandoffWait(&cfg, time.Hour)
+	start(t, b.pool, cfg, worker.Handlers{"job": work})
+	pgtest.Eventually(t, 60*time.Second, "every task to complete", func() bool {
+		return b.count(t, "status = 'completed'") == n
+	})
+	mu.Lock()
+	last := lastStart
+	mu.Unlock()
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	var during []time.Time
+	for _, at := range obs.times {
+		if at.Before(last) {
+			during = append(during, at)
+		}
+	}
+	// A few may come from wake-ups that arrived while a claim was in
+	// flight (the backlog's notification, a handler's end): on a tick the
+	// loop made 14 here.
+	if len(during) > 3 {
+		t.Errorf("%d claims took nothing while the key's %d tasks ran (%d ms of them), want at most 3: the loop polled",
+			len(during), n, n*15)
 	}
 }
