@@ -28,7 +28,9 @@
 -- (FOR UPDATE SKIP LOCKED, then an UPDATE to running, as the worker's
 -- claim does without its advisory locks and flow control), committed, then
 -- an outcome write of those 500 (an UPDATE to completed by id), committed,
--- with synchronous_commit off, so that no flush of the WAL is timed. The
+-- with synchronous_commit off, so that no flush of the WAL is timed, and
+-- autovacuum off on the copies, so that no round is timed beside a vacuum
+-- of another copy: the figures are of the statements alone. The
 -- copies take turns, three rounds; the last statement prints the median of
 -- the rounds, the server's time per task for each statement, in
 -- microseconds, with the indexes, checks and status triggers each copy
