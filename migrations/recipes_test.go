@@ -33,9 +33,7 @@ func TestRecipePsql(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	schema, bin := recipeSetup(t, "skiplock")
-	if _, err := exec.LookPath("psql"); err != nil {
-		t.Fatal("psql not found: install it (Debian: apt-get install postgresql-client, or run .ci/test, which installs .ci/packages)")
-	}
+	pgtest.Psql(t)
 	runRecipe(t, "psql", bin, schema)
 	pool := pgtest.NewPool(t, schema)
 	var table *string

@@ -32,9 +32,7 @@ const python = "/usr/bin/python3"
 func TestEnqueueFromSQLClients(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	if _, err := exec.LookPath("psql"); err != nil {
-		t.Fatal("psql not found: install it (Debian: apt-get install postgresql-client; .ci/test installs .ci/packages)")
-	}
+	pgtest.Psql(t)
 	if out, err := exec.Command(python, "-c", "import psycopg").CombinedOutput(); err != nil {
 		t.Fatalf("%s cannot import psycopg (%v: %s): install python3-psycopg (Debian: apt-get install python3-psycopg; .ci/test installs .ci/packages)",
 			python, err, strings.TrimSpace(string(out)))

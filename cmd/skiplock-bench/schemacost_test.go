@@ -20,9 +20,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // script keeps by name, or adds a part the script does not strip.
 func TestSchemaCost(t *testing.T) {
 	t.Parallel()
-	if _, err := exec.LookPath("psql"); err != nil {
-		t.Fatal("psql not found: install it (Debian: apt-get install postgresql-client; .ci/test installs .ci/packages)")
-	}
+	psql := pgtest.Psql(t)
 	ctx := context.Background()
 	schema := pgtest.Schema(t, true)
 	pool := pgtest.NewPool(t, schema)
@@ -39,7 +37,7 @@ func TestSchemaCost(t *testing.T) {
 		t.Fatalf("skiplock_tasks has %d indexes, %d checks, %d status triggers: the copies would differ in nothing", indexes, checks, triggers)
 	}
 
-	cmd := exec.Command("psql", "-X", "-q", "-A", "-t", "-F", " ",
+	cmd := exec.Command(psql, "-X", "-q", "-A", "-t", "-F", " ",
 		"-v", "tasks=2000", "-v", "batch=100", "-v", "claims=10",
 		"-f", "schema-cost.sql", pgtest.Server(t).URL)
 	cmd.Env = append(os.Environ(), "PGOPTIONS=-c search_path="+schema)
