@@ -460,6 +460,51 @@ func TestPeerLine(t *testing.T) {
 	}
 }
 
+// TestPeerLineSchemaSQL: the line runs --schema-sql once the database is
+// migrated, and works the schema it leaves; SQL that fails stops the line
+// before any task is enqueued.
+func TestPeerLineSchemaSQL(t *testing.T) {
+	srv := pgtest.Server(t)
+	schema := pgtest.Schema(t, false)
+	u, err := url.Parse(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	ctx := context.Background()
+	const lean = `DROP INDEX skiplock_tasks_finished_idx; CREATE INDEX skiplock_tasks_finished_idx ON skiplock_tasks (status, queue, finished_at) WHERE status IN ('failed', 'cancelled')`
+	var out, progress bytes.Buffer
+	if err := PeerLine(ctx, PeerOptions{N: 200, DSN: u.String(), SchemaSQL: lean}, &out, &progress); err != nil {
+		t.Fatalf("PeerLine: %v\nprogress:\n%s", err, progress.String())
+	}
+	conn, err := pgx.Connect(ctx, srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var def string
+	if err := conn.QueryRow(ctx, `SELECT indexdef FROM pg_indexes WHERE schemaname = $1 AND indexname = 'skiplock_tasks_finished_idx'`, schema).Scan(&def); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(def, "completed") {
+		t.Errorf("the index --schema-sql made is not the one left: %s", def)
+	}
+
+	bad := pgtest.Schema(t, false)
+	q.Set("search_path", bad)
+	u.RawQuery = q.Encode()
+	err = PeerLine(ctx, PeerOptions{N: 200, DSN: u.String(), SchemaSQL: "ALTER TABLE no_such_table ADD COLUMN x int"}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "--schema-sql") || !strings.Contains(err.Error(), "no_such_table") {
+		t.Fatalf("failing --schema-sql: %v", err)
+	}
+	var n int
+	if err := conn.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %q.skiplock_tasks`, bad)).Scan(&n); err != nil || n != 0 {
+		t.Errorf("tasks enqueued after a failing --schema-sql: %d, %v", n, err)
+	}
+}
+
 // TestHandOffs: a key's hand-off is its next start less its last end; the
 // limit's i-th start past the first gatedSlots follows its i-th end; the
 // overshoot is a span's length past the work.

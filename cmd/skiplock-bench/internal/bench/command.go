@@ -104,7 +104,7 @@ func Command(ctx context.Context, self, args []string, stdout, stderr io.Writer)
 	noVacuum := fs.Bool("no-vacuum", false, "no VACUUM between preloading and work: the default now; kept for old command lines")
 	fs.BoolVar(&o.Trace, "trace", false, "time the worker's statements (claim, finish, unlock) and report them")
 	fs.BoolVar(&o.DeleteCompleted, "delete-completed", false, "throughput: workers with Config.DeleteCompleted (completed tasks deleted, not kept)")
-	fs.StringVar(&o.SchemaSQL, "schema-sql", "", "experiment: `SQL` to run on every fresh schema after migrating it")
+	fs.StringVar(&o.SchemaSQL, "schema-sql", "", "experiment: `SQL` to run on every fresh schema after migrating it (with --peer-line, on its database once migrated)")
 	fs.DurationVar(&o.WaitQuiet, "wait-quiet", 0, "before each run, wait up to this long for an idle machine (for shared machines)")
 	fs.BoolVar(&o.JSON, "json", false, "print the report as JSON")
 	fs.StringVar(&o.SVGDir, "svg", "", "write charts of the results as SVG files into `dir`")
@@ -129,7 +129,7 @@ func Command(ctx context.Context, self, args []string, stdout, stderr io.Writer)
 		return 2
 	}
 	if *peerLine {
-		if err := PeerLine(ctx, PeerOptions{Enqueue: *peerEnqueue, Concurrency: *peerConcurrency, ClaimBatch: *peerClaimBatch, DeleteCompleted: *peerDeleteCompleted}, stdout, stderr); err != nil {
+		if err := PeerLine(ctx, PeerOptions{Enqueue: *peerEnqueue, Concurrency: *peerConcurrency, ClaimBatch: *peerClaimBatch, DeleteCompleted: *peerDeleteCompleted, SchemaSQL: o.SchemaSQL}, stdout, stderr); err != nil {
 			fmt.Fprintf(stderr, "skiplock-bench: %v\n", err)
 			return 1
 		}

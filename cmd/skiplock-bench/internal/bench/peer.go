@@ -61,6 +61,9 @@ type PeerOptions struct {
 	// DeleteCompleted sets the worker's Config.DeleteCompleted: the line
 	// then measures a worker that keeps no completed tasks.
 	DeleteCompleted bool
+	// SchemaSQL, an experiment, runs once the database is migrated
+	// (--schema-sql): the line then measures the schema it leaves.
+	SchemaSQL string
 }
 
 // PeerLine runs the peer line and prints key=value lines to stdout,
@@ -102,6 +105,11 @@ func PeerLine(ctx context.Context, o PeerOptions, stdout, stderr io.Writer) erro
 	defer pool.Close()
 	if err := migrations.Up(ctx, pool); err != nil {
 		return fmt.Errorf("peer line: migrating: %w", err)
+	}
+	if o.SchemaSQL != "" {
+		if _, err := pool.Exec(ctx, o.SchemaSQL); err != nil {
+			return fmt.Errorf("peer line: --schema-sql: %w", err)
+		}
 	}
 
 	fmt.Fprintf(stderr, "skiplock peer line: enqueueing %d tasks (%s)\n", o.N, o.Enqueue)
