@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -95,18 +94,12 @@ func TestREADMEQuickstart(t *testing.T) {
 	}
 
 	schema := pgtest.Schema(t, false)
-	dbURL, err := url.Parse(pgtest.Server(t).URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	params := dbURL.Query()
-	params.Set("search_path", schema)
-	dbURL.RawQuery = params.Encode()
+	dbURL := pgtest.SchemaURL(t, schema)
 
 	home := t.TempDir()
 	dir := home
 	env := append(os.Environ(),
-		"DATABASE_URL="+dbURL.String(),
+		"DATABASE_URL="+dbURL,
 		"PATH="+filepath.Dir(goBin)+string(os.PathListSeparator)+os.Getenv("PATH"),
 		"GOPROXY=file://"+proxy+","+strings.TrimSpace(string(upstream)),
 		"GONOSUMDB="+modulePath, // no checksum database knows this checkout

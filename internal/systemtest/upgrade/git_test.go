@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -144,18 +143,4 @@ func runGo(t *testing.T, dir string, env []string, args ...string) string {
 		t.Fatalf("go %s in %s: %v\n%s", strings.Join(args, " "), dir, err, out)
 	}
 	return string(out)
-}
-
-// schemaURL is the test server's URL with search_path set to schema, for
-// child processes.
-func schemaURL(t *testing.T, schema string) string {
-	t.Helper()
-	u, err := url.Parse(pgtest.Server(t).URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
 }

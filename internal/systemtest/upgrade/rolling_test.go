@@ -166,7 +166,7 @@ func TestRollingUpgrade(t *testing.T) {
 	if _, err := pool.Exec(ctx, createRuns); err != nil {
 		t.Fatal(err)
 	}
-	dbURL := schemaURL(t, schema)
+	dbURL := pgtest.SchemaURL(t, schema)
 
 	// The previous release's schema, applied by that release.
 	if out, err := oldCommand(oldBin, dbURL, "-migrate").CombinedOutput(); err != nil {

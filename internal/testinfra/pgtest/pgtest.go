@@ -18,6 +18,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"net/url"
 	"os"
 	"sync"
 	"testing"
@@ -122,6 +123,23 @@ func Config(tb testing.TB, schema string) *pgxpool.Config {
 	}
 	cfg.ConnConfig.RuntimeParams["search_path"] = schema
 	return cfg
+}
+
+// SchemaURL is the server's URL with schema as its search_path, the
+// standard parameter that pgx and libpq pass on to the server: for
+// connections the test does not open itself (a child process, a command
+// under test).
+func SchemaURL(tb testing.TB, schema string) string {
+	tb.Helper()
+	base := Server(tb).URL
+	u, err := url.Parse(base)
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		return base + " search_path=" + schema // key=value form
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return u.String()
 }
 
 // NewPool opens a pool on schema, closed when the test ends. Tests that

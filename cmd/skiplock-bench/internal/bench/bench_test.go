@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -422,7 +421,7 @@ func TestPeerLine(t *testing.T) {
 		path := c.path
 		t.Run(fmt.Sprintf("%s/delete=%t", path, c.deleting), func(t *testing.T) {
 			var out, progress bytes.Buffer
-			err := PeerLine(context.Background(), PeerOptions{N: 300, DSN: schemaURL(t, pgtest.Schema(t, false)), Enqueue: path, DeleteCompleted: c.deleting}, &out, &progress)
+			err := PeerLine(context.Background(), PeerOptions{N: 300, DSN: pgtest.SchemaURL(t, pgtest.Schema(t, false)), Enqueue: path, DeleteCompleted: c.deleting}, &out, &progress)
 			if err != nil {
 				t.Fatalf("PeerLine: %v\nprogress:\n%s", err, progress.String())
 			}
@@ -461,7 +460,7 @@ func TestPeerLineSchemaSQL(t *testing.T) {
 	ctx := context.Background()
 	const lean = `DROP INDEX skiplock_tasks_finished_idx; CREATE INDEX skiplock_tasks_finished_idx ON skiplock_tasks (status, queue, finished_at) WHERE status IN ('failed', 'cancelled')`
 	var out, progress bytes.Buffer
-	if err := PeerLine(ctx, PeerOptions{N: 200, DSN: schemaURL(t, schema), SchemaSQL: lean}, &out, &progress); err != nil {
+	if err := PeerLine(ctx, PeerOptions{N: 200, DSN: pgtest.SchemaURL(t, schema), SchemaSQL: lean}, &out, &progress); err != nil {
 		t.Fatalf("PeerLine: %v\nprogress:\n%s", err, progress.String())
 	}
 	conn, err := pgx.Connect(ctx, srv.URL)
@@ -478,7 +477,7 @@ func TestPeerLineSchemaSQL(t *testing.T) {
 	}
 
 	bad := pgtest.Schema(t, false)
-	err = PeerLine(ctx, PeerOptions{N: 200, DSN: schemaURL(t, bad), SchemaSQL: "ALTER TABLE no_such_table ADD COLUMN x int"}, io.Discard, io.Discard)
+	err = PeerLine(ctx, PeerOptions{N: 200, DSN: pgtest.SchemaURL(t, bad), SchemaSQL: "ALTER TABLE no_such_table ADD COLUMN x int"}, io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "--schema-sql") || !strings.Contains(err.Error(), "no_such_table") {
 		t.Fatalf("failing --schema-sql: %v", err)
 	}
@@ -486,19 +485,6 @@ func TestPeerLineSchemaSQL(t *testing.T) {
 	if err := conn.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %q.skiplock_tasks`, bad)).Scan(&n); err != nil || n != 0 {
 		t.Errorf("tasks enqueued after a failing --schema-sql: %d, %v", n, err)
 	}
-}
-
-// schemaURL is the test server's URL with schema as its search_path.
-func schemaURL(t *testing.T, schema string) string {
-	t.Helper()
-	u, err := url.Parse(pgtest.Server(t).URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
 }
 
 // TestHandOffs: a key's hand-off is its next start less its last end; the

@@ -28,7 +28,7 @@ func TestBadInput(t *testing.T) {
 	if _, err := b.pool.Exec(context.Background(), "UPDATE skiplock_tasks SET finished_at = now() - interval '30 days'"); err != nil {
 		t.Fatal(err)
 	}
-	unmigrated := schemaURL(t, pgtest.Schema(t, false))
+	unmigrated := pgtest.SchemaURL(t, pgtest.Schema(t, false))
 	missing := b.schema + "_missing" // never created
 	noSchema := fmt.Sprintf(`schema %q does not exist: create it (CREATE SCHEMA "%s"), then migrate up`, missing, missing)
 
@@ -97,9 +97,9 @@ func TestBadInput(t *testing.T) {
 		{"migrate down steps without --yes", []string{"migrate", "down", "--steps", "1"}, cli.ExitError,
 			fmt.Sprintf("Revert schema %s from version %d to %d?: refusing without confirmation, as stdin is not a terminal (pass --yes)",
 				b.schema, migrations.Latest, migrations.Versions()[len(migrations.Versions())-2])},
-		{"missing schema, migrate up", []string{"migrate", "up", "--database-url", schemaURL(t, missing)}, cli.ExitError, noSchema},
-		{"missing schema, migrate status", []string{"migrate", "status", "--database-url", schemaURL(t, missing)}, cli.ExitError, noSchema},
-		{"missing schema, stats", []string{"stats", "--database-url", schemaURL(t, missing)}, cli.ExitError, noSchema},
+		{"missing schema, migrate up", []string{"migrate", "up", "--database-url", pgtest.SchemaURL(t, missing)}, cli.ExitError, noSchema},
+		{"missing schema, migrate status", []string{"migrate", "status", "--database-url", pgtest.SchemaURL(t, missing)}, cli.ExitError, noSchema},
+		{"missing schema, stats", []string{"stats", "--database-url", pgtest.SchemaURL(t, missing)}, cli.ExitError, noSchema},
 		{"unmigrated schema", []string{"requeue", "--failed", "--yes", "--database-url", unmigrated}, cli.ExitError,
 			"schema not migrated: run `skiplock migrate up`"},
 		{"unmigrated schema, enqueue", []string{"enqueue", "x", "--database-url", unmigrated}, cli.ExitError, "skiplock migrate up"},

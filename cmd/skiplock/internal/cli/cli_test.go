@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -36,22 +35,7 @@ func setup(t *testing.T) *bundle {
 func setupSchema(t *testing.T, schema string) *bundle {
 	t.Helper()
 	pool := pgtest.NewPool(t, schema)
-	return &bundle{schema: schema, pool: pool, client: queue.New(pool), url: schemaURL(t, schema)}
-}
-
-// schemaURL is the test server's URL with the standard search_path
-// parameter, which pgx passes to the server as a run-time parameter.
-func schemaURL(t *testing.T, schema string) string {
-	t.Helper()
-	base := pgtest.Server(t).URL
-	u, err := url.Parse(base)
-	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-		return base + " search_path=" + schema // key=value form
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
+	return &bundle{schema: schema, pool: pool, client: queue.New(pool), url: pgtest.SchemaURL(t, schema)}
 }
 
 // result is what one run of the command did.
